@@ -1,0 +1,327 @@
+"""``@tool``: Python functions as capabilities (DESIGN §9.1, §9.2).
+
+A :class:`Tool` wraps a sync or async function. It is still callable like the function (so users
+can unit-test it directly), and it carries what the loop needs:
+
+* :attr:`Tool.descriptor` — name, description, JSON Schema of the arguments, declared effects
+  (→ concurrency hint), approval rule, idempotency and timeout;
+* :meth:`Tool.invoke` — validate the model's arguments, run the function (sync ones in a worker
+  thread, so the event loop never blocks), enforce the timeout, and turn *every* result into a
+  :data:`~reverie.core.capability.CallOutcome`. Nothing but cancellation escapes it.
+
+Anything with a ``descriptor`` and an ``invoke`` is a :class:`Capability`; MCP tools are too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
+
+from reverie.capabilities.context import ToolContext
+from reverie.capabilities.output import DEFAULT_MAX_OUTPUT_BYTES, render_output
+from reverie.capabilities.schema import ArgumentsSpec, InvalidArguments
+from reverie.core.capability import (
+    KNOWN_EFFECTS,
+    ApprovalRule,
+    CallCompleted,
+    CallFailed,
+    CallGated,
+    CallOutcome,
+    CapabilityDescriptor,
+)
+from reverie.errors import ApprovalRequired, CapabilityError, RetryTool, UsageError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C", bound="Capability")
+
+TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""Names every provider accepts (OpenAI's limit is the tightest)."""
+
+DEFAULT_TIMEOUT_S = 60.0
+
+_GATE_KINDS: dict[str, Literal["approval", "auth", "resource"]] = {
+    "approval": "approval",
+    "auth": "auth",
+    "resource": "resource",
+}
+
+
+@runtime_checkable
+class Capability(Protocol):
+    """Something the loop can offer to a model and call: a :class:`Tool`, an MCP tool, …"""
+
+    @property
+    def descriptor(self) -> CapabilityDescriptor:
+        """What the loop and the model know about this capability."""
+        ...
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext) -> CallOutcome:
+        """Run one call. Every failure is an outcome; only cancellation propagates."""
+        ...
+
+
+@runtime_checkable
+class Toolset(Protocol):
+    """A source of several capabilities (e.g. an MCP server)."""
+
+    def tools(self) -> Sequence[Capability]:
+        """The capabilities this toolset offers now."""
+        ...
+
+
+class Tool(Generic[P, R]):
+    """A Python function exposed to a model as a capability.
+
+    Build it with :func:`tool`. Calling the tool calls the function unchanged.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        effects: AbstractSet[str] | None = None,
+        needs_approval: ApprovalRule = False,
+        idempotent: bool = False,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> None:
+        """Wrap ``fn``; see :func:`tool` for the options.
+
+        Raises:
+            UsageError: a bad name, an unknown effect, a non-positive timeout or output cap, or
+                a signature that cannot be described to a model.
+        """
+        tool_name = name if name is not None else getattr(fn, "__name__", "")
+        validate_tool_name(tool_name)
+        if timeout_s is not None and not timeout_s > 0:
+            raise UsageError(f"tool {tool_name!r}: timeout_s must be positive or None")
+        if max_output_bytes <= 0:
+            raise UsageError(f"tool {tool_name!r}: max_output_bytes must be positive")
+        spec = ArgumentsSpec.from_function(fn, tool_name=tool_name)
+        self._fn = fn
+        self._spec = spec
+        self._is_async = inspect.iscoroutinefunction(fn)
+        self.max_output_bytes = max_output_bytes
+        """Cap on the serialised output, in UTF-8 bytes."""
+        self._descriptor = CapabilityDescriptor(
+            name=tool_name,
+            description=description if description is not None else spec.description,
+            parameters=spec.json_schema,
+            effects=normalize_effects(effects, tool_name=tool_name),
+            needs_approval=needs_approval,
+            idempotent=idempotent,
+            timeout_s=timeout_s,
+        )
+        functools.update_wrapper(self, fn)
+
+    @property
+    def descriptor(self) -> CapabilityDescriptor:
+        """What the loop and the model know about this tool."""
+        return self._descriptor
+
+    @property
+    def name(self) -> str:
+        """The name the model calls the tool by."""
+        return self._descriptor.name
+
+    @property
+    def fn(self) -> Callable[P, R]:
+        """The wrapped function."""
+        return self._fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the function directly (no validation, no timeout, no output capping)."""
+        return self._fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool(name={self.name!r}, effects={self._descriptor.effects!r})"
+
+    async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext) -> CallOutcome:
+        """Validate ``arguments``, run the function and classify the result.
+
+        * invalid arguments (wrong type, missing, extra, NaN/±inf) → ``input_invalid``;
+        * the timeout (``descriptor.timeout_s``) expires → ``transient``;
+        * :class:`~reverie.errors.CapabilityError` → its own kind;
+        * :class:`~reverie.errors.ApprovalRequired` → :class:`CallGated`;
+        * :class:`~reverie.errors.RetryTool` → ``transient``;
+        * any other exception → ``internal`` with ``"<ExcType>: <message>"``.
+
+        ``asyncio.CancelledError`` is never caught: cancellation belongs to the caller.
+        """
+        try:
+            args, kwargs = self._spec.bind(arguments, ctx)
+        except InvalidArguments as exc:
+            return CallFailed(error_kind="input_invalid", message=f"tool {self.name!r}: {exc}")
+        timeout_s = self._descriptor.timeout_s
+        deadline = asyncio.timeout(timeout_s)
+        try:
+            async with deadline:
+                value = await self._run(args, kwargs)
+            return CallCompleted(output=render_output(value, self.max_output_bytes))
+        except TimeoutError as exc:
+            # Only *our* deadline is a timeout; a TimeoutError raised by the tool's own code
+            # is just another exception.
+            if deadline.expired():
+                return CallFailed(error_kind="transient", message=f"timed out after {timeout_s}s")
+            return outcome_from_exception(exc)
+        except Exception as exc:
+            return outcome_from_exception(exc)
+
+    async def _run(self, args: list[Any], kwargs: dict[str, Any]) -> object:
+        call: Callable[..., Any] = self._fn
+        if self._is_async:
+            result = await call(*args, **kwargs)
+        else:
+            # Sync tools never block the event loop. A timed-out or cancelled thread cannot be
+            # killed: it runs to completion in the background and its result is dropped.
+            result = await asyncio.to_thread(call, *args, **kwargs)
+        if inspect.isawaitable(result):  # a sync function that returned a coroutine
+            result = await result
+        return result
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effects: AbstractSet[str] | None = None,
+    needs_approval: ApprovalRule = False,
+    idempotent: bool = False,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effects: AbstractSet[str] | None = None,
+    needs_approval: ApprovalRule = False,
+    idempotent: bool = False,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Turn a sync or async function into a :class:`Tool`. Use bare or with options.
+
+    Example::
+
+        @tool(effects=set())
+        def add(a: int, b: int) -> int:
+            \"\"\"Add two integers.\"\"\"
+            return a + b
+
+    Args:
+        fn: The function, when used bare (``@tool``).
+        name: The name the model sees; defaults to the function's name. Must match
+            ``^[a-zA-Z0-9_-]{1,64}$``.
+        description: Defaults to the first paragraph of the docstring.
+        effects: What the tool may do, a subset of ``read, network, write, spawn, use_secret,
+            dispatch``. ``None`` (undeclared) runs exclusively; ``set()`` declares a pure
+            tool, safe to run in parallel, as is any subset of ``{read, use_secret}``.
+        needs_approval: ``True``, or a predicate over the arguments, to gate calls on a
+            person's approval.
+        idempotent: Safe to run again when a crash left its outcome unknown.
+        timeout_s: Per-call timeout in seconds (``None``: none).
+        max_output_bytes: Cap on the serialised output, in UTF-8 bytes.
+
+    Raises:
+        UsageError: at decoration time, for an unknown effect, a bad name or an unsupported
+            signature.
+    """
+    if fn is not None and not callable(fn):
+        raise UsageError("@tool takes options by keyword only, e.g. @tool(name='search')")
+
+    def wrap(func: Callable[P, R]) -> Tool[P, R]:
+        return Tool(
+            func,
+            name=name,
+            description=description,
+            effects=effects,
+            needs_approval=needs_approval,
+            idempotent=idempotent,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def normalize_effects(
+    effects: Iterable[str] | None, *, tool_name: str = "?"
+) -> frozenset[str] | None:
+    """Check declared effects against the known set (DESIGN §9.2).
+
+    Raises:
+        UsageError: an effect is unknown, or a bare string was passed instead of a set.
+    """
+    if effects is None:
+        return None
+    if isinstance(effects, str):
+        raise UsageError(f"tool {tool_name!r}: effects must be a set of strings, e.g. {{'read'}}")
+    declared = frozenset(effects)
+    unknown = declared - KNOWN_EFFECTS
+    if unknown:
+        raise UsageError(
+            f"tool {tool_name!r}: unknown effect(s) {sorted(unknown)}; "
+            f"known effects are {sorted(KNOWN_EFFECTS)}"
+        )
+    return declared
+
+
+def validate_tool_name(name: str) -> str:
+    """Return ``name`` if it is a valid tool name (``^[a-zA-Z0-9_-]{1,64}$``).
+
+    Raises:
+        UsageError: it is not.
+    """
+    if not isinstance(name, str) or not TOOL_NAME_PATTERN.fullmatch(name):
+        raise UsageError(
+            f"invalid tool name {name!r}: use 1-64 characters from a-z, A-Z, 0-9, '_' and '-'"
+        )
+    return name
+
+
+def tools_by_name(tools: Iterable[C]) -> dict[str, C]:
+    """Index capabilities by name, in order.
+
+    Raises:
+        UsageError: a name is invalid or used twice.
+    """
+    index: dict[str, C] = {}
+    for capability in tools:
+        name = validate_tool_name(capability.descriptor.name)
+        if name in index:
+            raise UsageError(f"two tools are named {name!r}; tool names must be unique")
+        index[name] = capability
+    return index
+
+
+def outcome_from_exception(exc: Exception) -> CallOutcome:
+    """Classify an exception raised by a tool (DESIGN §4.2)."""
+    if isinstance(exc, CapabilityError):
+        return CallFailed(error_kind=exc.kind, message=str(exc))
+    if isinstance(exc, ApprovalRequired):
+        return CallGated(gate_kind=_GATE_KINDS.get(exc.kind, "approval"), reason=exc.reason)
+    if isinstance(exc, RetryTool):
+        return CallFailed(
+            error_kind="transient", message=str(exc) or "the tool asked to be retried"
+        )
+    return CallFailed(error_kind="internal", message=f"{type(exc).__name__}: {exc}")

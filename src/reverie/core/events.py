@@ -1,0 +1,151 @@
+"""Typed run events (DESIGN §17). The CLI, SSE and tests consume the same stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted:
+    """A run began (or resumed) on a worker."""
+
+    kind: Literal["run_started"] = "run_started"
+    run_id: str
+    resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequested:
+    """A model request is about to be sent."""
+
+    kind: Literal["model_request"] = "model_request"
+    run_id: str
+    iteration: int
+    tools: int
+    """Number of tools offered (0 for the finalizer)."""
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDeltaEvent:
+    """A streamed piece of the model's text."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    run_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantMessage:
+    """A committed assistant message (a reply, or progress text that came with calls)."""
+
+    kind: Literal["assistant_message"] = "assistant_message"
+    run_id: str
+    text: str
+    tool_calls: tuple[str, ...] = ()
+    """Names of the tools called with this message."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStarted:
+    """A tool call started."""
+
+    kind: Literal["tool_started"] = "tool_started"
+    run_id: str
+    call_id: str
+    tool: str
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolFinished:
+    """A tool call ended (any outcome)."""
+
+    kind: Literal["tool_finished"] = "tool_finished"
+    run_id: str
+    call_id: str
+    tool: str
+    outcome: str
+    """``completed``, ``failed``, ``denied``, ``gated``, ``cancelled`` or ``interrupted``."""
+    error_kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateOpened:
+    """The run blocked on a gate."""
+
+    kind: Literal["gate_opened"] = "gate_opened"
+    run_id: str
+    gate_ref: str
+    tool: str
+    gate_kind: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputDelivered:
+    """A steering or follow-up input reached the transcript."""
+
+    kind: Literal["input_delivered"] = "input_delivered"
+    run_id: str
+    input_id: str
+    input_kind: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointEvent:
+    """A checkpoint was committed."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    run_id: str
+    checkpoint_kind: str
+    iteration: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookFailedEvent:
+    """A hook failed (timeout, exception, malformed result) and was poisoned."""
+
+    kind: Literal["hook_failed"] = "hook_failed"
+    run_id: str
+    hook: str
+    point: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitReached:
+    """A safety net or budget fired; ``reason`` says which one."""
+
+    kind: Literal["limit_reached"] = "limit_reached"
+    run_id: str
+    reason: str
+    """``max_iterations``, ``no_progress``, ``host``, or a budget kind."""
+    action: Literal["finalize", "fail"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFinished:
+    """The run reached a terminal state or blocked."""
+
+    kind: Literal["run_finished"] = "run_finished"
+    run_id: str
+    status: str
+    exit: dict[str, Any]
+
+
+RunEvent = (
+    RunStarted
+    | ModelRequested
+    | TextDeltaEvent
+    | AssistantMessage
+    | ToolStarted
+    | ToolFinished
+    | GateOpened
+    | InputDelivered
+    | CheckpointEvent
+    | HookFailedEvent
+    | LimitReached
+    | RunFinished
+)
+"""Every event a run emits; discriminate on ``kind``."""

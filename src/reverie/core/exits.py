@@ -1,0 +1,154 @@
+"""How a loop ends: the ``LoopExit`` union (DESIGN §3.6) and run usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+FailureKind = Literal[
+    "iteration_limit",
+    "no_progress_detected",
+    "model_call_limit",
+    "capability_call_limit",
+    "wall_clock_limit",
+    "budget_usd",
+    "token_limit",
+    "model_error",
+    "invalid_model_output",
+    "policy_denied",
+    "gate_not_supported",
+    "checkpoint_unavailable",
+    "output_contract_violation",
+    "driver_bug",
+    "host_stop",
+    "tool_error",
+]
+"""Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected."""
+
+GracefulReason = Literal[
+    "no_progress", "max_iterations", "host", "capability_call_limit", "wall_clock_limit"
+]
+"""Why the finalizer runs. The first three are the host-requestable ones."""
+
+COMPLETION_KINDS_WITHOUT_REPLY: frozenset[str] = frozenset({"structured"})
+"""Completion kinds whose result is not a text reply (structured output carries JSON)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """What a run consumed."""
+
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    capability_calls: int = 0
+    usd: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "model_calls": self.model_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "capability_calls": self.capability_calls,
+            "usd": self.usd,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Usage:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            model_calls=int(data.get("model_calls", 0)),
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+            capability_calls=int(data.get("capability_calls", 0)),
+            usd=float(data.get("usd", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed:
+    """The run produced its answer."""
+
+    status: ClassVar[str] = "completed"
+    kind: str = "reply"
+    """``reply``, ``graceful_summary`` or ``structured``."""
+    reply_refs: tuple[str, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    reason: GracefulReason | None = None
+    """For ``graceful_summary``: which limit or request caused it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Blocked:
+    """The run waits for a gate to be resolved."""
+
+    status: ClassVar[str] = "blocked"
+    kind: str = "approval"
+    gate_ref: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cancelled:
+    """The run was cancelled."""
+
+    status: ClassVar[str] = "cancelled"
+    reason: str = "cancelled"
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failed:
+    """The run failed; ``safe_summary`` holds no secrets and no memory content."""
+
+    status: ClassVar[str] = "failed"
+    kind: FailureKind
+    safe_summary: str
+    usage: Usage = field(default_factory=Usage)
+
+
+LoopExit = Completed | Blocked | Cancelled | Failed
+
+
+def exit_to_dict(exit_: LoopExit) -> dict[str, Any]:
+    """JSON-able form of an exit (stored on the run row)."""
+    match exit_:
+        case Completed():
+            return {
+                "status": "completed",
+                "kind": exit_.kind,
+                "reply_refs": list(exit_.reply_refs),
+                "usage": exit_.usage.to_dict(),
+                "reason": exit_.reason,
+            }
+        case Blocked():
+            return {"status": "blocked", "kind": exit_.kind, "gate_ref": exit_.gate_ref}
+        case Cancelled():
+            return {"status": "cancelled", "reason": exit_.reason, "usage": exit_.usage.to_dict()}
+        case Failed():
+            return {
+                "status": "failed",
+                "kind": exit_.kind,
+                "safe_summary": exit_.safe_summary,
+                "usage": exit_.usage.to_dict(),
+            }
+
+
+def exit_from_dict(data: dict[str, Any]) -> LoopExit:
+    """Inverse of :func:`exit_to_dict`."""
+    status = data.get("status")
+    usage = Usage.from_dict(data.get("usage") or {})
+    if status == "completed":
+        return Completed(
+            kind=data["kind"],
+            reply_refs=tuple(data.get("reply_refs") or ()),
+            usage=usage,
+            reason=data.get("reason"),
+        )
+    if status == "blocked":
+        return Blocked(kind=data["kind"], gate_ref=data["gate_ref"])
+    if status == "cancelled":
+        return Cancelled(reason=data.get("reason", "cancelled"), usage=usage)
+    if status == "failed":
+        return Failed(kind=data["kind"], safe_summary=data["safe_summary"], usage=usage)
+    raise ValueError(f"unknown exit status {status!r}")

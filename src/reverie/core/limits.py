@@ -1,0 +1,70 @@
+"""``Limits``: the hard budgets of a run (DESIGN §4.5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reverie.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Hard budgets. ``None`` means unlimited (except ``max_iterations``, always bounded).
+
+    Limits narrow the profile's limits; they can never widen them (see :meth:`narrow`).
+    """
+
+    max_iterations: int = 32
+    """Iteration cap, enforced by the executor itself."""
+    max_model_calls: int | None = None
+    """Model calls, charged before each call is sent (retries included)."""
+    max_capability_calls: int | None = None
+    """Tool calls, charged as each is admitted to a wave (parallel waves included)."""
+    max_calls_per_batch: int = 32
+    """Fan-out of one response; calls past it get an error result."""
+    wall_clock_s: float | None = None
+    """Active running time (time blocked on a gate does not count)."""
+    max_usd: float | None = None
+    """Spend, from the configured price table; a limit without a known price is a config error."""
+    max_tokens: int | None = None
+    """Input plus output tokens over the run."""
+
+    def __post_init__(self) -> None:
+        if self.max_iterations < 1:
+            raise UsageError("Limits.max_iterations must be at least 1")
+        if self.max_calls_per_batch < 1:
+            raise UsageError("Limits.max_calls_per_batch must be at least 1")
+        for name in ("max_model_calls", "max_capability_calls", "max_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise UsageError(f"Limits.{name} must not be negative")
+        for name in ("wall_clock_s", "max_usd"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise UsageError(f"Limits.{name} must not be negative")
+
+    def narrow(self, other: Limits | None) -> Limits:
+        """The tighter of ``self`` and ``other`` for every budget."""
+        if other is None:
+            return self
+
+        def tighter(a: float | None, b: float | None) -> float | None:
+            if a is None:
+                return b
+            if b is None:
+                return a
+            return min(a, b)
+
+        def tighter_int(a: int | None, b: int | None) -> int | None:
+            value = tighter(a, b)
+            return None if value is None else int(value)
+
+        return Limits(
+            max_iterations=min(self.max_iterations, other.max_iterations),
+            max_model_calls=tighter_int(self.max_model_calls, other.max_model_calls),
+            max_capability_calls=tighter_int(self.max_capability_calls, other.max_capability_calls),
+            max_calls_per_batch=min(self.max_calls_per_batch, other.max_calls_per_batch),
+            wall_clock_s=tighter(self.wall_clock_s, other.wall_clock_s),
+            max_usd=tighter(self.max_usd, other.max_usd),
+            max_tokens=tighter_int(self.max_tokens, other.max_tokens),
+        )

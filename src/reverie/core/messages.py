@@ -1,0 +1,158 @@
+"""Conversation messages, model requests and responses.
+
+These are the values that cross the model port. Providers translate them to and from their wire
+formats; the loop and the transcript only ever see these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """One call a model asked for."""
+
+    id: str
+    """The provider's call id (or one we minted); unique within the response."""
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    """Parsed arguments; empty when ``arguments_error`` is set."""
+    arguments_error: str | None = None
+    """Why the raw arguments could not be parsed (malformed JSON, not an object)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form for the transcript."""
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        if self.arguments_error is not None:
+            out["arguments_error"] = self.arguments_error
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            id=str(data["id"]),
+            name=str(data["name"]),
+            arguments=dict(data.get("arguments") or {}),
+            arguments_error=data.get("arguments_error"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """A message as a model sees it."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls the assistant made in this message (assistant role only)."""
+    tool_call_id: str | None = None
+    """The call this message answers (tool role only)."""
+    name: str | None = None
+    """The tool's name (tool role only)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """A tool as offered to a model: name, description, JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSettings:
+    """Sampling settings passed through to the provider."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+ToolChoice = Literal["auto", "none", "required"] | str
+"""``auto``/``none``/``required``, or the name of one tool to force."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """One request to a model."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] | None = None
+    """``None`` means no tools at all (the finalizer's request)."""
+    tool_choice: ToolChoice = "auto"
+    output_schema: Mapping[str, Any] | None = None
+    settings: ModelSettings = field(default_factory=ModelSettings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextPart:
+    """Text from the model."""
+
+    kind: Literal["text"] = "text"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallPart:
+    """A tool call from the model."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    call: ToolCall
+
+
+ResponsePart = TextPart | ToolCallPart
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenUsage:
+    """Tokens one model call consumed."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    """A complete model response."""
+
+    parts: tuple[ResponsePart, ...]
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    finish_reason: str | None = None
+    model_name: str | None = None
+
+    @property
+    def text(self) -> str:
+        """All text parts joined."""
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """All tool calls, in the model's order."""
+        return tuple(p.call for p in self.parts if isinstance(p, ToolCallPart))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    """A streamed piece of text."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseComplete:
+    """The end of a stream, with the assembled response."""
+
+    kind: Literal["complete"] = "complete"
+    response: ModelResponse
+
+
+ModelEvent = TextDelta | ResponseComplete
+"""What ``Model.stream`` yields: any number of deltas, then exactly one ``ResponseComplete``."""

@@ -1,0 +1,59 @@
+"""Transcript rows and queued inputs: the data the loop refers to by ``ref`` and cursor."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from reverie.core.messages import ToolCall
+
+InputKind = Literal["steering", "follow_up", "cancel", "gate_resolved", "graceful_stop"]
+"""User-facing inputs (``steering``, ``follow_up``) and control inputs (the rest)."""
+USER_INPUT_KINDS: frozenset[str] = frozenset({"steering", "follow_up"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewItem:
+    """A transcript item to append (the store assigns ``ref`` and ``seq``)."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    input_id: str | None = None
+    """For user items that came from the input queue: dedupe key."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranscriptItem:
+    """One append-only transcript row."""
+
+    ref: str
+    seq: int
+    """Monotonic per thread."""
+    thread_id: str
+    run_id: str | None
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    input_id: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    superseded: bool = False
+    """Set when a crash left this row past the run's last checkpoint (it is not replayed)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputRecord:
+    """One queued input."""
+
+    run_id: str
+    cursor: int
+    input_id: str
+    kind: InputKind
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    acked: bool = False

@@ -1,0 +1,146 @@
+"""Every exception reverie raises, in one place.
+
+The hierarchy::
+
+    ReverieError                      base of everything reverie raises on purpose
+    ├── ConfigError                   a config file, manifest or option is invalid (names file/key/fix)
+    ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
+    │   ├── UnknownAgentError         a run names an agent this process has not registered
+    │   └── UnknownFamilyError        a profile names a loop family that is not registered
+    ├── StoreError                    the store failed or refused a write
+    │   ├── ConflictError             a compare-and-swap write lost (stale version)
+    │   ├── LeaseLost                 a write carried a stale fencing token
+    │   ├── RunBusy                   the run is leased by a live worker
+    │   ├── NotFoundError             a run, thread, gate or document does not exist
+    │   └── CorruptCheckpointError    a checkpoint row cannot be decoded (names the run)
+    ├── ModelError                    a model call failed; ``kind`` is its §4.2 class
+    ├── CapabilityError               a tool failed; ``kind`` is its §4.2 class
+    └── RunError                      a run-level operation was refused
+        ├── RunEndedError             an input was sent to a run that already ended
+        ├── GateResolvedError         a gate was resolved a second time
+        └── BudgetExceeded            a hard budget would be exceeded
+
+Control signals are not errors and sit outside the tree: :class:`ApprovalRequired` (a tool or
+hook asks for a person's approval) and :class:`RetryTool` (a tool asks to be retried).
+
+Every error carries a *safe* message: no credentials, no memory content, no tool arguments. The
+underlying cause, when there is one, is kept in ``__cause__``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ModelErrorKind = Literal[
+    "transient", "context_overflow", "content_filtered", "unavailable", "internal"
+]
+"""Classes of model failure (DESIGN §4.2)."""
+
+ToolErrorKind = Literal[
+    "transient", "permanent", "input_invalid", "policy_denied", "unavailable", "internal"
+]
+"""Classes of tool failure (DESIGN §4.2)."""
+
+
+class ReverieError(Exception):
+    """Base class of every error reverie raises on purpose."""
+
+
+class ConfigError(ReverieError):
+    """A configuration file, manifest or option is invalid."""
+
+
+class UsageError(ReverieError):
+    """The public API was called in a way it does not support."""
+
+
+class UnknownAgentError(UsageError):
+    """A run names an agent that is not registered in this process."""
+
+    def __init__(self, agent_name: str) -> None:
+        super().__init__(
+            f"agent {agent_name!r} is not registered in this process; pass it to "
+            f"Runtime.open(..., agents=[...]) or call rt.register(agent)"
+        )
+        self.agent_name = agent_name
+
+
+class UnknownFamilyError(UsageError):
+    """A profile names a loop family id that is not in the registry."""
+
+
+class StoreError(ReverieError):
+    """The store failed or refused an operation."""
+
+
+class ConflictError(StoreError):
+    """A compare-and-swap write lost: the expected version is stale."""
+
+    def __init__(self, message: str, *, current_version: int | None = None) -> None:
+        super().__init__(message)
+        self.current_version = current_version
+
+
+class LeaseLost(StoreError):
+    """A write carried a fencing token that is no longer current for the run."""
+
+
+class RunBusy(StoreError):
+    """The run is leased by a worker that is still alive."""
+
+
+class NotFoundError(StoreError):
+    """A run, thread, gate or document does not exist (in the caller's scope)."""
+
+
+class CorruptCheckpointError(StoreError):
+    """A checkpoint row exists but cannot be decoded."""
+
+    def __init__(self, run_id: str, detail: str) -> None:
+        super().__init__(f"checkpoint of run {run_id} is corrupt: {detail}")
+        self.run_id = run_id
+
+
+class ModelError(ReverieError):
+    """A model call failed. ``kind`` classifies it for the recovery strategy."""
+
+    def __init__(self, kind: ModelErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ModelErrorKind = kind
+
+
+class CapabilityError(ReverieError):
+    """A tool failed in a classified way. Tools may raise it to choose their class."""
+
+    def __init__(self, kind: ToolErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ToolErrorKind = kind
+
+
+class RunError(ReverieError):
+    """A run-level operation was refused."""
+
+
+class RunEndedError(RunError):
+    """An input was sent to a run that has already ended."""
+
+
+class GateResolvedError(RunError):
+    """A gate was approved or denied a second time."""
+
+
+class BudgetExceeded(RunError):
+    """A hard budget would be exceeded by the requested operation."""
+
+
+class ApprovalRequired(Exception):
+    """Control signal: the call needs a person's approval before it may run."""
+
+    def __init__(self, reason: str = "approval required", *, kind: str = "approval") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+
+
+class RetryTool(Exception):
+    """Control signal: a tool asks to be retried (counted as a transient failure)."""

@@ -1,0 +1,65 @@
+"""Small constructors so the executor emits typed events in one line each."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from reverie.core.capability import CallFailed, CallOutcome
+from reverie.core.events import (
+    AssistantMessage,
+    GateOpened,
+    InputDelivered,
+    LimitReached,
+    ModelRequested,
+    ToolFinished,
+    ToolStarted,
+)
+from reverie.core.transcript import InputRecord
+
+if TYPE_CHECKING:
+    from reverie.loop.ports import LoopHost
+
+
+def emit_assistant(host: LoopHost, text: str, tools: tuple[str, ...]) -> None:
+    """A committed assistant message."""
+    host.events.emit(AssistantMessage(run_id=host.run_id, text=text, tool_calls=tools))
+
+
+def emit_input(host: LoopHost, rec: InputRecord) -> None:
+    """An input reached the transcript."""
+    host.events.emit(InputDelivered(run_id=host.run_id, input_id=rec.input_id, input_kind=rec.kind))
+
+
+def emit_limit(host: LoopHost, reason: str, action: Literal["finalize", "fail"]) -> None:
+    """A safety net or budget fired; ``reason`` names which one."""
+    host.events.emit(LimitReached(run_id=host.run_id, reason=reason, action=action))
+
+
+def emit_model_request(host: LoopHost, iteration: int, tools: int, attempt: int) -> None:
+    """A model request is about to go out."""
+    host.events.emit(
+        ModelRequested(run_id=host.run_id, iteration=iteration, tools=tools, attempt=attempt)
+    )
+
+
+def emit_gate(host: LoopHost, ref: str, tool: str, gate_kind: str) -> None:
+    """The run blocked on a gate."""
+    host.events.emit(GateOpened(run_id=host.run_id, gate_ref=ref, tool=tool, gate_kind=gate_kind))
+
+
+def emit_tool_started(host: LoopHost, call_id: str, tool: str, attempt: int) -> None:
+    """A tool call started."""
+    host.events.emit(ToolStarted(run_id=host.run_id, call_id=call_id, tool=tool, attempt=attempt))
+
+
+def emit_tool_finished(host: LoopHost, call_id: str, tool: str, outcome: CallOutcome) -> None:
+    """A tool call ended."""
+    host.events.emit(
+        ToolFinished(
+            run_id=host.run_id,
+            call_id=call_id,
+            tool=tool,
+            outcome=outcome.kind,
+            error_kind=outcome.error_kind if isinstance(outcome, CallFailed) else None,
+        )
+    )

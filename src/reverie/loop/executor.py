@@ -1,0 +1,469 @@
+"""The canonical executor: one tick, in the order of DESIGN §3.5, until the loop exits.
+
+The executor only *returns* a :data:`~reverie.core.exits.LoopExit`; the runtime's applier
+validates it and writes the run's terminal status. It talks to the world only through the host
+ports (:mod:`reverie.loop.ports`) and decides only through the family's strategies.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from reverie.core.exits import Blocked, Completed, Failed, FailureKind, GracefulReason, LoopExit
+from reverie.core.exits import Cancelled as CancelledExit
+from reverie.core.limits import Limits
+from reverie.core.messages import ModelResponse, ToolCall
+from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
+from reverie.errors import ModelError
+from reverie.loop.control import Cancelled, cancellable_sleep, race_cancellation
+from reverie.loop.events import (
+    emit_assistant,
+    emit_gate,
+    emit_input,
+    emit_limit,
+    emit_model_request,
+)
+from reverie.loop.family import LoopFamily
+from reverie.loop.finalizer import FINALIZER_PROMPTS, failure_kind_for, reject_reason
+from reverie.loop.ports import CheckpointKind, LoopHost, PromptBundle
+from reverie.loop.state import BudgetLedger, LoopExecutionState
+from reverie.loop.strategies import Abort, GracefulStop, NoProgress, Retry
+from reverie.loop.wave import WaveRunner, admit_wave
+
+OnLimit = Literal["finalize", "fail"]
+
+# Budgets whose exhaustion still leaves room for the finalizer's one model call.
+_FINALIZABLE_BUDGETS: frozenset[str] = frozenset({"capability_call_limit", "wall_clock_limit"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopConfig:
+    """Per-run settings of the executor."""
+
+    limits: Limits = field(default_factory=Limits)
+    on_limit: OnLimit = "finalize"
+    max_parallel: int = 16
+    """Concurrency bound of a parallel wave."""
+
+
+class _Exit(Exception):
+    def __init__(self, exit_: LoopExit, state: LoopExecutionState) -> None:
+        super().__init__(type(exit_).__name__)
+        self.exit = exit_
+        self.state = state
+
+
+async def run_loop(
+    host: LoopHost, family: LoopFamily, state: LoopExecutionState, config: LoopConfig
+) -> tuple[LoopExit, LoopExecutionState]:
+    """Advance a run from ``state`` until it completes, blocks, fails or is cancelled."""
+    return await _Executor(host, family, config).run(state)
+
+
+class _Executor:
+    def __init__(self, host: LoopHost, family: LoopFamily, config: LoopConfig) -> None:
+        self.host = host
+        self.family = family
+        self.config = config
+        self.limits = config.limits
+        self.iteration_limit = family.budget.iteration_limit(config.limits.max_iterations)
+        self._segment_start = time.monotonic()
+        self._acked_cursor: int | None = None
+
+    # ------------------------------------------------------------------------------ driver
+    async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
+        self._acked_cursor = state.input_cursor
+        try:
+            while True:
+                state = await self._tick(state)
+        except _Exit as done:
+            return done.exit, done.state
+        except Cancelled as c:
+            # Cancellation is a clean exit: checkpoint what we have, then Cancelled.
+            final = await self._commit("Final", self._last_state)
+            return CancelledExit(reason=c.reason, usage=final.budget.usage()), final
+
+    _last_state: LoopExecutionState = LoopExecutionState()
+
+    def _boundary(self) -> None:
+        self.host.token.check()
+
+    def _active_s(self, state: LoopExecutionState) -> float:
+        return state.budget.active_s + (time.monotonic() - self._segment_start)
+
+    async def _commit(self, kind: CheckpointKind, state: LoopExecutionState) -> LoopExecutionState:
+        now = time.monotonic()
+        state = replace(
+            state,
+            budget=replace(
+                state.budget, active_s=state.budget.active_s + (now - self._segment_start)
+            ),
+        )
+        self._segment_start = now
+        await self.host.checkpoints.commit(kind, state)
+        self._last_state = state
+        return state
+
+    def _fail(self, state: LoopExecutionState, kind: FailureKind, summary: str) -> _Exit:
+        return _Exit(Failed(kind=kind, safe_summary=summary, usage=state.budget.usage()), state)
+
+    # ------------------------------------------------------------------------------ the tick
+    async def _tick(self, s: LoopExecutionState) -> LoopExecutionState:
+        self._last_state = s
+        # 0. Iteration cap, checked first so a resume that sits at the limit exits at once.
+        if s.iteration >= self.iteration_limit and s.graceful_stop is None:
+            self._limit_reached(s, "max_iterations")
+            if self.config.on_limit == "fail":
+                raise self._fail(
+                    s, "iteration_limit", f"iteration limit of {self.iteration_limit} reached"
+                )
+            s = s.request_stop("max_iterations")
+
+        # 1. Cancellation first, then control inputs, then a pending graceful stop.
+        self._boundary()
+        s = await self._take_control(s)
+        self._boundary()
+        if s.graceful_stop is not None:
+            await self._finalize(s)
+        s = self._check_budgets(s)
+        if s.graceful_stop is not None:
+            await self._finalize(s)
+
+        # A resume from BeforeSideEffect / BeforeBlock continues the admitted wave.
+        if s.pending_wave is not None:
+            return await self._finish_wave(s)
+
+        # 2. Drain steering.
+        self._boundary()
+        delivered: list[InputRecord] = []
+        if self.family.inputs.drain_steering(s):
+            s, delivered = await self._drain(s, follow_ups=False)
+
+        # 3. Plan context.
+        self._boundary()
+        plan = self.family.context.plan(s)
+
+        # 4. Filter the visible capabilities (a strategy can only narrow the surface).
+        self._boundary()
+        full = self.host.capabilities.surface()
+        surface = self.family.capabilities.filter(s, full)
+        if not set(surface.names()) <= set(full.names()):
+            raise self._fail(s, "driver_bug", "capability strategy widened the surface")
+        s = replace(s, surface_version=surface.version)
+        bundle = await self.host.prompt.build(s, plan, surface)
+
+        # 5. Checkpoint BeforeModel, then ack what was drained: cursor-before-ack.
+        s = await self._commit("BeforeModel", s)
+        await self._ack(s)
+        del delivered
+
+        # 6. Call the model.
+        self._boundary()
+        response, s = await self._call_model(s, bundle, tools=len(surface.descriptors))
+        calls = response.tool_calls
+
+        if not calls:
+            return await self._on_reply(s, response.text)
+        return await self._on_calls(s, calls, response.text)
+
+    # ------------------------------------------------------------------------------ inputs
+    async def _take_control(self, s: LoopExecutionState) -> LoopExecutionState:
+        """Handle the contiguous run of control inputs at the head of the queue."""
+        records = await self.host.inputs.poll(s.input_cursor)
+        cursor = s.input_cursor
+        for rec in records:
+            if rec.kind in USER_INPUT_KINDS:
+                break
+            cursor = rec.cursor
+            if rec.kind == "cancel":
+                self.host.token.cancel(str(rec.payload.get("reason") or "cancelled"))
+            elif rec.kind == "graceful_stop":
+                reason = rec.payload.get("reason", "host")
+                if reason not in ("no_progress", "max_iterations", "host"):
+                    reason = "host"
+                if s.graceful_stop is None:
+                    self._limit_reached(s, reason)
+                s = s.request_stop(reason)
+            # gate_resolved: the capability port reads the gate itself; nothing to do here.
+        return replace(s, input_cursor=cursor) if cursor != s.input_cursor else s
+
+    async def _drain(
+        self, s: LoopExecutionState, *, follow_ups: bool, records: list[InputRecord] | None = None
+    ) -> tuple[LoopExecutionState, list[InputRecord]]:
+        """Deliver the contiguous user-facing prefix after the cursor.
+
+        Steering only, unless ``follow_ups``. Stops at the first control input (handled at the
+        next boundary) and, when not taking follow-ups, at the first follow-up.
+        """
+        if records is None:
+            records = await self.host.inputs.poll(s.input_cursor)
+        take: list[InputRecord] = []
+        for rec in records:
+            if rec.kind == "steering" or (rec.kind == "follow_up" and follow_ups):
+                take.append(rec)
+                continue
+            break
+        if not take:
+            return s, []
+        items = [
+            NewItem(
+                role="user",
+                content=str(rec.payload.get("text", "")),
+                input_id=rec.input_id,
+                meta={"input_kind": rec.kind},
+            )
+            for rec in take
+        ]
+        rows = await self.host.transcript.append(items)
+        for rec in take:
+            emit_input(self.host, rec)
+        s = replace(s, input_cursor=take[-1].cursor, transcript_seq=rows[-1].seq)
+        return s, take
+
+    async def _ack(self, s: LoopExecutionState) -> None:
+        if self._acked_cursor is None or s.input_cursor > self._acked_cursor:
+            await self.host.inputs.ack(s.input_cursor)
+            self._acked_cursor = s.input_cursor
+
+    # ------------------------------------------------------------------------------ budgets
+    def _limit_reached(self, s: LoopExecutionState, reason: str) -> None:
+        emit_limit(self.host, reason, self.config.on_limit)
+
+    def _exhausted(self, s: LoopExecutionState) -> tuple[FailureKind, str] | None:
+        lim, b = self.limits, s.budget
+        if lim.max_usd is not None and b.usd >= lim.max_usd:
+            return "budget_usd", f"spend limit of ${lim.max_usd:.4f} reached"
+        if lim.max_tokens is not None and b.input_tokens + b.output_tokens >= lim.max_tokens:
+            return "token_limit", f"token limit of {lim.max_tokens} reached"
+        if lim.max_model_calls is not None and b.model_calls >= lim.max_model_calls:
+            return "model_call_limit", f"model call limit of {lim.max_model_calls} reached"
+        if lim.max_capability_calls is not None and b.capability_calls >= lim.max_capability_calls:
+            return (
+                "capability_call_limit",
+                f"capability call limit of {lim.max_capability_calls} reached",
+            )
+        if lim.wall_clock_s is not None and self._active_s(s) >= lim.wall_clock_s:
+            return "wall_clock_limit", f"wall clock limit of {lim.wall_clock_s}s reached"
+        return None
+
+    def _check_budgets(self, s: LoopExecutionState) -> LoopExecutionState:
+        """At a boundary: an exhausted budget ends the run (through the finalizer if it can)."""
+        hit = self._exhausted(s)
+        if hit is None:
+            return s
+        kind, summary = hit
+        finalizable = kind in _FINALIZABLE_BUDGETS and self.config.on_limit == "finalize"
+        emit_limit(self.host, kind, "finalize" if finalizable else "fail")
+        if finalizable:
+            reason: GracefulReason = (
+                "capability_call_limit" if kind == "capability_call_limit" else "wall_clock_limit"
+            )
+            return s.request_stop(reason)
+        raise self._fail(s, kind, summary)
+
+    def _charge_model_call(self, s: LoopExecutionState) -> LoopExecutionState:
+        """Charge before sending: a call that would exceed a budget is never made."""
+        lim, b = self.limits, s.budget
+        if lim.max_model_calls is not None and b.model_calls >= lim.max_model_calls:
+            raise self._fail(
+                s, "model_call_limit", f"model call limit of {lim.max_model_calls} reached"
+            )
+        if lim.max_usd is not None and b.usd >= lim.max_usd:
+            raise self._fail(s, "budget_usd", f"spend limit of ${lim.max_usd:.4f} reached")
+        if lim.max_tokens is not None and b.input_tokens + b.output_tokens >= lim.max_tokens:
+            raise self._fail(s, "token_limit", f"token limit of {lim.max_tokens} reached")
+        return replace(s, budget=replace(b, model_calls=b.model_calls + 1))
+
+    # ------------------------------------------------------------------------------ model
+    async def _call_model(
+        self, s: LoopExecutionState, bundle: PromptBundle, *, tools: int
+    ) -> tuple[ModelResponse, LoopExecutionState]:
+        attempt = 0
+        while True:
+            s = self._charge_model_call(s)
+            self._last_state = s
+            index = self.family.model.select(s)
+            emit_model_request(self.host, s.iteration, tools, attempt)
+            try:
+                # Cancellation first: if both are ready, cancellation wins; the token is
+                # checked again after the await, before anything is committed.
+                response = await race_cancellation(
+                    self.host.model.call(bundle, model_index=index), self.host.token
+                )
+            except ModelError as exc:
+                decision = self.family.recovery.on_model_error(exc.kind, attempt)
+                if isinstance(decision, Retry):
+                    self._boundary()  # before each retry
+                    await cancellable_sleep(decision.backoff_s, self.host.token)
+                    attempt += 1
+                    continue
+                kind: FailureKind = (
+                    "model_error"
+                    if not isinstance(decision, Abort)
+                    else _as_failure_kind(decision.failure_kind)
+                )
+                raise self._fail(s, kind, f"model call failed ({exc.kind}): {exc}") from exc
+            self._boundary()
+            b = s.budget
+            usd = self.host.model.cost(response, model_index=index)
+            s = replace(
+                s,
+                budget=replace(
+                    b,
+                    input_tokens=b.input_tokens + response.usage.input_tokens,
+                    output_tokens=b.output_tokens + response.usage.output_tokens,
+                    usd=b.usd + usd,
+                ),
+            )
+            self._last_state = s
+            return response, s
+
+    # ------------------------------------------------------------------------------ reply
+    async def _on_reply(self, s: LoopExecutionState, text: str) -> LoopExecutionState:
+        rows = await self.host.transcript.append([NewItem(role="assistant", content=text)])
+        s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
+        self._last_state = s
+        emit_assistant(self.host, text, ())
+
+        # Before the stop decision.
+        self._boundary()
+        decision = self.family.stop.after_reply(s)
+        if isinstance(decision, Abort):
+            raise self._fail(s, _as_failure_kind(decision.failure_kind), "stopped by strategy")
+
+        # A follow-up (or steering that arrived during the call) continues the run instead of
+        # completing it. Sealing is atomic with enqueue, so nothing slips in unseen.
+        waiting = await self.host.inputs.seal(s.input_cursor)
+        if waiting and self.family.inputs.drain_follow_up(s):
+            s, taken = await self._drain(s, follow_ups=True, records=waiting)
+            if taken:
+                return replace(s, iteration=s.iteration + 1)
+            # Only control inputs were waiting: handle them at the next boundary.
+            return replace(s, iteration=s.iteration + 1)
+        s = await self._commit("Final", s)
+        raise _Exit(Completed(kind="reply", reply_refs=s.assistant_refs, usage=s.budget.usage()), s)
+
+    # ------------------------------------------------------------------------------ waves
+    async def _on_calls(
+        self, s: LoopExecutionState, calls: tuple[ToolCall, ...], text: str
+    ) -> LoopExecutionState:
+        rows = await self.host.transcript.append(
+            [NewItem(role="assistant", content=text, tool_calls=calls)]
+        )
+        s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
+        self._last_state = s
+        emit_assistant(self.host, text, tuple(c.name for c in calls))
+        surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
+        # A stop requested while the model was answering: this is a later wave, none of it runs.
+        s = await self._take_control(s)
+        s = admit_wave(
+            s,
+            calls,
+            surface,
+            self.family,
+            self.limits,
+            rows[0].ref,
+            stopping=s.graceful_stop is not None,
+        )
+        s = await self._commit("BeforeSideEffect", s)
+        return await self._finish_wave(s)
+
+    async def _finish_wave(self, s: LoopExecutionState) -> LoopExecutionState:
+        runner = WaveRunner(self.host, self.family, self.config.max_parallel)
+        result = await runner.run(s)
+        s = result.state
+        self._last_state = s
+        if result.abort is not None:
+            raise self._fail(s, _as_failure_kind(result.abort[0]), result.abort[1])
+        if result.block is not None:
+            call, gated, key = result.block
+            s = replace(s, last_gate=None)
+            s = await self._commit("BeforeBlock", s)
+            ref = await self.host.capabilities.open_gate(call, gated, key=key)
+            s = replace(s, last_gate=ref)
+            emit_gate(self.host, ref, call.name, gated.gate_kind)
+            raise _Exit(Blocked(kind=gated.gate_kind, gate_ref=ref), s)
+
+        # Before the stop decision.
+        self._boundary()
+        decision = self.family.stop.after_wave(s)
+        if isinstance(decision, NoProgress):
+            if s.graceful_stop is None:
+                self._limit_reached(s, "no_progress")
+                if self.config.on_limit == "fail":
+                    raise self._fail(s, "no_progress_detected", decision.detail)
+            s = s.request_stop("no_progress")
+        elif isinstance(decision, GracefulStop):
+            if s.graceful_stop is None:
+                self._limit_reached(s, decision.reason)
+            s = s.request_stop(decision.reason)
+        elif isinstance(decision, Abort):
+            raise self._fail(s, _as_failure_kind(decision.failure_kind), "stopped by strategy")
+        return replace(s, iteration=s.iteration + 1)
+
+    # ------------------------------------------------------------------------------ finalizer
+    async def _finalize(self, s: LoopExecutionState) -> None:
+        """Exactly one tools-free model request; its answer is the run's graceful summary."""
+        reason = s.graceful_stop
+        assert reason is not None
+        kind = failure_kind_for(reason)
+        plan = self.family.context.plan(s)
+        bundle = await self.host.prompt.build(
+            s, plan, None, finalizer_prompt=FINALIZER_PROMPTS[reason]
+        )
+        s = await self._commit("BeforeModel", s)
+        await self._ack(s)
+        self._boundary()
+        try:
+            s = self._charge_model_call(s)  # budget errors pass through unchanged
+            self._last_state = s
+            emit_model_request(self.host, s.iteration, 0, 0)
+            response = await race_cancellation(
+                self.host.model.call(bundle, model_index=self.family.model.select(s)),
+                self.host.token,
+            )
+        except ModelError as exc:
+            raise self._fail(
+                s, kind, f"{reason}: the final summary call failed ({exc.kind})"
+            ) from exc
+        self._boundary()
+        b = s.budget
+        s = replace(
+            s,
+            budget=replace(
+                b,
+                input_tokens=b.input_tokens + response.usage.input_tokens,
+                output_tokens=b.output_tokens + response.usage.output_tokens,
+                usd=b.usd + self.host.model.cost(response, model_index=0),
+            ),
+        )
+        rejected = reject_reason(response.text, bool(response.tool_calls))
+        if rejected is not None:
+            raise self._fail(s, kind, f"{reason}: {rejected}")
+        rows = await self.host.transcript.append(
+            [NewItem(role="assistant", content=response.text, meta={"graceful_summary": reason})]
+        )
+        s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
+        emit_assistant(self.host, response.text, ())
+        await self.host.inputs.seal(s.input_cursor)
+        s = await self._commit("Final", s)
+        raise _Exit(
+            Completed(
+                kind="graceful_summary",
+                reply_refs=s.assistant_refs,
+                usage=s.budget.usage(),
+                reason=reason,
+            ),
+            s,
+        )
+
+
+def _as_failure_kind(kind: str) -> FailureKind:
+    from typing import get_args
+
+    return kind if kind in get_args(FailureKind) else "driver_bug"  # type: ignore[return-value]
+
+
+__all__ = ["BudgetLedger", "LoopConfig", "OnLimit", "run_loop"]

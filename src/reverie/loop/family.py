@@ -1,0 +1,132 @@
+"""Loop families: named, immutable compositions of the nine strategies (DESIGN §3.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from reverie.core.canonical import digest
+from reverie.errors import UnknownFamilyError, UsageError
+from reverie.loop.state import STATE_SCHEMA_ID
+from reverie.loop.strategies import (
+    AbortOnGates,
+    AllCapabilities,
+    BatchPolicyStrategy,
+    BlockOnGates,
+    BudgetStrategy,
+    CapabilityStrategy,
+    ContextStrategy,
+    DefaultRecovery,
+    DrainBoth,
+    GateHandlingStrategy,
+    InputDrainStrategy,
+    LimitsBudget,
+    ModelStrategy,
+    ParallelIfSafe,
+    PrimaryModel,
+    RecoveryStrategy,
+    RepetitionStop,
+    StopConditionStrategy,
+    WindowContext,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComponentIdentity:
+    """A family's id and the digest of its composition."""
+
+    id: str
+    digest: str
+
+
+def _describe(strategy: Any) -> Mapping[str, Any]:
+    cls = type(strategy)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "config": dict(strategy.describe())}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopFamily:
+    """The nine strategies a profile runs with."""
+
+    id: str
+    context: ContextStrategy = field(default_factory=WindowContext)
+    capabilities: CapabilityStrategy = field(default_factory=AllCapabilities)
+    model: ModelStrategy = field(default_factory=PrimaryModel)
+    inputs: InputDrainStrategy = field(default_factory=DrainBoth)
+    batch: BatchPolicyStrategy = field(default_factory=ParallelIfSafe)
+    recovery: RecoveryStrategy = field(default_factory=DefaultRecovery)
+    gates: GateHandlingStrategy = field(default_factory=BlockOnGates)
+    stop: StopConditionStrategy = field(default_factory=RepetitionStop)
+    budget: BudgetStrategy = field(default_factory=LimitsBudget)
+
+    def description(self) -> dict[str, Any]:
+        """The canonical description the digest is computed over."""
+        return {
+            "id": self.id,
+            "checkpoint_schema": STATE_SCHEMA_ID,
+            "strategies": {
+                "context": _describe(self.context),
+                "capabilities": _describe(self.capabilities),
+                "model": _describe(self.model),
+                "inputs": _describe(self.inputs),
+                "batch": _describe(self.batch),
+                "recovery": _describe(self.recovery),
+                "gates": _describe(self.gates),
+                "stop": _describe(self.stop),
+                "budget": _describe(self.budget),
+            },
+        }
+
+    @property
+    def identity(self) -> ComponentIdentity:
+        """Content-addressed identity: change any strategy or its config, the digest changes."""
+        return ComponentIdentity(id=self.id, digest=digest(self.description()))
+
+
+def default_families() -> tuple[LoopFamily, ...]:
+    """The three families every runtime registers."""
+    return (
+        LoopFamily(id="default"),
+        LoopFamily(
+            id="unbound",
+            gates=AbortOnGates(),
+            budget=LimitsBudget(max_iterations=256),
+            inputs=DrainBoth(steering=False, follow_up=False),
+        ),
+        LoopFamily(
+            id="unbound_structured",
+            gates=AbortOnGates(),
+            budget=LimitsBudget(max_iterations=256),
+            inputs=DrainBoth(steering=False, follow_up=False),
+        ),
+    )
+
+
+class LoopFamilyRegistry:
+    """Families by id, built once at start-up."""
+
+    def __init__(self, families: Iterable[LoopFamily] = ()) -> None:
+        self._families: dict[str, LoopFamily] = {}
+        for family in families:
+            self.add(family)
+
+    def add(self, family: LoopFamily) -> None:
+        """Register a family; a duplicate id is rejected."""
+        if family.id in self._families:
+            raise UsageError(f"loop family {family.id!r} is already registered")
+        self._families[family.id] = family
+
+    def get(self, family_id: str) -> LoopFamily:
+        """The family, or :class:`UnknownFamilyError`."""
+        try:
+            return self._families[family_id]
+        except KeyError:
+            known = ", ".join(sorted(self._families)) or "none"
+            raise UnknownFamilyError(
+                f"unknown loop family {family_id!r} (registered: {known})"
+            ) from None
+
+    def ids(self) -> tuple[str, ...]:
+        """Registered ids."""
+        return tuple(self._families)

@@ -1,0 +1,144 @@
+"""Host ports: the only way the loop talks to the world (DESIGN §3.2).
+
+The runtime implements these over the store, the models, the tools, the hooks and memory. Hooks
+are middleware around the ports, so the executor cannot tell a hook's deny from a policy deny.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from reverie.core.capability import CallGated, CallOutcome, CapabilityDescriptor, Surface
+from reverie.core.events import RunEvent
+from reverie.core.messages import ModelRequest, ModelResponse, ToolCall
+from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
+from reverie.loop.control import CancelToken
+from reverie.loop.state import LoopExecutionState
+from reverie.loop.strategies import ContextPlan
+
+CheckpointKind = Literal["BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptBundle:
+    """A built model request, ready for the model port."""
+
+    request: ModelRequest
+
+
+class PromptPort(Protocol):
+    """Builds the model request from transcript refs and context."""
+
+    async def build(
+        self,
+        state: LoopExecutionState,
+        plan: ContextPlan,
+        surface: Surface | None,
+        *,
+        finalizer_prompt: str | None = None,
+    ) -> PromptBundle:
+        """``surface=None`` means no tools at all (the finalizer's request)."""
+        ...
+
+
+class ModelPort(Protocol):
+    """Streams one response from the chosen model."""
+
+    async def call(self, bundle: PromptBundle, *, model_index: int) -> ModelResponse:
+        """Raise :class:`reverie.errors.ModelError` on failure."""
+        ...
+
+    def cost(self, response: ModelResponse, *, model_index: int) -> float:
+        """USD cost of a response (0.0 when no price is configured)."""
+        ...
+
+
+class CapabilityPort(Protocol):
+    """The visible surface and the invocation of single calls."""
+
+    def surface(self) -> Surface:
+        """Every capability the run may use (strategies can only narrow it)."""
+        ...
+
+    async def invoke(
+        self, call: ToolCall, descriptor: CapabilityDescriptor | None, *, attempt: int, key: str
+    ) -> CallOutcome:
+        """Run one call (gate checks, journal and hooks are the port's business).
+
+        ``key`` identifies the call stably within the run (across crashes and resumes); the
+        journal and gates are keyed by it, since provider call ids need not be unique.
+        """
+        ...
+
+    async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
+        """Record a pending gate for the call and return its ref."""
+        ...
+
+
+class TranscriptPort(Protocol):
+    """Append-only transcript."""
+
+    async def append(self, items: Sequence[NewItem]) -> list[TranscriptItem]:
+        """Append rows; returns them with refs and seqs."""
+        ...
+
+    async def get(self, refs: Sequence[str]) -> list[TranscriptItem]:
+        """Rows by ref."""
+        ...
+
+
+class CheckpointPort(Protocol):
+    """Checkpoints at the four kinds only."""
+
+    async def commit(self, kind: CheckpointKind, state: LoopExecutionState) -> None:
+        """Persist the state."""
+        ...
+
+
+class InputPort(Protocol):
+    """The run's input queue."""
+
+    async def poll(self, after_cursor: int) -> list[InputRecord]:
+        """Inputs past the cursor, in order."""
+        ...
+
+    async def seal(self, after_cursor: int) -> list[InputRecord]:
+        """Stop accepting inputs unless some are waiting past the cursor (then return them)."""
+        ...
+
+    async def ack(self, upto_cursor: int) -> None:
+        """Mark inputs delivered (only after the cursor is checkpointed)."""
+        ...
+
+
+class EventPort(Protocol):
+    """Typed run events."""
+
+    def emit(self, event: RunEvent) -> None:
+        """Publish an event (never blocks)."""
+        ...
+
+
+class LoopHost(Protocol):
+    """Everything the executor may touch (read-only members, so any implementation fits)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def token(self) -> CancelToken: ...
+    @property
+    def prompt(self) -> PromptPort: ...
+    @property
+    def model(self) -> ModelPort: ...
+    @property
+    def capabilities(self) -> CapabilityPort: ...
+    @property
+    def transcript(self) -> TranscriptPort: ...
+    @property
+    def checkpoints(self) -> CheckpointPort: ...
+    @property
+    def inputs(self) -> InputPort: ...
+    @property
+    def events(self) -> EventPort: ...

@@ -1,0 +1,206 @@
+"""``LoopExecutionState``: the frozen, reference-holding state of a run (DESIGN §3.3).
+
+The state is rebuilt every tick with :func:`dataclasses.replace`, never mutated in place. It holds
+*references* to transcript rows, and only those of the current tick, so a checkpoint has the same
+size at step 2 and at step 2,000.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from reverie.core.canonical import canonical_json
+from reverie.core.exits import GracefulReason, Usage
+
+RING = 8
+"""Length of the signature and failure-kind rings."""
+
+STATE_SCHEMA_ID = "reverie.loop.state/1"
+"""Schema id of the serialised state; bump when the payload's meaning changes."""
+
+WavePolicy = Literal["parallel", "sequential"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetLedger:
+    """What the run has consumed so far."""
+
+    model_calls: int = 0
+    capability_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    active_s: float = 0.0
+    """Running time accumulated before the current segment (time blocked does not count)."""
+
+    def usage(self) -> Usage:
+        """The ledger as a public :class:`Usage`."""
+        return Usage(
+            model_calls=self.model_calls,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            capability_calls=self.capability_calls,
+            usd=self.usd,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingWave:
+    """A wave admitted but not yet committed: what a resume from ``BeforeSideEffect`` replays."""
+
+    assistant_ref: str
+    """The assistant row carrying the calls (their ids, names and arguments)."""
+    policy: WavePolicy
+    admitted: tuple[str, ...]
+    """Ids of calls admitted to run."""
+    rejected: tuple[tuple[str, str], ...] = ()
+    """``(call id, message)`` for calls refused at admission (fan-out or budget)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopExecutionState:
+    """Everything the executor needs to continue a run, and nothing it can re-read."""
+
+    iteration: int = 0
+    assistant_refs: tuple[str, ...] = ()
+    """Assistant rows committed in the latest tick."""
+    result_refs: tuple[str, ...] = ()
+    """Tool-result rows of the latest wave."""
+    transcript_seq: int = 0
+    """Highest transcript ``seq`` this run has committed; rows past it are superseded on resume."""
+    last_gate: str | None = None
+    input_cursor: int = 0
+    """Inputs up to this cursor have been taken into the run."""
+    surface_version: str = ""
+    recent_call_signatures: tuple[str, ...] = ()
+    recent_failure_kinds: tuple[str, ...] = ()
+    budget: BudgetLedger = field(default_factory=BudgetLedger)
+    graceful_stop: GracefulReason | None = None
+    """A pending graceful-stop request; the first one wins."""
+    pending_wave: PendingWave | None = None
+    # One slot per strategy: a strategy reads and returns only its own.
+    context_state: Mapping[str, Any] = field(default_factory=dict)
+    capability_state: Mapping[str, Any] = field(default_factory=dict)
+    model_state: Mapping[str, Any] = field(default_factory=dict)
+    input_state: Mapping[str, Any] = field(default_factory=dict)
+    batch_state: Mapping[str, Any] = field(default_factory=dict)
+    recovery_state: Mapping[str, Any] = field(default_factory=dict)
+    gate_state: Mapping[str, Any] = field(default_factory=dict)
+    stop_state: Mapping[str, Any] = field(default_factory=dict)
+    budget_state: Mapping[str, Any] = field(default_factory=dict)
+    host_state: Mapping[str, Any] = field(default_factory=dict)
+    """Owned by the host (e.g. poisoned hooks); the loop never reads it."""
+
+    def with_signatures(self, signatures: tuple[str, ...]) -> LoopExecutionState:
+        """Push signatures onto the ring (keeps the last ``RING``)."""
+        return replace(
+            self, recent_call_signatures=(self.recent_call_signatures + signatures)[-RING:]
+        )
+
+    def with_failure_kinds(self, kinds: tuple[str, ...]) -> LoopExecutionState:
+        """Push outcome kinds onto the failure ring (keeps the last ``RING``)."""
+        return replace(self, recent_failure_kinds=(self.recent_failure_kinds + kinds)[-RING:])
+
+    def request_stop(self, reason: GracefulReason) -> LoopExecutionState:
+        """Record a graceful-stop request. One-shot: a pending request is never replaced."""
+        if self.graceful_stop is not None:
+            return self
+        return replace(self, graceful_stop=reason)
+
+
+def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
+    """JSON-able form of the state."""
+    b = state.budget
+    wave = state.pending_wave
+    return {
+        "iteration": state.iteration,
+        "assistant_refs": list(state.assistant_refs),
+        "result_refs": list(state.result_refs),
+        "transcript_seq": state.transcript_seq,
+        "last_gate": state.last_gate,
+        "input_cursor": state.input_cursor,
+        "surface_version": state.surface_version,
+        "recent_call_signatures": list(state.recent_call_signatures),
+        "recent_failure_kinds": list(state.recent_failure_kinds),
+        "budget": {
+            "model_calls": b.model_calls,
+            "capability_calls": b.capability_calls,
+            "input_tokens": b.input_tokens,
+            "output_tokens": b.output_tokens,
+            "usd": b.usd,
+            "active_s": b.active_s,
+        },
+        "graceful_stop": state.graceful_stop,
+        "pending_wave": None
+        if wave is None
+        else {
+            "assistant_ref": wave.assistant_ref,
+            "policy": wave.policy,
+            "admitted": list(wave.admitted),
+            "rejected": [list(r) for r in wave.rejected],
+        },
+        "slots": {
+            name: dict(getattr(state, name))
+            for name in (
+                "context_state",
+                "capability_state",
+                "model_state",
+                "input_state",
+                "batch_state",
+                "recovery_state",
+                "gate_state",
+                "stop_state",
+                "budget_state",
+                "host_state",
+            )
+        },
+    }
+
+
+def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
+    """Inverse of :func:`state_to_dict`. Raises ``KeyError``/``TypeError`` on a bad payload."""
+    b = data["budget"]
+    w = data["pending_wave"]
+    slots = data.get("slots") or {}
+    return LoopExecutionState(
+        iteration=int(data["iteration"]),
+        assistant_refs=tuple(data["assistant_refs"]),
+        result_refs=tuple(data["result_refs"]),
+        transcript_seq=int(data["transcript_seq"]),
+        last_gate=data["last_gate"],
+        input_cursor=int(data["input_cursor"]),
+        surface_version=str(data["surface_version"]),
+        recent_call_signatures=tuple(data["recent_call_signatures"]),
+        recent_failure_kinds=tuple(data["recent_failure_kinds"]),
+        budget=BudgetLedger(
+            model_calls=int(b["model_calls"]),
+            capability_calls=int(b["capability_calls"]),
+            input_tokens=int(b["input_tokens"]),
+            output_tokens=int(b["output_tokens"]),
+            usd=float(b["usd"]),
+            active_s=float(b["active_s"]),
+        ),
+        graceful_stop=data["graceful_stop"],
+        pending_wave=None
+        if w is None
+        else PendingWave(
+            assistant_ref=w["assistant_ref"],
+            policy=w["policy"],
+            admitted=tuple(w["admitted"]),
+            rejected=tuple((str(a), str(m)) for a, m in w["rejected"]),
+        ),
+        **{name: dict(value) for name, value in slots.items()},
+    )
+
+
+def encode_checkpoint(state: LoopExecutionState, *, family_digest: str) -> bytes:
+    """Checkpoint payload: canonical JSON of the state, the schema id and the family digest."""
+    return canonical_json(
+        {
+            "schema_id": STATE_SCHEMA_ID,
+            "family_digest": family_digest,
+            "state": state_to_dict(state),
+        }
+    )

@@ -1,0 +1,426 @@
+"""The nine strategy protocols and their defaults (DESIGN §3.4).
+
+A strategy decides; the executor acts. Strategies are pure functions of the state they are given
+(and their own configuration): they never perform I/O, never touch another strategy's slot, and
+cannot cause a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from reverie.core.capability import CallGated, Surface
+from reverie.core.messages import ToolCall
+from reverie.loop.state import LoopExecutionState, WavePolicy
+
+# ---------------------------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retry:
+    """Try again after ``backoff_s`` seconds."""
+
+    kind: Literal["retry"] = "retry"
+    backoff_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkipResult:
+    """Give up on this call; the model sees the error text and can do something else."""
+
+    kind: Literal["skip"] = "skip"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Abort:
+    """End the run as ``Failed(failure_kind)``."""
+
+    kind: Literal["abort"] = "abort"
+    failure_kind: str
+
+
+RecoveryDecision = Retry | SkipResult | Abort
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Block:
+    """Block the run on the gate until a person resolves it."""
+
+    kind: Literal["block"] = "block"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SkipAndContinue:
+    """Answer the call with a 'not run' result and continue (invalid for approval gates)."""
+
+    kind: Literal["skip_and_continue"] = "skip_and_continue"
+
+
+GateDecision = Block | SkipAndContinue | Abort
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Continue:
+    """Keep going."""
+
+    kind: Literal["continue"] = "continue"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GracefulStop:
+    """Stop gracefully through the finalizer."""
+
+    kind: Literal["graceful_stop"] = "graceful_stop"
+    reason: Literal["no_progress", "max_iterations", "host"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoProgress:
+    """The run is going round in circles."""
+
+    kind: Literal["no_progress"] = "no_progress"
+    detail: str
+
+
+StopDecision = Continue | GracefulStop | NoProgress | Abort
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextPlan:
+    """What the prompt carries."""
+
+    window: int | None
+    """Last N transcript items (``None`` = all)."""
+    include_memory: bool = True
+
+
+# ---------------------------------------------------------------------------------- protocols
+
+
+class ContextStrategy(Protocol):
+    """Which transcript window and context the prompt carries."""
+
+    def plan(self, state: LoopExecutionState) -> ContextPlan:
+        """Plan this tick's prompt."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration (for the family digest)."""
+        ...
+
+
+class CapabilityStrategy(Protocol):
+    """Which tools are visible. It can only narrow the surface (the executor enforces it)."""
+
+    def filter(self, state: LoopExecutionState, surface: Surface) -> Surface:
+        """Return a subset of ``surface``."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+class ModelStrategy(Protocol):
+    """Primary model or a fallback index."""
+
+    def select(self, state: LoopExecutionState) -> int:
+        """Index of the model to call (0 = primary)."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+class InputDrainStrategy(Protocol):
+    """Whether to drain steering / follow-up inputs now."""
+
+    def drain_steering(self, state: LoopExecutionState) -> bool:
+        """Drain steering before this tick's model call?"""
+        ...
+
+    def drain_follow_up(self, state: LoopExecutionState) -> bool:
+        """Take a waiting follow-up instead of completing?"""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+class BatchPolicyStrategy(Protocol):
+    """Sequential or parallel for one wave."""
+
+    def choose(self, calls: Sequence[ToolCall], surface: Surface) -> WavePolicy:
+        """Pick the wave's policy."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+class RecoveryStrategy(Protocol):
+    """What to do when a tool or the model fails."""
+
+    def on_tool_error(self, error_kind: str, attempt: int) -> RecoveryDecision:
+        """``attempt`` counts retries already made for this call (0 on the first failure)."""
+        ...
+
+    def on_model_error(self, error_kind: str, attempt: int) -> RecoveryDecision:
+        """``attempt`` counts retries already made for this model call."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+class GateHandlingStrategy(Protocol):
+    """What to do when a call hits an approval, auth or resource gate."""
+
+    def on_gate(self, gated: CallGated) -> GateDecision:
+        """Decide for one gated call."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+class StopConditionStrategy(Protocol):
+    """After a reply or a wave: continue, stop gracefully, no progress, or abort."""
+
+    def after_reply(self, state: LoopExecutionState) -> StopDecision:
+        """Decide after a reply (before completing)."""
+        ...
+
+    def after_wave(self, state: LoopExecutionState) -> StopDecision:
+        """Decide after a wave's results were committed."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+class BudgetStrategy(Protocol):
+    """Iteration limit and wall clock."""
+
+    def iteration_limit(self, requested: int) -> int:
+        """The cap for this family, narrowed by the run's requested limit."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """Canonical description of the configuration."""
+        ...
+
+
+# ---------------------------------------------------------------------------------- defaults
+
+
+@dataclass(frozen=True, slots=True)
+class WindowContext:
+    """Default context: the last ``window`` items plus pinned system/context."""
+
+    window: int | None = 100
+
+    def plan(self, state: LoopExecutionState) -> ContextPlan:
+        """Same window every tick."""
+        return ContextPlan(window=self.window)
+
+    def describe(self) -> Mapping[str, Any]:
+        """Configuration for the digest."""
+        return {"window": self.window}
+
+
+@dataclass(frozen=True, slots=True)
+class AllCapabilities:
+    """Default: every registered tool is visible."""
+
+    def filter(self, state: LoopExecutionState, surface: Surface) -> Surface:
+        """No narrowing."""
+        return surface
+
+    def describe(self) -> Mapping[str, Any]:
+        """No configuration."""
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class PrimaryModel:
+    """Default: always the primary model."""
+
+    def select(self, state: LoopExecutionState) -> int:
+        """Index 0."""
+        return 0
+
+    def describe(self) -> Mapping[str, Any]:
+        """No configuration."""
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class DrainBoth:
+    """Default: drain steering every tick and follow-ups when the run would complete."""
+
+    steering: bool = True
+    follow_up: bool = True
+
+    def drain_steering(self, state: LoopExecutionState) -> bool:
+        """As configured."""
+        return self.steering
+
+    def drain_follow_up(self, state: LoopExecutionState) -> bool:
+        """As configured."""
+        return self.follow_up
+
+    def describe(self) -> Mapping[str, Any]:
+        """Configuration for the digest."""
+        return {"steering": self.steering, "follow_up": self.follow_up}
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelIfSafe:
+    """Default: parallel iff every call is ``safe_for_parallel``; an unknown tool is exclusive."""
+
+    def choose(self, calls: Sequence[ToolCall], surface: Surface) -> WavePolicy:
+        """Parallel only when every call's tool is known and safe."""
+        if len(calls) < 2:
+            return "sequential"
+        for call in calls:
+            desc = surface.get(call.name)
+            if desc is None or desc.concurrency != "safe_for_parallel":
+                return "sequential"
+        return "parallel"
+
+    def describe(self) -> Mapping[str, Any]:
+        """No configuration."""
+        return {}
+
+
+_SKIP_TOOL_KINDS = frozenset({"policy_denied", "permanent", "input_invalid"})
+_RETRY_TOOL_KINDS = frozenset({"transient", "unavailable", "internal"})
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultRecovery:
+    """DESIGN §4.2: skip denials and input errors, retry transient ones with backoff."""
+
+    max_tool_retries: int = 2
+    max_model_retries: int = 2
+    base_backoff_s: float = 0.25
+    max_backoff_s: float = 5.0
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.base_backoff_s * (2**attempt), self.max_backoff_s))
+
+    def on_tool_error(self, error_kind: str, attempt: int) -> RecoveryDecision:
+        """Retry transient/unavailable/internal up to the budget; skip everything else."""
+        if error_kind in _RETRY_TOOL_KINDS and attempt < self.max_tool_retries:
+            return Retry(backoff_s=self._backoff(attempt))
+        return SkipResult()
+
+    def on_model_error(self, error_kind: str, attempt: int) -> RecoveryDecision:
+        """Retry transient model errors up to the budget, then fail the run."""
+        if error_kind == "transient" and attempt < self.max_model_retries:
+            return Retry(backoff_s=self._backoff(attempt))
+        return Abort(failure_kind="model_error")
+
+    def describe(self) -> Mapping[str, Any]:
+        """Configuration for the digest."""
+        return {
+            "max_tool_retries": self.max_tool_retries,
+            "max_model_retries": self.max_model_retries,
+            "base_backoff_s": self.base_backoff_s,
+            "max_backoff_s": self.max_backoff_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOnGates:
+    """Default for interactive runs: block on every gate."""
+
+    def on_gate(self, gated: CallGated) -> GateDecision:
+        """Always block."""
+        return Block()
+
+    def describe(self) -> Mapping[str, Any]:
+        """No configuration."""
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class AbortOnGates:
+    """For unbound runs: nobody can answer a gate, so it ends the run."""
+
+    def on_gate(self, gated: CallGated) -> GateDecision:
+        """Always abort as ``gate_not_supported``."""
+        return Abort(failure_kind="gate_not_supported")
+
+    def describe(self) -> Mapping[str, Any]:
+        """No configuration."""
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class RepetitionStop:
+    """Default no-progress detection (DESIGN §4.3).
+
+    No progress when the most common signature occurs at least ``repeat_threshold`` times in the
+    last ``signature_window`` pushed, or the last ``failure_run`` outcome kinds are the same
+    failure.
+    """
+
+    signature_window: int = 5
+    repeat_threshold: int = 3
+    failure_run: int = 3
+
+    def after_reply(self, state: LoopExecutionState) -> StopDecision:
+        """A reply is progress: complete."""
+        return Continue()
+
+    def after_wave(self, state: LoopExecutionState) -> StopDecision:
+        """Check the rings."""
+        window = state.recent_call_signatures[-self.signature_window :]
+        if window:
+            signature, count = Counter(window).most_common(1)[0]
+            if count >= self.repeat_threshold:
+                tool = signature.split(":", 1)[0]
+                return NoProgress(
+                    detail=f"the same call to {tool!r} was made {count} times "
+                    f"in the last {len(window)} calls"
+                )
+        kinds = state.recent_failure_kinds[-self.failure_run :]
+        if len(kinds) == self.failure_run and len(set(kinds)) == 1 and kinds[0] != "ok":
+            return NoProgress(
+                detail=f"the last {self.failure_run} tool calls all failed ({kinds[0]})"
+            )
+        return Continue()
+
+    def describe(self) -> Mapping[str, Any]:
+        """Configuration for the digest."""
+        return {
+            "signature_window": self.signature_window,
+            "repeat_threshold": self.repeat_threshold,
+            "failure_run": self.failure_run,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsBudget:
+    """Iteration cap of the family, narrowed by the run's ``Limits``."""
+
+    max_iterations: int = 32
+
+    def iteration_limit(self, requested: int) -> int:
+        """Never wider than the family's cap."""
+        return min(self.max_iterations, requested)
+
+    def describe(self) -> Mapping[str, Any]:
+        """Configuration for the digest."""
+        return {"max_iterations": self.max_iterations}

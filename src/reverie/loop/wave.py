@@ -1,0 +1,247 @@
+"""Waves: admitting a response's calls, running them, routing each outcome (DESIGN §3.5 step 8).
+
+Admission happens once, before the ``BeforeSideEffect`` checkpoint: fan-out and capability
+budgets are charged there, and signatures are pushed there, so a resume that replays the wave
+never charges or counts a call twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from reverie.core.capability import (
+    CallCancelled,
+    CallCompleted,
+    CallDenied,
+    CallFailed,
+    CallGated,
+    CallInterrupted,
+    CallOutcome,
+    Surface,
+)
+from reverie.core.limits import Limits
+from reverie.core.messages import ToolCall
+from reverie.core.transcript import NewItem
+from reverie.loop.control import cancellable_sleep, race_cancellation
+from reverie.loop.events import emit_tool_finished, emit_tool_started
+from reverie.loop.family import LoopFamily
+from reverie.loop.ports import LoopHost
+from reverie.loop.signatures import wave_signatures
+from reverie.loop.state import LoopExecutionState, PendingWave
+from reverie.loop.strategies import Abort, Block, Retry, SkipAndContinue
+
+STOPPING_MESSAGE = "not run: the run is stopping and no new tool calls are started"
+
+
+def admit_wave(
+    s: LoopExecutionState,
+    calls: Sequence[ToolCall],
+    surface: Surface,
+    family: LoopFamily,
+    limits: Limits,
+    assistant_ref: str,
+    *,
+    stopping: bool = False,
+) -> LoopExecutionState:
+    """Decide which calls run, charge the capability budget, push signatures."""
+    admitted: list[ToolCall] = []
+    rejected: list[tuple[str, str]] = []
+    used = s.budget.capability_calls
+    for index, call in enumerate(calls):
+        if stopping:
+            rejected.append((call.id, STOPPING_MESSAGE))
+        elif index >= limits.max_calls_per_batch:
+            rejected.append(
+                (
+                    call.id,
+                    f"not run: at most {limits.max_calls_per_batch} tool calls are allowed in "
+                    "one response; make fewer calls at once",
+                )
+            )
+        elif limits.max_capability_calls is not None and used >= limits.max_capability_calls:
+            rejected.append(
+                (
+                    call.id,
+                    f"not run: the capability call budget of {limits.max_capability_calls} "
+                    "calls for this run is used up",
+                )
+            )
+        else:
+            admitted.append(call)
+            used += 1
+    policy = family.batch.choose(admitted, surface)
+    s = s.with_signatures(wave_signatures(calls))
+    return replace(
+        s,
+        budget=replace(s.budget, capability_calls=used),
+        pending_wave=PendingWave(
+            assistant_ref=assistant_ref,
+            policy=policy,
+            admitted=tuple(c.id for c in admitted),
+            rejected=tuple(rejected),
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaveResult:
+    """What the executor needs after a wave."""
+
+    state: LoopExecutionState
+    block: tuple[ToolCall, CallGated, str] | None = None
+    """The gated call, its gate, and the call's stable key."""
+    abort: tuple[str, str] | None = None
+
+
+def render_outcome(outcome: CallOutcome) -> str:
+    """The text the model sees for an outcome."""
+    match outcome:
+        case CallCompleted(output=output):
+            return output
+        case CallFailed(error_kind=kind, message=message):
+            return f"error ({kind}): {message}"
+        case CallDenied(reason=reason):
+            return f"denied: {reason}. The call was not run; try a different approach."
+        case CallGated(reason=reason):
+            return f"not run: {reason}"
+        case CallCancelled():
+            return "cancelled: the run was cancelled while this call was running"
+        case CallInterrupted():
+            return (
+                "interrupted: outcome unknown. The run stopped while this call was running and "
+                "the tool is not safe to repeat; check its effect before calling it again."
+            )
+
+
+def _ring_kind(outcome: CallOutcome) -> str:
+    match outcome:
+        case CallCompleted():
+            return "ok"
+        case CallFailed(error_kind=kind):
+            return kind
+        case CallDenied():
+            return "policy_denied"
+        case _:
+            return outcome.kind
+
+
+class WaveRunner:
+    """Runs the pending wave of a state and commits its results."""
+
+    def __init__(self, host: LoopHost, family: LoopFamily, max_parallel: int) -> None:
+        self.host = host
+        self.family = family
+        self.max_parallel = max(1, max_parallel)
+        self._abort: tuple[str, str] | None = None
+
+    async def run(self, s: LoopExecutionState) -> WaveResult:
+        wave = s.pending_wave
+        assert wave is not None
+        (item,) = await self.host.transcript.get([wave.assistant_ref])
+        calls = item.tool_calls
+        surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
+        outcomes: dict[str, CallOutcome] = {
+            call_id: CallFailed(error_kind="permanent", message=message)
+            for call_id, message in wave.rejected
+        }
+        keys = {c.id: f"{wave.assistant_ref}#{i}" for i, c in enumerate(calls)}
+        admitted_ids = set(wave.admitted)
+        admitted = [c for c in calls if c.id in admitted_ids]
+
+        async def run_all() -> dict[str, CallOutcome]:
+            results: dict[str, CallOutcome] = {}
+            if wave.policy == "parallel":
+                gate = asyncio.Semaphore(self.max_parallel)
+
+                async def one(call: ToolCall) -> None:
+                    async with gate:
+                        results[call.id] = await self._run_call(call, surface, keys[call.id])
+
+                async with asyncio.TaskGroup() as tg:
+                    for call in admitted:
+                        tg.create_task(one(call))
+            else:
+                for call in admitted:
+                    results[call.id] = await self._run_call(call, surface, keys[call.id])
+            return results
+
+        # In-flight tools are cancelled with the wave; the answer is checked after the await.
+        outcomes.update(await race_cancellation(run_all(), self.host.token))
+        if self._abort is not None:
+            return WaveResult(state=s, abort=self._abort)
+
+        # Gate decisions, in the model's order.
+        for call in calls:
+            outcome = outcomes.get(call.id)
+            if not isinstance(outcome, CallGated):
+                continue
+            self.host.token.check()  # before each gate decision
+            decision = self.family.gates.on_gate(outcome)
+            if isinstance(decision, Block):
+                return WaveResult(state=s, block=(call, outcome, keys[call.id]))
+            if isinstance(decision, SkipAndContinue):
+                if outcome.gate_kind == "approval":
+                    return WaveResult(
+                        state=s,
+                        abort=("driver_bug", "SkipAndContinue is not valid for approval gates"),
+                    )
+                outcomes[call.id] = CallFailed(
+                    error_kind="permanent", message=f"skipped: {outcome.reason}"
+                )
+            elif isinstance(decision, Abort):
+                return WaveResult(
+                    state=s,
+                    abort=(decision.failure_kind, f"{call.name}: {outcome.reason}"),
+                )
+
+        # Commit the results in the model's order.
+        ordered = [outcomes.get(c.id, CallCancelled()) for c in calls]
+        rows = await self.host.transcript.append(
+            [
+                NewItem(
+                    role="tool",
+                    content=render_outcome(outcome),
+                    tool_call_id=call.id,
+                    name=call.name,
+                    meta={"outcome": outcome.kind},
+                )
+                for call, outcome in zip(calls, ordered, strict=True)
+            ]
+        )
+        s = replace(
+            s,
+            result_refs=tuple(r.ref for r in rows),
+            transcript_seq=rows[-1].seq if rows else s.transcript_seq,
+            pending_wave=None,
+            last_gate=None,
+        )
+        s = s.with_failure_kinds(tuple(_ring_kind(o) for o in ordered))
+        return WaveResult(state=s)
+
+    async def _run_call(self, call: ToolCall, surface: Surface, key: str) -> CallOutcome:
+        """One call with its retry budget (retries never re-count signatures or kinds)."""
+        descriptor = surface.get(call.name)
+        attempt = 0
+        while True:
+            emit_tool_started(self.host, call.id, call.name, attempt)
+            outcome = await self.host.capabilities.invoke(
+                call, descriptor, attempt=attempt, key=key
+            )
+            emit_tool_finished(self.host, call.id, call.name, outcome)
+            if isinstance(outcome, CallFailed):
+                error_kind = outcome.error_kind
+            elif isinstance(outcome, CallDenied):
+                error_kind = "policy_denied"
+            else:
+                return outcome
+            decision = self.family.recovery.on_tool_error(error_kind, attempt)
+            if isinstance(decision, Retry):
+                self.host.token.check()  # before each retry
+                await cancellable_sleep(decision.backoff_s, self.host.token)
+                attempt += 1
+                continue
+            if isinstance(decision, Abort):
+                self._abort = (decision.failure_kind, f"{call.name} failed ({error_kind})")
+            return outcome

@@ -1,0 +1,363 @@
+"""Anthropic Messages API provider, via the official ``anthropic`` SDK (an optional extra).
+
+Streams every request, splits system messages out into ``system``, sends tool results as
+``tool_result`` blocks in a user message (consecutive results merged into one message), and maps
+SDK failures onto the model error classes (see :mod:`reverie.models.errors`). The SDK's own
+retries are off (``max_retries=0``): the loop's recovery strategy owns retrying (DESIGN §4.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+try:
+    import anthropic
+    from anthropic.types import RawMessageStreamEvent
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError(
+        "the Anthropic provider needs the anthropic SDK: pip install 'reverie[anthropic]'"
+    ) from exc
+
+from reverie.core.messages import (
+    Message,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    ResponseComplete,
+    ResponsePart,
+    TextDelta,
+    TextPart,
+    TokenUsage,
+    ToolCall,
+    ToolCallPart,
+)
+from reverie.errors import ModelError
+from reverie.models.errors import (
+    LoopBoundClient,
+    auth_failed,
+    classify_api_error,
+    detail,
+    key_source,
+    resolve_api_key,
+)
+from reverie.models.openai import parse_tool_arguments
+
+__all__ = ["AnthropicModel"]
+
+_NO_KEY_PLACEHOLDER = "no-key-required"
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+}
+"""Anthropic stop reasons in the OpenAI vocabulary ``ModelResponse.finish_reason`` uses."""
+
+
+@dataclass(slots=True)
+class _Block:
+    """A content block being assembled from stream events."""
+
+    kind: str
+    text: str = ""
+    id: str = ""
+    name: str = ""
+    input_json: str = ""
+    start_input: Mapping[str, Any] | None = None
+
+
+class AnthropicModel:
+    """A Claude model behind the Messages API.
+
+    Example::
+
+        model = AnthropicModel("claude-sonnet-4-5")
+
+    The key is read at the first call, not at construction: ``api_key`` if given, else the
+    environment variable ``api_key_env``. Close the SDK client with :meth:`aclose` (or use the
+    model as an ``async with`` context manager) when done.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str | None = "ANTHROPIC_API_KEY",
+        api_key: str | None = None,
+        timeout_s: float = 60,
+        max_tokens: int = 4096,
+        name: str | None = None,
+    ) -> None:
+        """Configure the model; nothing is connected or read from the environment yet.
+
+        Args:
+            model: The model id, e.g. ``claude-sonnet-4-5``.
+            base_url: The API root (without ``/v1``); ``None`` for Anthropic's.
+            api_key_env: The environment variable that holds the key; ``None`` for no key.
+            api_key: An explicit key, used instead of the environment variable.
+            timeout_s: Connect/read/write timeout of each request, in seconds.
+            max_tokens: Output cap when the request's settings set none (the API requires one).
+            name: The label for telemetry and price lookup; default ``anthropic:<model>``.
+        """
+        self._model = model
+        self._base_url = base_url
+        self._api_key_env = api_key_env
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._max_tokens = max_tokens
+        self._name = name or f"anthropic:{model}"
+        self._sent_key: str | None = None
+        self._clients: LoopBoundClient[anthropic.AsyncAnthropic] = LoopBoundClient(
+            self._new_client, lambda client: client.close()
+        )
+
+    @property
+    def name(self) -> str:
+        """A stable label, e.g. ``anthropic:claude-sonnet-4-5``."""
+        return self._name
+
+    @property
+    def model(self) -> str:
+        """The provider's model id."""
+        return self._model
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel(name={self._name!r}, base_url={self._base_url!r})"
+
+    async def __aenter__(self) -> AnthropicModel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connections."""
+        await self._clients.aclose()
+
+    def _new_client(self) -> anthropic.AsyncAnthropic:
+        key = resolve_api_key(
+            self._name,
+            api_key=self._api_key,
+            api_key_env=self._api_key_env,
+            placeholder=_NO_KEY_PLACEHOLDER,
+        )
+        self._sent_key = key
+        return anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=self._base_url,
+            timeout=self._timeout_s,
+            max_retries=0,
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream one response: text deltas, then exactly one ``ResponseComplete``.
+
+        Raises:
+            ModelError: classified per DESIGN §4.2; the SDK error is kept in ``__cause__``.
+        """
+        params = self._params(request)
+        client = self._clients.get()
+        blocks: dict[int, _Block] = {}
+        input_tokens = output_tokens = 0
+        stop_reason: str | None = None
+        model_name: str | None = None
+        try:
+            stream = cast(
+                "anthropic.AsyncStream[RawMessageStreamEvent]",
+                await client.messages.create(**params),
+            )
+            async with stream:
+                async for event in stream:
+                    if event.type == "message_start":
+                        model_name = event.message.model or model_name
+                        usage = event.message.usage
+                        input_tokens = (
+                            (usage.input_tokens or 0)
+                            + (usage.cache_creation_input_tokens or 0)
+                            + (usage.cache_read_input_tokens or 0)
+                        )
+                        output_tokens = usage.output_tokens or 0
+                    elif event.type == "content_block_start":
+                        block = event.content_block
+                        if block.type == "tool_use":
+                            blocks[event.index] = _Block(
+                                kind="tool_use",
+                                id=block.id,
+                                name=block.name,
+                                start_input=block.input if isinstance(block.input, dict) else None,
+                            )
+                        elif block.type == "text":
+                            blocks[event.index] = _Block(kind="text", text=block.text)
+                            if block.text:
+                                yield TextDelta(text=block.text)
+                    elif event.type == "content_block_delta":
+                        current = blocks.get(event.index)
+                        delta = event.delta
+                        if current is None:
+                            continue  # a block kind we do not surface (thinking, server tools)
+                        if delta.type == "text_delta" and delta.text:
+                            current.text += delta.text
+                            yield TextDelta(text=delta.text)
+                        elif delta.type == "input_json_delta":
+                            current.input_json += delta.partial_json
+                    elif event.type == "message_delta":
+                        stop_reason = event.delta.stop_reason or stop_reason
+                        usage_delta = event.usage
+                        output_tokens = usage_delta.output_tokens or output_tokens
+                        if usage_delta.input_tokens:
+                            input_tokens = (
+                                usage_delta.input_tokens
+                                + (usage_delta.cache_creation_input_tokens or 0)
+                                + (usage_delta.cache_read_input_tokens or 0)
+                            )
+        except anthropic.APIError as exc:
+            raise self._map_error(exc) from exc
+        except anthropic.AnthropicError as exc:
+            raise ModelError("internal", f"{self._name}: {type(exc).__name__}") from exc
+        except (ValueError, TypeError) as exc:
+            # A body that is not JSON or not an event: the server is broken, not busy.
+            raise ModelError(
+                "internal",
+                f"{self._name}: malformed response from the server ({type(exc).__name__})",
+            ) from exc
+        if stop_reason == "refusal":
+            raise ModelError("content_filtered", f"{self._name}: the model refused to answer")
+        parts: list[ResponsePart] = []
+        for index in sorted(blocks):
+            block_state = blocks[index]
+            if block_state.kind == "text" and block_state.text:
+                parts.append(TextPart(text=block_state.text))
+            elif block_state.kind == "tool_use":
+                parts.append(ToolCallPart(call=_finish_call(block_state)))
+        yield ResponseComplete(
+            response=ModelResponse(
+                parts=tuple(parts),
+                usage=TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens),
+                finish_reason=_STOP_REASONS.get(stop_reason, stop_reason) if stop_reason else None,
+                model_name=model_name or self._model,
+            )
+        )
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        system, messages = _split_messages(request.messages)
+        settings = request.settings
+        params: dict[str, Any] = {
+            "model": self._model,
+            "messages": messages,
+            "max_tokens": settings.max_tokens or self._max_tokens,
+            "stream": True,
+        }
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+                for t in request.tools
+            ]
+            params["tool_choice"] = _tool_choice(request.tool_choice)
+        if request.output_schema is not None:
+            params["output_config"] = {
+                "format": {"type": "json_schema", "schema": dict(request.output_schema)}
+            }
+        if settings.temperature is not None:
+            params["temperature"] = settings.temperature
+        if settings.extra:
+            params["extra_body"] = dict(settings.extra)
+        return params
+
+    def _map_error(self, exc: anthropic.APIError) -> ModelError:
+        name = self._name
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
+        if isinstance(exc, anthropic.APIConnectionError):
+            where = self._base_url or "the Anthropic API"
+            return ModelError("unavailable", f"{name}: cannot connect to {where}")
+        status: int | None = None
+        error_type: str | None = None
+        message: str | None = None
+        code: str | None = None
+        if isinstance(exc, anthropic.APIStatusError):
+            # An ``error`` event inside a 200 stream arrives as a status error with status 200.
+            status = exc.status_code if exc.status_code >= 400 else None
+            error_type = exc.type
+            message = exc.api_message
+            code = exc.error_code
+        if status in (401, 403):
+            return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
+        kind = classify_api_error(status, code=code, type_=error_type, message=message)
+        what = f"HTTP {status}" if status is not None else "error in stream"
+        label = f" [{error_type}]" if error_type else ""
+        text = detail(message, self._sent_key)
+        return ModelError(kind, f"{name}: {what}{label}" + (f": {text}" if text else ""))
+
+
+def _finish_call(block: _Block) -> ToolCall:
+    if block.input_json.strip() or block.start_input is None:
+        arguments, error = parse_tool_arguments(block.input_json)
+    else:
+        arguments, error = dict(block.start_input), None
+    return ToolCall(id=block.id, name=block.name, arguments=arguments, arguments_error=error)
+
+
+def _tool_choice(choice: str) -> dict[str, Any]:
+    if choice == "auto":
+        return {"type": "auto"}
+    if choice == "none":
+        return {"type": "none"}
+    if choice == "required":
+        return {"type": "any"}
+    return {"type": "tool", "name": choice}
+
+
+def _split_messages(
+    messages: tuple[Message, ...],
+) -> tuple[str, list[dict[str, Any]]]:
+    """System text, and the conversation as Messages API turns.
+
+    Tool results become ``tool_result`` blocks of a user turn; consecutive user-side content
+    (several results, then perhaps a user message) is merged into one turn, results first, as
+    the API requires.
+    """
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+
+    for message in messages:
+        if message.role == "system":
+            if message.content:
+                system.append(message.content)
+        elif message.role == "tool":
+            if not message.tool_call_id:
+                raise ModelError("internal", "a tool message has no tool_call_id")
+            add(
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": message.tool_call_id,
+                        "content": message.content,
+                    }
+                ],
+            )
+        elif message.role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            if message.content:
+                blocks.append({"type": "text", "text": message.content})
+            blocks.extend(
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+                for c in message.tool_calls
+            )
+            add("assistant", blocks)
+        elif message.content:
+            add("user", [{"type": "text", "text": message.content}])
+    return "\n\n".join(system), turns

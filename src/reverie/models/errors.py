@@ -1,0 +1,182 @@
+"""Plumbing shared by the SDK-backed providers: error classification, safe messages, credentials.
+
+Every provider maps its SDK's failures onto the five model error classes of DESIGN §4.2::
+
+    transient          429, 408, 5xx (incl. Anthropic's 529), timeouts, overload/server errors
+    context_overflow   a 400/413 whose code or message says the prompt is too long
+    content_filtered   a content-filter code, ``finish_reason="content_filter"``, a refusal
+    unavailable        401/403 (bad or missing credentials), 404 (no such model), exhausted
+                       quota, no connection
+    internal           anything else (a malformed response, an unexpected 4xx)
+
+Messages are *safe*: they never contain an API key (every message is passed through
+:func:`redact`), and authentication failures name the environment variable to fix instead of
+echoing the server's text, which often quotes the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from reverie.errors import ModelError, ModelErrorKind
+
+__all__ = [
+    "LoopBoundClient",
+    "auth_failed",
+    "classify_api_error",
+    "missing_key",
+    "redact",
+    "resolve_api_key",
+]
+
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "context length",
+    "context_length",
+    "context window",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+    "reduce the length",
+    "input is too long",
+)
+_FILTER_MARKERS = (
+    "content_filter",
+    "content_policy",
+    "content management policy",
+    "content filter",
+    "safety system",
+)
+_TRANSIENT_TYPES = frozenset(
+    {
+        "overloaded_error",
+        "rate_limit_error",
+        "api_error",
+        "server_error",
+        "timeout_error",
+        "rate_limit_exceeded",
+        "requests",
+        "tokens",
+    }
+)
+_MAX_DETAIL = 300
+
+
+def classify_api_error(
+    status: int | None, *, code: str | None, type_: str | None, message: str | None
+) -> ModelErrorKind:
+    """Classify a provider error by HTTP status, error code/type and message.
+
+    ``status`` is ``None`` for errors that arrived inside a stream (no HTTP status of their own).
+    The context/content checks come first because providers report both as a plain 400.
+    """
+    markers = " ".join(part for part in (code, type_, message) if part).lower()
+    if status in (None, 400, 413) and any(m in markers for m in _CONTEXT_MARKERS):
+        return "context_overflow"
+    if status == 413:
+        # A request too large to accept is the same problem as too many tokens: shrink it.
+        return "context_overflow"
+    if status in (None, 400) and any(m in markers for m in _FILTER_MARKERS):
+        return "content_filtered"
+    if status in (401, 403, 404) or code == "insufficient_quota":
+        # No key, a bad key, no access, no such model, no credit: retrying cannot help.
+        return "unavailable"
+    if status is not None and (status in (408, 409, 425, 429) or status >= 500):
+        return "transient"
+    if status is None and (type_ in _TRANSIENT_TYPES or code in _TRANSIENT_TYPES):
+        return "transient"
+    return "internal"
+
+
+def redact(text: str, secret: str | None) -> str:
+    """Return ``text`` with every occurrence of ``secret`` replaced by ``***``."""
+    if secret and len(secret) >= 4:
+        return text.replace(secret, "***")
+    return text
+
+
+def detail(message: str | None, secret: str | None) -> str:
+    """A short, redacted form of a provider's error message for our own message."""
+    if not message:
+        return ""
+    text = redact(" ".join(message.split()), secret)
+    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
+
+
+def auth_failed(model_name: str, status: int, key_source: str) -> ModelError:
+    """The error for a 401/403: names where the key comes from, never the key or server text."""
+    what = "authentication failed" if status == 401 else "permission denied"
+    return ModelError("unavailable", f"{model_name}: {what} (HTTP {status}): check {key_source}")
+
+
+def missing_key(model_name: str, env_var: str) -> ModelError:
+    """The error for a key environment variable that is unset or empty."""
+    return ModelError(
+        "unavailable", f"{model_name}: no API key: set {env_var} in the environment of this process"
+    )
+
+
+def resolve_api_key(
+    model_name: str, *, api_key: str | None, api_key_env: str | None, placeholder: str
+) -> str:
+    """The key to send: the explicit one, else the env var's value, else ``placeholder``.
+
+    ``api_key_env=None`` means the endpoint needs no key (a local server); the SDKs still want a
+    non-empty string, so ``placeholder`` is sent. Called at the first request, not at
+    construction, so building an agent never needs credentials.
+    """
+    if api_key:
+        return api_key
+    if api_key_env is None:
+        return placeholder
+    value = os.environ.get(api_key_env, "").strip()
+    if not value:
+        raise missing_key(model_name, api_key_env)
+    return value
+
+
+def key_source(api_key: str | None, api_key_env: str | None) -> str:
+    """Where the key came from, for the 'check …' hint of an authentication failure."""
+    if api_key:
+        return "the api_key passed to the model" + (f" (or {api_key_env})" if api_key_env else "")
+    if api_key_env is None:
+        return "the endpoint's api_key_env setting (this endpoint was configured without a key)"
+    return api_key_env
+
+
+ClientT = TypeVar("ClientT")
+
+
+class LoopBoundClient(Generic[ClientT]):
+    """Holds one SDK client, created lazily and tied to the event loop it was created on.
+
+    An SDK client pools connections that belong to one event loop. A model object can outlive a
+    loop (a CLI that calls ``asyncio.run`` twice, a test suite with a loop per test), so a call
+    from another loop gets a fresh client instead of a pool bound to a dead loop.
+    """
+
+    def __init__(self, factory: Callable[[], ClientT], closer: Callable[[ClientT], object]) -> None:
+        self._factory = factory
+        self._closer = closer
+        self._client: ClientT | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> ClientT:
+        """The client for the running loop, created on first use."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop or loop.is_closed():
+            self._client = self._factory()
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client if it was created on the running loop; forget it either way."""
+        client, loop = self._client, self._loop
+        self._client, self._loop = None, None
+        if client is not None and loop is asyncio.get_running_loop():
+            result = self._closer(client)
+            if asyncio.iscoroutine(result):
+                await result

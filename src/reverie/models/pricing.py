@@ -1,0 +1,184 @@
+"""Token prices per model, for the USD budget (DESIGN §4.5).
+
+A :class:`PriceTable` maps model names to :class:`Price` values (US dollars per million tokens).
+The built-in table covers a few well-known OpenAI and Anthropic models; configuration merges its
+own entries over it (``PriceTable.default().merged({...})``). An unknown model has no price
+(``None``), and the runtime must then refuse a USD limit as a configuration error rather than
+guess.
+
+Lookup tries, in order: the name as given (``openai:gpt-4.1-mini``), then the name with its
+provider prefix removed (``gpt-4.1-mini``; ``hermes:``, ``openai:``, ``anthropic:``, ``ollama:``
+and an ``openai-compat:<url>#`` prefix are understood), then the same without a date or
+``-latest`` suffix (``gpt-4o-2024-08-06`` → ``gpt-4o``). Models served by Ollama run locally and
+cost nothing unless the table says otherwise.
+
+Prices change; the built-in figures are list prices at the time of writing and are meant to be
+overridden from configuration where money matters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reverie.core.messages import TokenUsage
+from reverie.errors import ConfigError
+
+__all__ = ["BUILTIN_PRICES", "Price", "PriceTable"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Price:
+    """What one model charges, in US dollars per million tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def __post_init__(self) -> None:
+        if self.input_per_mtok < 0 or self.output_per_mtok < 0:
+            raise ConfigError(f"a price cannot be negative: {self}")
+
+    def cost(self, usage: TokenUsage) -> float:
+        """The dollar cost of ``usage`` at this price."""
+        return (
+            usage.input_tokens * self.input_per_mtok + usage.output_tokens * self.output_per_mtok
+        ) / 1_000_000
+
+
+def _p(input_per_mtok: float, output_per_mtok: float) -> Price:
+    return Price(input_per_mtok=input_per_mtok, output_per_mtok=output_per_mtok)
+
+
+BUILTIN_PRICES: Mapping[str, Price] = {
+    # OpenAI
+    "gpt-4o": _p(2.50, 10.00),
+    "gpt-4o-mini": _p(0.15, 0.60),
+    "gpt-4.1": _p(2.00, 8.00),
+    "gpt-4.1-mini": _p(0.40, 1.60),
+    "gpt-4.1-nano": _p(0.10, 0.40),
+    "gpt-5": _p(1.25, 10.00),
+    "gpt-5-mini": _p(0.25, 2.00),
+    "gpt-5-nano": _p(0.05, 0.40),
+    "o3": _p(2.00, 8.00),
+    "o3-mini": _p(1.10, 4.40),
+    "o4-mini": _p(1.10, 4.40),
+    # Anthropic
+    "claude-opus-4-1": _p(15.00, 75.00),
+    "claude-opus-4-0": _p(15.00, 75.00),
+    "claude-opus-4": _p(15.00, 75.00),
+    "claude-sonnet-4-5": _p(3.00, 15.00),
+    "claude-sonnet-4-0": _p(3.00, 15.00),
+    "claude-sonnet-4": _p(3.00, 15.00),
+    "claude-3-7-sonnet": _p(3.00, 15.00),
+    "claude-haiku-4-5": _p(1.00, 5.00),
+    "claude-3-5-haiku": _p(0.80, 4.00),
+}
+"""The built-in prices, keyed by the provider's model id without a date suffix."""
+
+_PREFIXES = ("hermes:", "openai:", "anthropic:")
+_LOCAL_PREFIXES = ("ollama:",)
+_FREE = _p(0.0, 0.0)
+_DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+
+
+def _candidates(model_name: str) -> Iterator[str]:
+    """The names to look up, most specific first."""
+    name = model_name.strip()
+    yield name
+    while True:
+        if name.startswith("openai-compat:") and "#" in name:
+            name = name.split("#", 1)[1]
+        elif name.startswith(_PREFIXES):
+            name = name.split(":", 1)[1]
+        else:
+            break
+        yield name
+    if name.startswith(_LOCAL_PREFIXES):
+        yield name.split(":", 1)[1]
+    undated = _DATE_SUFFIX.sub("", name)
+    if undated != name:
+        yield undated
+
+
+def _is_local(model_name: str) -> bool:
+    name = model_name.strip()
+    while name.startswith("hermes:"):
+        name = name.removeprefix("hermes:")
+    return name.startswith(_LOCAL_PREFIXES)
+
+
+class PriceTable:
+    """Prices by model name. Immutable: :meth:`merged` returns a new table."""
+
+    def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
+        """Args:
+        prices: model name → price. ``None`` for an empty table (see :meth:`default`).
+        """
+        self._prices: dict[str, Price] = dict(prices or {})
+
+    @classmethod
+    def default(cls) -> PriceTable:
+        """A table holding :data:`BUILTIN_PRICES`."""
+        return cls(BUILTIN_PRICES)
+
+    def merged(self, entries: Mapping[str, Price | Mapping[str, Any]]) -> PriceTable:
+        """A new table with ``entries`` added over this one's.
+
+        Entries may be :class:`Price` values or mappings as a config file holds them:
+        ``{"input_per_mtok": 2.5, "output_per_mtok": 10}``.
+
+        Raises:
+            ConfigError: an entry is not a price (names the model and the expected keys).
+        """
+        prices = dict(self._prices)
+        for name, entry in entries.items():
+            prices[name] = entry if isinstance(entry, Price) else _price_from_mapping(name, entry)
+        return PriceTable(prices)
+
+    def price_for(self, model_name: str) -> Price | None:
+        """The price of ``model_name``, or ``None`` if the table does not know it."""
+        for candidate in _candidates(model_name):
+            price = self._prices.get(candidate)
+            if price is not None:
+                return price
+        if _is_local(model_name):
+            return _FREE
+        return None
+
+    def cost(self, model_name: str, usage: TokenUsage) -> float | None:
+        """The dollar cost of ``usage`` on ``model_name``, or ``None`` if its price is unknown."""
+        price = self.price_for(model_name)
+        return None if price is None else price.cost(usage)
+
+    def __contains__(self, model_name: object) -> bool:
+        return isinstance(model_name, str) and self.price_for(model_name) is not None
+
+    def __len__(self) -> int:
+        return len(self._prices)
+
+    def __repr__(self) -> str:
+        return f"PriceTable({len(self._prices)} models)"
+
+
+def _price_from_mapping(name: str, entry: object) -> Price:
+    expected = "a table with input_per_mtok and output_per_mtok (US dollars per million tokens)"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(f"price for model {name!r} must be {expected}")
+    unknown = set(entry) - {"input_per_mtok", "output_per_mtok"}
+    if unknown:
+        raise ConfigError(
+            f"price for model {name!r} has unknown keys {sorted(unknown)}: expected {expected}"
+        )
+    try:
+        input_price = entry["input_per_mtok"]
+        output_price = entry["output_per_mtok"]
+    except KeyError as exc:
+        raise ConfigError(
+            f"price for model {name!r} lacks {exc.args[0]}: expected {expected}"
+        ) from None
+    for value in (input_price, output_price):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"price for model {name!r} must be numbers: expected {expected}")
+    return Price(input_per_mtok=float(input_price), output_per_mtok=float(output_price))

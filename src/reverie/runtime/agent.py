@@ -1,0 +1,35 @@
+"""``Agent``: what to run — a model, instructions, tools and limits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from reverie.core.limits import Limits
+from reverie.errors import UsageError
+
+if TYPE_CHECKING:
+    from reverie.models.base import Model
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Agent:
+    """An agent definition. Runs record the agent's ``name``; resumes look it up by name."""
+
+    name: str
+    model: str | Model
+    """A model spec such as ``"openai:gpt-4.1-mini"``, or a ``Model`` instance."""
+    instructions: str = ""
+    tools: Sequence[Any] = ()
+    """``@tool`` functions and other capabilities (anything with ``descriptor`` and ``invoke``)."""
+    limits: Limits = field(default_factory=Limits)
+    on_limit: Literal["finalize", "fail"] = "finalize"
+    family: str = "default"
+    """Loop family id for interactive runs."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.strip():
+            raise UsageError("Agent needs a non-empty name")
+        if self.on_limit not in ("finalize", "fail"):
+            raise UsageError("Agent.on_limit must be 'finalize' or 'fail'")

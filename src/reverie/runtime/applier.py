@@ -1,0 +1,168 @@
+"""The exit applier: the only code that writes a run's terminal status (DESIGN §3.6).
+
+Every terminal path goes through :meth:`ExitApplier.apply` — the executor's exits, failures
+raised outside the executor, cancellation of a blocked run, checkpoint problems on resume. It
+validates the exit first: an exit that fails validation becomes ``Failed(driver_bug)`` and is
+never written as success. ``after_turn`` hooks fire from here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from reverie.core.events import HookFailedEvent, RunFinished
+from reverie.core.exits import (
+    COMPLETION_KINDS_WITHOUT_REPLY,
+    Blocked,
+    Completed,
+    Failed,
+    LoopExit,
+    exit_to_dict,
+)
+from reverie.errors import NotFoundError
+from reverie.hooks import AfterTurnContext, HookDispatcher
+from reverie.runtime.events import EventBus
+from reverie.runtime.result import Gate, RunResult
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, RunStatus, Store
+
+log = logging.getLogger("reverie.runtime")
+
+INTERACTIVE_PROFILES: frozenset[str] = frozenset({"interactive"})
+"""Profiles whose terminal runs are user turns (and fire ``after_turn``)."""
+
+
+class ExitApplier:
+    """Validates exits and writes terminal status."""
+
+    def __init__(self, store: Store, hooks: HookDispatcher) -> None:
+        self.store = store
+        self.hooks = hooks
+
+    async def validate(self, run: RunRecord, exit_: LoopExit) -> LoopExit:
+        """The exit itself if valid, else ``Failed(driver_bug)`` saying why."""
+        problem = await self._problem(run, exit_)
+        if problem is None:
+            return exit_
+        log.error("run %s produced an invalid exit: %s", run.run_id, problem)
+        usage = getattr(exit_, "usage", None)
+        return Failed(
+            kind="driver_bug",
+            safe_summary=f"the loop returned an invalid exit: {problem}",
+            **({"usage": usage} if usage is not None else {}),
+        )
+
+    async def _problem(self, run: RunRecord, exit_: LoopExit) -> str | None:
+        if isinstance(exit_, Completed):
+            refs = exit_.reply_refs
+            if len(set(refs)) != len(refs):
+                return "reply refs are not unique"
+            if exit_.kind in COMPLETION_KINDS_WITHOUT_REPLY:
+                return None
+            if not refs:
+                return "a completed exit has no reply"
+            try:
+                items = await self.store.get_items(refs)
+            except NotFoundError:
+                return "a reply ref does not exist"
+            if any(i.role != "assistant" or i.run_id != run.run_id for i in items):
+                return "a reply ref is not an assistant message of this run"
+            if not "".join(i.content for i in items).strip():
+                return "the reply is empty"
+            return None
+        if isinstance(exit_, Blocked):
+            try:
+                gate = await self.store.get_gate(exit_.gate_ref)
+            except NotFoundError:
+                return f"blocked on gate {exit_.gate_ref} which does not exist"
+            if gate.run_id != run.run_id or gate.status != "pending":
+                return f"blocked on gate {exit_.gate_ref} which is not pending for this run"
+            return None
+        return None
+
+    async def apply(
+        self,
+        run: RunRecord,
+        exit_: LoopExit,
+        *,
+        fence: int | None,
+        bus: EventBus | None = None,
+    ) -> RunResult:
+        """Validate, write the status, announce it, fire ``after_turn``; return the result."""
+        exit_ = await self.validate(run, exit_)
+        status: RunStatus = exit_.status  # type: ignore[assignment]
+        record = await self.store.set_run_status(
+            run.run_id, status, fence=fence, exit=exit_to_dict(exit_)
+        )
+        if status in TERMINAL_STATUSES:
+            # No input may arrive after the end (those that raced us are refused, not lost).
+            await self.store.seal_inputs(run.run_id, after_cursor=1 << 62)
+        result = await self.result_of(record)
+        if bus is not None:
+            bus.emit(RunFinished(run_id=run.run_id, status=status, exit=exit_to_dict(exit_)))
+        if status in TERMINAL_STATUSES:
+            await self._after_turn(record, status, bus)
+        return result
+
+    async def _after_turn(self, run: RunRecord, status: str, bus: EventBus | None) -> None:
+        # Only user turns: never unbound, scheduled-trigger or actorless runs.
+        if run.profile not in INTERACTIVE_PROFILES or not run.has_actor:
+            return
+        if not self.hooks.registry.hooks("after_turn"):
+            return
+        outcome = await self.hooks.after_turn(
+            AfterTurnContext(
+                scope=run.scope,
+                run_id=run.run_id,
+                profile=run.profile,
+                completed=status == "completed",
+                status=status,
+            )
+        )
+        for failure in outcome.failures:
+            log.warning(
+                "after_turn hook %s failed (%s) for run %s",
+                failure.hook,
+                failure.reason,
+                run.run_id,
+            )
+            if bus is not None:
+                bus.emit(
+                    HookFailedEvent(
+                        run_id=run.run_id,
+                        hook=failure.hook,
+                        point=failure.point,
+                        reason=failure.reason,
+                    )
+                )
+
+    async def result_of(self, run: RunRecord) -> RunResult:
+        """Rebuild the public result of a run from its stored exit."""
+        from reverie.core.exits import Usage, exit_from_dict
+
+        if run.exit is None:
+            raise NotFoundError(f"run {run.run_id} has no result yet (status {run.status})")
+        exit_ = exit_from_dict(dict(run.exit))
+        text: str | None = None
+        gate: Gate | None = None
+        if isinstance(exit_, Completed) and exit_.reply_refs:
+            items = await self.store.get_items(exit_.reply_refs)
+            text = "".join(i.content for i in items)
+        if isinstance(exit_, Blocked):
+            g = await self.store.get_gate(exit_.gate_ref)
+            gate = Gate(ref=g.ref, kind=g.kind, tool=g.tool, arguments=dict(g.arguments))
+        usage = exit_.usage if not isinstance(exit_, Blocked) else Usage()
+        return RunResult(
+            status=exit_.status,  # type: ignore[arg-type]
+            text=text,
+            exit=exit_,
+            run_id=run.run_id,
+            thread_id=run.thread_id,
+            usage=usage,
+            gate=gate,
+        )
+
+
+def unique(values: Sequence[str]) -> bool:
+    """Whether all values differ."""
+    return len(set(values)) == len(values)

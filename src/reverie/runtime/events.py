@@ -1,0 +1,61 @@
+"""The per-run event bus behind ``RunHandle.events()``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+
+from reverie.core.events import RunEvent
+
+MAX_BUFFERED_EVENTS = 10_000
+"""Events kept for late subscribers; the oldest are dropped past this."""
+
+
+class EventBus:
+    """Fan-out of one run's events. Late subscribers replay the buffer, then follow live."""
+
+    def __init__(self) -> None:
+        self._buffer: deque[RunEvent] = deque(maxlen=MAX_BUFFERED_EVENTS)
+        self._queues: list[asyncio.Queue[RunEvent | None]] = []
+        self._closed = False
+
+    def emit(self, event: RunEvent) -> None:
+        """Publish an event (never blocks)."""
+        if self._closed:
+            return
+        self._buffer.append(event)
+        for q in self._queues:
+            q.put_nowait(event)
+
+    def close(self) -> None:
+        """End every subscription after the events already published."""
+        if self._closed:
+            return
+        self._closed = True
+        for q in self._queues:
+            q.put_nowait(None)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the run segment is over."""
+        return self._closed
+
+    async def subscribe(self) -> AsyncIterator[RunEvent]:
+        """Every event of the run so far, then live ones until the bus closes."""
+        queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
+        for event in self._buffer:
+            queue.put_nowait(event)
+        if self._closed:
+            queue.put_nowait(None)
+        else:
+            self._queues.append(queue)
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            if queue in self._queues:
+                self._queues.remove(queue)

@@ -1,0 +1,434 @@
+"""The host-port implementations: the loop's ports over the store, models, tools and hooks.
+
+Hooks are middleware here: a hook deny reaches the loop as ``CallDenied``, a hook pause as
+``CallGated``, a snippet as prompt context. The executor has no hook-specific code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from reverie.capabilities import ToolContext
+from reverie.core.canonical import NotCanonicalizable, canonical_json, digest
+from reverie.core.capability import (
+    CallCancelled,
+    CallCompleted,
+    CallDenied,
+    CallFailed,
+    CallGated,
+    CallInterrupted,
+    CallOutcome,
+    CapabilityDescriptor,
+    Surface,
+    outcome_from_dict,
+    outcome_to_dict,
+)
+from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
+from reverie.core.ids import new_id
+from reverie.core.messages import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ResponseComplete,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+)
+from reverie.core.scope import Scope
+from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
+from reverie.errors import ModelError
+from reverie.hooks import (
+    CapabilityHookContext,
+    CapabilityResultContext,
+    CheckpointHookContext,
+    HookDispatcher,
+    HookFailure,
+    ModelHookContext,
+    PromptHookContext,
+)
+from reverie.loop.control import CancelToken
+from reverie.loop.ports import CheckpointKind, PromptBundle
+from reverie.loop.state import LoopExecutionState, encode_checkpoint
+from reverie.loop.strategies import ContextPlan
+from reverie.models.base import Model
+from reverie.runtime.events import EventBus
+from reverie.store.base import GateRecord, Store
+
+if TYPE_CHECKING:
+    from reverie.models.pricing import PriceTable
+
+log = logging.getLogger("reverie.runtime")
+
+_SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|auth|credential|private)", re.I)
+
+
+def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments as shown to a person approving a gate: secret-looking values redacted."""
+    out: dict[str, Any] = {}
+    for key, value in arguments.items():
+        if _SECRET_KEY.search(str(key)):
+            out[key] = "[redacted]"
+        elif isinstance(value, Mapping):
+            out[key] = sanitise_arguments(value)
+        else:
+            out[key] = value
+    return out
+
+
+def surface_of(tools: Sequence[Any]) -> Surface:
+    """The surface of a tool list, with a content digest as its version."""
+    descriptors = tuple(t.descriptor for t in tools)
+    version = digest(
+        [
+            {"name": d.name, "parameters": dict(d.parameters), "effects": sorted(d.effects or ())}
+            for d in descriptors
+        ]
+    )
+    return Surface(descriptors=descriptors, version=version)
+
+
+@dataclass(slots=True, kw_only=True)
+class RunContext:
+    """What every port of one run segment shares."""
+
+    run_id: str
+    thread_id: str
+    scope: Scope
+    fence: int
+    store: Store
+    hooks: HookDispatcher
+    bus: EventBus
+    token: CancelToken
+    family_digest: str
+    poisoned: set[str] = field(default_factory=set)
+
+    def record_hook_failures(
+        self, failures: Sequence[HookFailure], newly_poisoned: frozenset[str]
+    ) -> None:
+        """Poison failed hooks for the rest of the run and report each failure."""
+        self.poisoned |= set(newly_poisoned)
+        for f in failures:
+            self.bus.emit(
+                HookFailedEvent(run_id=self.run_id, hook=f.hook, point=f.point, reason=f.reason)
+            )
+
+
+class StorePrompt:
+    """Builds requests: instructions, hook snippets, then the transcript window."""
+
+    def __init__(self, ctx: RunContext, instructions: str) -> None:
+        self.ctx = ctx
+        self.instructions = instructions
+
+    async def build(
+        self,
+        state: LoopExecutionState,
+        plan: ContextPlan,
+        surface: Surface | None,
+        *,
+        finalizer_prompt: str | None = None,
+    ) -> PromptBundle:
+        ctx = self.ctx
+        messages: list[Message] = []
+        if self.instructions:
+            messages.append(Message(role="system", content=self.instructions))
+        result = await ctx.hooks.before_prompt(
+            PromptHookContext(scope=ctx.scope, run_id=ctx.run_id, iteration=state.iteration),
+            poisoned=ctx.poisoned,
+        )
+        ctx.record_hook_failures(result.failures, result.newly_poisoned)
+        # Snippets are context, never instructions: they go in a user-role message.
+        if result.snippets:
+            body = "\n\n".join(s.text for s in result.snippets)
+            messages.append(Message(role="user", content=f"[context from hooks]\n{body}"))
+        rows = await ctx.store.thread_items(
+            ctx.thread_id, upto_seq=state.transcript_seq, last=plan.window
+        )
+        # A window must not open on tool results whose calls fell out of it.
+        start = 0
+        while start < len(rows) and rows[start].role == "tool":
+            start += 1
+        messages.extend(_to_message(r) for r in rows[start:])
+        if finalizer_prompt is not None:
+            messages.append(Message(role="user", content=finalizer_prompt))
+        tools = (
+            None
+            if surface is None
+            else tuple(
+                ToolSpec(name=d.name, description=d.description, parameters=d.parameters)
+                for d in surface.descriptors
+            )
+        )
+        return PromptBundle(request=ModelRequest(messages=tuple(messages), tools=tools))
+
+
+def _to_message(row: TranscriptItem) -> Message:
+    return Message(
+        role=row.role,
+        content=row.content,
+        tool_calls=row.tool_calls,
+        tool_call_id=row.tool_call_id,
+        name=row.name,
+    )
+
+
+class StreamingModel:
+    """Streams a model, forwarding text deltas to run events and the answer to observers."""
+
+    def __init__(self, ctx: RunContext, models: Sequence[Model], prices: PriceTable | None) -> None:
+        self.ctx = ctx
+        self.models = models
+        self.prices = prices
+
+    async def call(self, bundle: PromptBundle, *, model_index: int) -> ModelResponse:
+        model = self.models[min(model_index, len(self.models) - 1)]
+        final: ModelResponse | None = None
+        async for event in model.stream(bundle.request):
+            if isinstance(event, TextDelta):
+                if not self.ctx.token.cancelled:
+                    self.ctx.bus.emit(TextDeltaEvent(run_id=self.ctx.run_id, text=event.text))
+            elif isinstance(event, ResponseComplete):
+                final = event.response
+        if final is None:
+            raise ModelError("internal", f"model {model.name} ended without a response")
+        result = await self.ctx.hooks.observe(
+            "after_model",
+            ModelHookContext(
+                scope=self.ctx.scope,
+                run_id=self.ctx.run_id,
+                text=final.text or None,
+                tool_names=tuple(c.name for c in final.tool_calls),
+            ),
+            poisoned=self.ctx.poisoned,
+        )
+        self.ctx.record_hook_failures(result.failures, result.newly_poisoned)
+        return final
+
+    def cost(self, response: ModelResponse, *, model_index: int) -> float:
+        if self.prices is None:
+            return 0.0
+        model = self.models[min(model_index, len(self.models) - 1)]
+        value = self.prices.cost(response.model_name or model.name, response.usage)
+        if value is None:
+            value = self.prices.cost(model.name, response.usage)
+        return value or 0.0
+
+
+class ToolPort:
+    """Runs single calls: unknown tools, gates, hooks, the side-effect journal, the tool."""
+
+    def __init__(self, ctx: RunContext, tools: Sequence[Any]) -> None:
+        self.ctx = ctx
+        self.tools = {t.descriptor.name: t for t in tools}
+        self._surface = surface_of(tools)
+
+    def surface(self) -> Surface:
+        return self._surface
+
+    async def invoke(
+        self, call: ToolCall, descriptor: CapabilityDescriptor | None, *, attempt: int, key: str
+    ) -> CallOutcome:
+        ctx = self.ctx
+        if descriptor is None or call.name not in self.tools:
+            available = ", ".join(sorted(self.tools)) or "none"
+            return CallFailed(
+                error_kind="input_invalid",
+                message=f"unknown tool {call.name!r}; available tools: {available}",
+            )
+        if call.arguments_error is not None:
+            return CallFailed(
+                error_kind="input_invalid",
+                message=f"the arguments of {call.name} could not be parsed: "
+                f"{call.arguments_error}. Send a JSON object matching the tool's schema.",
+            )
+        try:
+            canonical_json(dict(call.arguments))
+        except NotCanonicalizable as exc:
+            return CallFailed(error_kind="input_invalid", message=f"invalid arguments: {exc}")
+
+        # Side-effect journal: a resumed wave never runs a finished call again, and never
+        # re-runs a started-but-unfinished call unless its tool is idempotent.
+        if attempt == 0:
+            entry = (await ctx.store.journal_get(ctx.run_id, [key])).get(key)
+            if entry is not None and entry.state == "finished" and entry.outcome is not None:
+                recorded = outcome_from_dict(entry.outcome)
+                if not isinstance(recorded, CallCancelled):
+                    return recorded
+            elif entry is not None and entry.state == "started" and not descriptor.idempotent:
+                interrupted = CallInterrupted()
+                await ctx.store.journal_finished(
+                    ctx.run_id, key, outcome_to_dict(interrupted), fence=ctx.fence
+                )
+                return interrupted
+
+        gate = await ctx.store.gate_for_call(ctx.run_id, key)
+        approved = gate is not None and gate.status == "approved"
+        if gate is not None and gate.status == "denied":
+            denied = CallDenied(reason=f"a person denied this call: {gate.reason or 'no reason'}")
+            await ctx.store.journal_finished(
+                ctx.run_id, key, outcome_to_dict(denied), fence=ctx.fence
+            )
+            return denied
+        if gate is not None and gate.status == "pending":
+            return CallGated(gate_kind=gate.kind, reason="waiting for approval")
+
+        verdict = await ctx.hooks.gate(
+            CapabilityHookContext(
+                tool=call.name,
+                arguments=dict(call.arguments),
+                scope=ctx.scope,
+                run_id=ctx.run_id,
+                call_id=key,
+            ),
+            poisoned=ctx.poisoned,
+        )
+        ctx.record_hook_failures(verdict.failures, verdict.newly_poisoned)
+        if verdict.decision == "deny":
+            return CallDenied(reason=verdict.reason_for_model or "denied by policy")
+        if not approved:
+            if verdict.decision == "pause_auth":
+                return CallGated(gate_kind="auth", reason=verdict.reason or "authorisation needed")
+            if verdict.decision == "pause_approval":
+                return CallGated(reason=verdict.reason or "approval required")
+            if descriptor.requires_approval(call.arguments):
+                return CallGated(reason=f"{call.name} needs approval")
+
+        await ctx.store.journal_started(ctx.run_id, key, call.name, fence=ctx.fence)
+        tool = self.tools[call.name]
+        try:
+            outcome: CallOutcome = await tool.invoke(
+                call.arguments,
+                ToolContext(run_id=ctx.run_id, call_id=key, scope=ctx.scope, tool_name=call.name),
+            )
+        except asyncio.CancelledError:
+            # Recorded as cancelled; shielded so the record survives the cancellation.
+            await asyncio.shield(
+                ctx.store.journal_finished(
+                    ctx.run_id, key, outcome_to_dict(CallCancelled()), fence=ctx.fence
+                )
+            )
+            raise
+        if not isinstance(outcome, CallGated):
+            await ctx.store.journal_finished(
+                ctx.run_id, key, outcome_to_dict(outcome), fence=ctx.fence
+            )
+        observed = await ctx.hooks.observe(
+            "after_capability",
+            CapabilityResultContext(
+                scope=ctx.scope,
+                run_id=ctx.run_id,
+                call_id=key,
+                tool=call.name,
+                outcome_kind=outcome.kind,
+                output_preview=outcome.output[:200] if isinstance(outcome, CallCompleted) else "",
+            ),
+            poisoned=ctx.poisoned,
+        )
+        ctx.record_hook_failures(observed.failures, observed.newly_poisoned)
+        return outcome
+
+    async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
+        rec = GateRecord(
+            ref=new_id("gate"),
+            run_id=self.ctx.run_id,
+            call_id=key,
+            tool=call.name,
+            arguments=sanitise_arguments(call.arguments),
+            kind=gated.gate_kind,
+            scope=self.ctx.scope,
+            created_at=time.time(),
+        )
+        stored = await self.ctx.store.create_gate(rec, fence=self.ctx.fence)
+        return stored.ref
+
+
+class StoreTranscript:
+    """The transcript port over the store."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    async def append(self, items: Sequence[NewItem]) -> list[TranscriptItem]:
+        return await self.ctx.store.append_items(
+            self.ctx.thread_id, self.ctx.run_id, items, fence=self.ctx.fence
+        )
+
+    async def get(self, refs: Sequence[str]) -> list[TranscriptItem]:
+        return await self.ctx.store.get_items(refs)
+
+
+class StoreCheckpoints:
+    """Checkpoints: canonical state + schema id + family digest, with poisoned hooks."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    async def commit(self, kind: CheckpointKind, state: LoopExecutionState) -> None:
+        ctx = self.ctx
+        host_state = dict(state.host_state)
+        host_state["poisoned_hooks"] = sorted(ctx.poisoned)
+        state = replace(state, host_state=host_state)
+        payload = encode_checkpoint(state, family_digest=ctx.family_digest)
+        await ctx.store.save_checkpoint(ctx.run_id, kind, payload, fence=ctx.fence)
+        ctx.bus.emit(
+            CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
+        )
+        if ctx.hooks.registry.hooks("after_checkpoint"):
+            result = await ctx.hooks.observe(
+                "after_checkpoint",
+                CheckpointHookContext(
+                    scope=ctx.scope,
+                    run_id=ctx.run_id,
+                    checkpoint_kind=kind,
+                    iteration=state.iteration,
+                ),
+                poisoned=ctx.poisoned,
+            )
+            ctx.record_hook_failures(result.failures, result.newly_poisoned)
+
+
+class StoreInputs:
+    """The input port over the store's per-run queue."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    async def poll(self, after_cursor: int) -> list[InputRecord]:
+        return await self.ctx.store.poll_inputs(self.ctx.run_id, after_cursor=after_cursor)
+
+    async def seal(self, after_cursor: int) -> list[InputRecord]:
+        return await self.ctx.store.seal_inputs(self.ctx.run_id, after_cursor=after_cursor)
+
+    async def ack(self, upto_cursor: int) -> None:
+        await self.ctx.store.ack_inputs(self.ctx.run_id, upto_cursor, fence=self.ctx.fence)
+
+
+class BusEvents:
+    """The event port: publishes to the run's bus."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def emit(self, event: RunEvent) -> None:
+        self.ctx.bus.emit(event)
+
+
+@dataclass(slots=True, kw_only=True)
+class RunHost:
+    """The ``LoopHost`` of one run segment."""
+
+    run_id: str
+    token: CancelToken
+    prompt: StorePrompt
+    model: StreamingModel
+    capabilities: ToolPort
+    transcript: StoreTranscript
+    checkpoints: StoreCheckpoints
+    inputs: StoreInputs
+    events: BusEvents

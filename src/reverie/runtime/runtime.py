@@ -1,0 +1,581 @@
+"""``Runtime``: the public entry point that starts, resumes, approves and recovers runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Coroutine, Generator, Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+from reverie.core.events import RunStarted
+from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
+from reverie.core.ids import new_id
+from reverie.core.scope import Scope
+from reverie.core.transcript import InputKind, NewItem
+from reverie.errors import (
+    CorruptCheckpointError,
+    LeaseLost,
+    NotFoundError,
+    RunEndedError,
+    UnknownAgentError,
+    UsageError,
+)
+from reverie.hooks import HookDispatcher, HookRegistry
+from reverie.loop.control import CancelToken
+from reverie.loop.executor import LoopConfig, run_loop
+from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
+from reverie.loop.state import STATE_SCHEMA_ID, LoopExecutionState, state_from_dict
+from reverie.models.base import Model
+from reverie.runtime.agent import Agent
+from reverie.runtime.applier import ExitApplier
+from reverie.runtime.events import EventBus
+from reverie.runtime.handle import GracefulStopReason, RunHandle
+from reverie.runtime.host import (
+    BusEvents,
+    RunContext,
+    RunHost,
+    StoreCheckpoints,
+    StoreInputs,
+    StorePrompt,
+    StoreTranscript,
+    StreamingModel,
+    ToolPort,
+)
+from reverie.runtime.result import RunResult
+from reverie.store import open_store
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+
+log = logging.getLogger("reverie.runtime")
+
+LEASE_TTL_S = 30.0
+"""A worker renews its lease every third of this; a dead worker's runs are free after it."""
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{id(asyncio.get_running_loop()):x}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _owner_gone(owner: str | None) -> bool:
+    """Whether a lease owner is a process of this host that no longer exists."""
+    if not owner:
+        return True
+    host, _, rest = owner.partition(":")
+    pid_text = rest.split(":", 1)[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    return pid != os.getpid() and not _pid_alive(pid)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Active:
+    token: CancelToken
+    bus: EventBus
+    done: asyncio.Future[RunResult]
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class _Options:
+    max_concurrent_runs: int = 256
+    lease_ttl_s: float = LEASE_TTL_S
+    prices: Any = None
+    families: tuple[LoopFamily, ...] = field(default_factory=default_families)
+
+
+class Runtime:
+    """Runs agents durably. Open it with :meth:`Runtime.open`.
+
+    Example::
+
+        async with Runtime.open(":memory:") as rt:
+            r = await rt.run(agent, "hi", scope=Scope(tenant="acme", user="ana"))
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        agents: Iterable[Agent] = (),
+        max_concurrent_runs: int = 256,
+        lease_ttl_s: float = LEASE_TTL_S,
+        prices: Any = None,
+        families: Iterable[LoopFamily] | None = None,
+    ) -> None:
+        self.store = store
+        self.hooks = HookRegistry()
+        """Register hooks here: ``rt.hooks.register("before_capability", fn, name=...)``."""
+        self._dispatcher = HookDispatcher(self.hooks)
+        self._applier = ExitApplier(store, self._dispatcher)
+        self._families = LoopFamilyRegistry(
+            families if families is not None else default_families()
+        )
+        self._agents: dict[str, Agent] = {}
+        self._models: dict[str, Model] = {}
+        for agent in agents:
+            self.register(agent)
+        self._active: dict[str, _Active] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(max_concurrent_runs)
+        self._lease_ttl_s = lease_ttl_s
+        self._prices = prices
+        self._opened = False
+        self._owner: str | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        agents: Iterable[Agent] = (),
+        max_concurrent_runs: int = 256,
+        lease_ttl_s: float = LEASE_TTL_S,
+        prices: Any = None,
+        families: Iterable[LoopFamily] | None = None,
+    ) -> _Opener:
+        """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
+
+        Use as ``async with Runtime.open(...) as rt`` or ``rt = await Runtime.open(...)``
+        (then ``await rt.aclose()``). URLs: ``":memory:"``, ``"sqlite:///path.db"``,
+        ``"postgresql://..."``.
+        """
+        from reverie.store import default_store_url
+
+        store = open_store(url or default_store_url())
+        rt = cls(
+            store,
+            agents=agents,
+            max_concurrent_runs=max_concurrent_runs,
+            lease_ttl_s=lease_ttl_s,
+            prices=prices,
+            families=families,
+        )
+        return _Opener(rt)
+
+    async def _start(self) -> None:
+        await self.store.open()
+        self._opened = True
+        self._owner = _owner()
+
+    async def aclose(self) -> None:
+        """Stop local work (runs stay durable and can be resumed) and close the store."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._opened:
+            await self.store.close()
+            self._opened = False
+
+    async def __aenter__(self) -> Runtime:
+        if not self._opened:
+            await self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------------------------ agents
+    def register(self, agent: Agent) -> None:
+        """Make an agent known to this process (needed to resume, approve or recover its runs)."""
+        self._agents[agent.name] = agent
+        self._models.pop(agent.name, None)
+
+    def _agent(self, name: str) -> Agent:
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise UnknownAgentError(name) from None
+
+    def _model(self, agent: Agent) -> Model:
+        if not isinstance(agent.model, str):
+            return agent.model
+        cached = self._models.get(agent.name)
+        if cached is None:
+            from reverie.models.registry import resolve_model
+
+            cached = resolve_model(agent.model)
+            self._models[agent.name] = cached
+        return cached
+
+    # ------------------------------------------------------------------------------ runs
+    async def run(
+        self,
+        agent: Agent,
+        message: str,
+        *,
+        scope: Scope,
+        thread_id: str | None = None,
+    ) -> RunResult:
+        """Run one turn of ``agent`` and wait for its result."""
+        handle = await self.start(agent, message, scope=scope, thread_id=thread_id)
+        return await handle.result()
+
+    async def start(
+        self,
+        agent: Agent,
+        message: str,
+        *,
+        scope: Scope,
+        thread_id: str | None = None,
+        profile: str = "interactive",
+        has_actor: bool = True,
+        idempotency_key: str | None = None,
+    ) -> RunHandle:
+        """Start a turn and return at once with a :class:`RunHandle`."""
+        self._require_open()
+        if not isinstance(scope, Scope):
+            raise UsageError("scope must be a reverie.Scope set by the host")
+        if self._agents.get(agent.name) is not agent:
+            self.register(agent)
+        family_id = agent.family if profile == "interactive" else profile
+        self._families.get(family_id)  # unknown family: a typed error now, not later
+        if thread_id is None:
+            thread_id = new_id("thr")
+            await self.store.create_thread(thread_id, scope)
+        else:
+            thread = await self.store.get_thread(thread_id)
+            if (thread.scope.tenant, thread.scope.user) != (scope.tenant, scope.user):
+                # Another owner's thread does not exist for this caller.
+                raise NotFoundError(f"thread {thread_id} not found")
+        run = await self.store.create_run(
+            RunRecord(
+                run_id=new_id("run"),
+                thread_id=thread_id,
+                scope=scope,
+                agent_name=agent.name,
+                profile=profile,
+                family_id=family_id,
+                has_actor=has_actor,
+                idempotency_key=idempotency_key,
+            )
+        )
+        if run.status == "queued" and run.run_id not in self._active:
+            await self.store.append_items(
+                thread_id, run.run_id, [NewItem(role="user", content=message)], fence=None
+            )
+        return self._launch(run, resumed=False)
+
+    def _launch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
+        active = self._active.get(run.run_id)
+        if active is None:
+            loop = asyncio.get_running_loop()
+            active = _Active(token=CancelToken(), bus=EventBus(), done=loop.create_future())
+            if run.cancel_requested:
+                active.token.cancel("cancelled")  # a handle for a cancel-requested run
+            self._active[run.run_id] = active
+            active.task = self._spawn(self._drive(run.run_id, active, resumed=resumed))
+        return RunHandle(self, run.run_id, run.thread_id, active.bus, active.done)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """The one place tasks are created; the runtime owns and awaits them on close."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _drive(self, run_id: str, active: _Active, *, resumed: bool) -> None:
+        try:
+            async with self._slots:
+                result = await self._advance(run_id, active, resumed=resumed)
+            if not active.done.done():
+                active.done.set_result(result)
+        except BaseException as exc:
+            if not active.done.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    active.done.cancel()
+                else:
+                    active.done.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                raise
+        finally:
+            active.bus.close()
+            if self._active.get(run_id) is active:
+                del self._active[run_id]
+
+    async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
+        """Lease the run, load its checkpoint, run the loop, apply the exit."""
+        run = await self.store.get_run(run_id)
+        agent = self._agent(run.agent_name)
+        owner = self._owner or _owner()
+        fence = await self.store.acquire_lease(
+            run_id,
+            owner,
+            ttl_s=self._lease_ttl_s,
+            now=time.time(),
+            force=_owner_gone(run.lease_owner),
+        )
+        try:
+            run = await self.store.set_run_status(run_id, "running", fence=fence)
+            await self.store.unseal_inputs(run_id)
+            family = self._families.get(run.family_id)
+            active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
+            loaded = await self._load_state(run, family, fence)
+            if not isinstance(loaded, LoopExecutionState):
+                return await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
+            state = loaded
+            ctx = RunContext(
+                run_id=run_id,
+                thread_id=run.thread_id,
+                scope=run.scope,
+                fence=fence,
+                store=self.store,
+                hooks=self._dispatcher,
+                bus=active.bus,
+                token=active.token,
+                family_digest=family.identity.digest,
+                poisoned=set(state.host_state.get("poisoned_hooks", ())),
+            )
+            host = RunHost(
+                run_id=run_id,
+                token=active.token,
+                prompt=StorePrompt(ctx, agent.instructions),
+                model=StreamingModel(ctx, [self._model(agent)], self._prices),
+                capabilities=ToolPort(ctx, list(agent.tools)),
+                transcript=StoreTranscript(ctx),
+                checkpoints=StoreCheckpoints(ctx),
+                inputs=StoreInputs(ctx),
+                events=BusEvents(ctx),
+            )
+            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit)
+            async with self._heartbeat(run_id, fence):
+                try:
+                    exit_, _ = await run_loop(host, family, state, config)
+                except LeaseLost:
+                    raise
+                except Exception as exc:  # a bug below the loop: recorded, never a crash
+                    log.exception("run %s: unexpected error in the loop", run_id)
+                    exit_ = Failed(
+                        kind="driver_bug",
+                        safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
+                    )
+            return await self._applier.apply(run, exit_, fence=fence, bus=active.bus)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.store.release_lease(run_id, fence))
+
+    async def _load_state(
+        self, run: RunRecord, family: LoopFamily, fence: int
+    ) -> LoopExecutionState | LoopExit:
+        """The state to continue from, or the exit a resume must end with."""
+        import json
+
+        cp = await self.store.load_checkpoint(run.run_id)
+        if cp is None:
+            items = await self.store.thread_items(run.thread_id)
+            seq = max((i.seq for i in items if i.run_id == run.run_id), default=0)
+            if seq == 0:
+                seq = items[-1].seq if items else 0
+            return LoopExecutionState(transcript_seq=seq)
+        try:
+            payload = json.loads(cp.payload)
+            schema_id = payload["schema_id"]
+            digest = payload["family_digest"]
+            raw_state = payload["state"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
+        if schema_id != STATE_SCHEMA_ID:
+            return Failed(
+                kind="checkpoint_unavailable",
+                safe_summary=f"checkpoint schema {schema_id!r} is not supported by this version",
+            )
+        if digest != family.identity.digest:
+            return Failed(
+                kind="checkpoint_unavailable",
+                safe_summary=f"loop family {family.id!r} changed since the checkpoint was taken",
+            )
+        try:
+            state = state_from_dict(raw_state)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
+        # Rows a crashed segment wrote past its last checkpoint are not replayed.
+        await self.store.supersede_items_after(run.thread_id, run.run_id, state.transcript_seq)
+        if cp.kind == "Final":
+            if state.assistant_refs:
+                return Completed(
+                    kind="graceful_summary" if state.graceful_stop else "reply",
+                    reply_refs=state.assistant_refs,
+                    usage=state.budget.usage(),
+                    reason=state.graceful_stop,
+                )
+            return Cancelled(usage=state.budget.usage())
+        return state
+
+    @contextlib.asynccontextmanager
+    async def _heartbeat(self, run_id: str, fence: int) -> Any:
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(self._lease_ttl_s / 3)
+                await self.store.renew_lease(
+                    run_id, fence, ttl_s=self._lease_ttl_s, now=time.time()
+                )
+
+        task = asyncio.get_running_loop().create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # ------------------------------------------------------------------------------ inputs
+    async def send_input(
+        self, run_id: str, kind: InputKind, text: str, *, input_id: str | None = None
+    ) -> str:
+        """Queue a steering or follow-up message; typed error if the run has ended."""
+        run = await self.store.get_run(run_id)
+        if run.status in TERMINAL_STATUSES:
+            raise RunEndedError(f"run {run_id} has ended ({run.status}); start a new turn")
+        input_id = input_id or new_id("in")
+        await self.store.enqueue_input(run_id, kind, {"text": text}, input_id=input_id)
+        return input_id
+
+    async def request_graceful_stop(self, run_id: str, reason: GracefulStopReason) -> None:
+        """Ask a run to finish through the finalizer (one-shot)."""
+        if reason not in ("no_progress", "max_iterations", "host"):
+            raise UsageError("graceful stop reason must be no_progress, max_iterations or host")
+        run = await self.store.get_run(run_id)
+        if run.status in TERMINAL_STATUSES:
+            raise RunEndedError(f"run {run_id} has ended ({run.status})")
+        await self.store.enqueue_input(
+            run_id, "graceful_stop", {"reason": reason}, input_id=new_id("stop")
+        )
+
+    async def cancel(self, run_id: str, *, reason: str = "cancelled") -> RunResult | None:
+        """Cancel a run: durable request, in-process token, and a clean ``Cancelled`` exit."""
+        run = await self.store.request_cancel(run_id)
+        if run.status in TERMINAL_STATUSES:
+            return None
+        active = self._active.get(run_id)
+        if active is not None:
+            active.token.cancel(reason)
+            with contextlib.suppress(RunEndedError):
+                await self.store.enqueue_input(
+                    run_id, "cancel", {"reason": reason}, input_id=new_id("cancel")
+                )
+            return None
+        # Not running here (blocked, or queued elsewhere): end it now under a lease.
+        fence = await self.store.acquire_lease(
+            run_id,
+            self._owner or _owner(),
+            ttl_s=self._lease_ttl_s,
+            now=time.time(),
+            force=_owner_gone(run.lease_owner),
+        )
+        try:
+            return await self._applier.apply(run, Cancelled(reason=reason), fence=fence)
+        finally:
+            await self.store.release_lease(run_id, fence)
+
+    # ------------------------------------------------------------------------------ gates
+    async def approve(self, ref: str) -> RunResult:
+        """Approve a pending gate once and resume its run until it next ends or blocks."""
+        return await self._resolve(ref, "approved", None)
+
+    async def deny(self, ref: str, *, reason: str = "denied") -> RunResult:
+        """Deny a pending gate once; the model is told and the run continues."""
+        return await self._resolve(ref, "denied", reason)
+
+    async def _resolve(
+        self, ref: str, status: Literal["approved", "denied"], reason: str | None
+    ) -> RunResult:
+        gate = await self.store.get_gate(ref)
+        run = await self.store.get_run(gate.run_id)
+        self._agent(run.agent_name)  # unknown agent: typed error before anything changes
+        await self.store.resolve_gate(ref, status, reason=reason, now=time.time())
+        with contextlib.suppress(RunEndedError):
+            await self.store.enqueue_input(
+                run.run_id, "gate_resolved", {"gate": ref, "status": status}, input_id=f"g:{ref}"
+            )
+        return await self.resume(run.run_id)
+
+    # ------------------------------------------------------------------------------ resume
+    async def resume(self, run_id: str) -> RunResult:
+        """Continue a run from its last checkpoint (after a crash, or after a gate)."""
+        self._require_open()
+        run = await self.store.get_run(run_id)
+        self._agent(run.agent_name)
+        if run.status in TERMINAL_STATUSES:
+            return await self._applier.result_of(run)
+        active = self._active.get(run_id)
+        if active is not None:
+            return await asyncio.shield(active.done)
+        if run.lease_owner and run.lease_expires_at and run.lease_expires_at > time.time():
+            if not _owner_gone(run.lease_owner) and run.lease_owner != self._owner:
+                from reverie.errors import RunBusy
+
+                raise RunBusy(f"run {run_id} is leased by a live worker")
+        handle = self._launch(run, resumed=True)
+        return await handle.result()
+
+    async def recover(self) -> list[RunResult]:
+        """Resume every run whose worker died (lease expired or owner gone)."""
+        self._require_open()
+        results: list[RunResult] = []
+        now = time.time()
+        candidates = await self.store.expired_leases(now)
+        running = await self.store.list_runs(statuses=["running"], limit=10_000)
+        seen = {r.run_id for r in candidates}
+        candidates += [r for r in running if r.run_id not in seen and _owner_gone(r.lease_owner)]
+        for run in candidates:
+            if run.run_id in self._active or run.agent_name not in self._agents:
+                continue
+            try:
+                results.append(await self.resume(run.run_id))
+            except Exception:
+                log.exception("recover: run %s could not be resumed", run.run_id)
+        return results
+
+    async def get_result(self, run_id: str) -> RunResult:
+        """The stored result of a run that ended or blocked."""
+        return await self._applier.result_of(await self.store.get_run(run_id))
+
+    def _require_open(self) -> None:
+        if not self._opened:
+            raise UsageError("the runtime is not open: use `async with Runtime.open(...)`")
+
+
+class _Opener:
+    """What :meth:`Runtime.open` returns: an async context manager, or awaitable."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    async def __aenter__(self) -> Runtime:
+        return await self._runtime.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._runtime.__aexit__(exc_type, exc, tb)
+
+    def __await__(self) -> Generator[Any, None, Runtime]:
+        return self._runtime.__aenter__().__await__()
+
+
+__all__ = ["Runtime"]

@@ -1,0 +1,117 @@
+"""Durable state of runs: the ``Store`` protocol, its records and its backends (DESIGN §15).
+
+Pick a backend by URL with :func:`open_store`:
+
+========================================  ==================================================
+URL                                       backend
+========================================  ==================================================
+``":memory:"``                            :class:`MemoryStore` (tests; lost on exit)
+``"sqlite:///relative/path.db"``          :class:`SQLiteStore` on ``relative/path.db``
+``"sqlite:////absolute/path.db"``         :class:`SQLiteStore` on ``/absolute/path.db``
+``"path/to/file.db"`` (ends in ``.db``)   :class:`SQLiteStore` on that path
+``"postgresql://…"``                      not in this build (:class:`ConfigError`)
+========================================  ==================================================
+
+A ``sqlite:`` URL may carry ``?synchronous=FULL`` (or ``OFF``/``NORMAL``/``EXTRA``). The
+returned store is not open yet: ``await store.open()`` (or ``async with`` a
+:class:`SQLiteStore`) and ``await store.close()`` when done.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from reverie.errors import ConfigError
+from reverie.store.base import (
+    CHECKPOINT_KINDS,
+    TERMINAL_STATUSES,
+    USER_INPUT_KINDS,
+    CheckpointKind,
+    CheckpointRecord,
+    GateRecord,
+    GateStatus,
+    InputKind,
+    InputRecord,
+    JournalEntry,
+    NewItem,
+    RunRecord,
+    RunStatus,
+    Store,
+    ThreadRecord,
+    TranscriptItem,
+)
+from reverie.store.memory import MemoryStore
+from reverie.store.sqlite import SQLiteStore
+
+__all__ = [
+    "CHECKPOINT_KINDS",
+    "TERMINAL_STATUSES",
+    "USER_INPUT_KINDS",
+    "CheckpointKind",
+    "CheckpointRecord",
+    "GateRecord",
+    "GateStatus",
+    "InputKind",
+    "InputRecord",
+    "JournalEntry",
+    "MemoryStore",
+    "NewItem",
+    "RunRecord",
+    "RunStatus",
+    "SQLiteStore",
+    "Store",
+    "ThreadRecord",
+    "TranscriptItem",
+    "default_store_url",
+    "open_store",
+]
+
+_SQLITE_PREFIX = "sqlite:///"
+_ACCEPTED = (
+    "':memory:', 'sqlite:///relative/path.db', 'sqlite:////absolute/path.db' "
+    "or a file path ending in '.db'"
+)
+
+
+def default_store_url() -> str:
+    """The embedded default: ``sqlite:///$REVERIE_HOME/reverie.db``.
+
+    ``REVERIE_HOME`` defaults to ``~/.reverie``; the directory is created when the store opens.
+    """
+    home = os.environ.get("REVERIE_HOME") or "~/.reverie"
+    return _SQLITE_PREFIX + str(Path(home).expanduser() / "reverie.db")
+
+
+def open_store(url: str) -> Store:
+    """The store a URL names (not opened yet: call ``await store.open()``).
+
+    Args:
+        url: ``":memory:"``, ``"sqlite:///path.db"`` (three slashes then the path, so an
+            absolute path has four), optionally with ``?synchronous=MODE``, a bare path ending
+            in ``.db``, or ``"postgresql://..."``.
+
+    Raises:
+        ConfigError: The URL names PostgreSQL (not available in this build) or is not one of
+            the accepted forms; the message lists them.
+    """
+    url = url.strip()
+    if url == ":memory:":
+        return MemoryStore()
+    if url.startswith(("postgresql:", "postgres:", "postgresql+")):
+        raise ConfigError(
+            f"PostgreSQL support is not installed in this build of reverie; use {_ACCEPTED} instead"
+        )
+    if url.startswith(_SQLITE_PREFIX):
+        path, _, query = url[len(_SQLITE_PREFIX) :].partition("?")
+        options = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
+        synchronous = options.pop("synchronous", "NORMAL")
+        if not path or options:
+            raise ConfigError(
+                f"store URL {url!r} needs a path and accepts only the 'synchronous' option"
+            )
+        return SQLiteStore(path, synchronous=synchronous)
+    if "://" not in url and url.endswith(".db"):
+        return SQLiteStore(url)
+    raise ConfigError(f"store URL {url!r} is not supported; use {_ACCEPTED}")

@@ -1,0 +1,290 @@
+"""The ``Store`` protocol and the records it holds (DESIGN §6, §7, §8, §15).
+
+Every backend (in-memory, SQLite, PostgreSQL) implements this protocol and passes the
+conformance suite in ``tests/conformance``. The protocol is deliberately narrow: rows are
+appended or updated whole, and every write a run worker makes carries the run's fencing token
+(``fence``) so a worker that lost its lease cannot write (:class:`reverie.errors.LeaseLost`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from reverie.core.scope import Scope
+from reverie.core.transcript import (
+    USER_INPUT_KINDS,
+    InputKind,
+    InputRecord,
+    NewItem,
+    TranscriptItem,
+)
+
+__all__ = [
+    "CHECKPOINT_KINDS",
+    "TERMINAL_STATUSES",
+    "USER_INPUT_KINDS",
+    "CheckpointKind",
+    "CheckpointRecord",
+    "GateRecord",
+    "GateStatus",
+    "InputKind",
+    "InputRecord",
+    "JournalEntry",
+    "NewItem",
+    "RunRecord",
+    "RunStatus",
+    "Store",
+    "ThreadRecord",
+    "TranscriptItem",
+]
+
+RunStatus = Literal["queued", "running", "completed", "blocked", "failed", "cancelled"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+CheckpointKind = Literal["BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final"]
+CHECKPOINT_KINDS: tuple[str, ...] = ("BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final")
+GateStatus = Literal["pending", "approved", "denied"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadRecord:
+    """A conversation owned by a scope."""
+
+    thread_id: str
+    scope: Scope
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """A run row."""
+
+    run_id: str
+    thread_id: str
+    scope: Scope
+    agent_name: str
+    profile: str = "interactive"
+    family_id: str = "default"
+    status: RunStatus = "queued"
+    exit: Mapping[str, Any] | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    fence: int = 0
+    cancel_requested: bool = False
+    idempotency_key: str | None = None
+    has_actor: bool = True
+    """False for runs no human started (they never fire ``after_turn``)."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRecord:
+    """The latest checkpoint of a run."""
+
+    run_id: str
+    kind: CheckpointKind
+    payload: bytes
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalEntry:
+    """Side-effect journal row for one tool call."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    state: Literal["started", "finished"]
+    outcome: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateRecord:
+    """A gate: pending until approved or denied, exactly once."""
+
+    ref: str
+    run_id: str
+    call_id: str
+    tool: str
+    arguments: Mapping[str, Any]
+    """Sanitised arguments (secrets redacted) for the person deciding."""
+    kind: Literal["approval", "auth", "resource"] = "approval"
+    status: GateStatus = "pending"
+    reason: str | None = None
+    scope: Scope
+    created_at: float
+    resolved_at: float | None = None
+
+
+class Store(Protocol):
+    """Durable state of runs. All methods are async and never block the event loop."""
+
+    async def open(self) -> None:
+        """Connect and migrate the schema."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    # threads and transcript
+    async def create_thread(self, thread_id: str, scope: Scope) -> ThreadRecord:
+        """Create a thread owned by ``scope``."""
+        ...
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord:
+        """The thread, or :class:`NotFoundError`."""
+        ...
+
+    async def append_items(
+        self, thread_id: str, run_id: str | None, items: Sequence[NewItem], *, fence: int | None
+    ) -> list[TranscriptItem]:
+        """Append rows (with fence checked against ``run_id`` when given)."""
+        ...
+
+    async def get_items(self, refs: Sequence[str]) -> list[TranscriptItem]:
+        """Rows by ref, in the order asked."""
+        ...
+
+    async def thread_items(
+        self, thread_id: str, *, upto_seq: int | None = None, last: int | None = None
+    ) -> list[TranscriptItem]:
+        """Non-superseded rows of a thread in ``seq`` order, optionally up to a seq / last N."""
+        ...
+
+    async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:
+        """Mark rows of ``run_id`` with ``seq`` greater than the given one superseded."""
+        ...
+
+    # runs and leases
+    async def create_run(self, run: RunRecord) -> RunRecord:
+        """Insert a run; if its idempotency key exists, return that run instead."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """The run, or :class:`NotFoundError`."""
+        ...
+
+    async def list_runs(
+        self, *, scope: Scope | None = None, statuses: Sequence[str] | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Newest first."""
+        ...
+
+    async def set_run_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        fence: int | None,
+        exit: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        """Set the status (and exit payload); checked against the fence when given."""
+        ...
+
+    async def request_cancel(self, run_id: str) -> RunRecord:
+        """Record a durable cancel request."""
+        ...
+
+    async def acquire_lease(
+        self, run_id: str, owner: str, *, ttl_s: float, now: float, force: bool = False
+    ) -> int:
+        """Take the run's lease and return a new fencing token.
+
+        Raises :class:`RunBusy` when another owner holds an unexpired lease and not ``force``.
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, fence: int, *, ttl_s: float, now: float) -> None:
+        """Extend the lease; :class:`LeaseLost` if ``fence`` is stale."""
+        ...
+
+    async def release_lease(self, run_id: str, fence: int) -> None:
+        """Drop the lease if ``fence`` is still current (no error otherwise)."""
+        ...
+
+    async def expired_leases(self, now: float) -> list[RunRecord]:
+        """Runs in ``running`` or ``queued`` whose lease has expired or was never taken."""
+        ...
+
+    # checkpoints
+    async def save_checkpoint(
+        self, run_id: str, kind: CheckpointKind, payload: bytes, *, fence: int
+    ) -> None:
+        """Replace the run's latest checkpoint."""
+        ...
+
+    async def load_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        """The latest checkpoint, or ``None``."""
+        ...
+
+    # side-effect journal
+    async def journal_started(self, run_id: str, call_id: str, tool: str, *, fence: int) -> None:
+        """Record that a call started (idempotent)."""
+        ...
+
+    async def journal_finished(
+        self, run_id: str, call_id: str, outcome: Mapping[str, Any], *, fence: int
+    ) -> None:
+        """Record a call's outcome."""
+        ...
+
+    async def journal_get(self, run_id: str, call_ids: Sequence[str]) -> dict[str, JournalEntry]:
+        """Journal rows for the given calls."""
+        ...
+
+    # inputs
+    async def enqueue_input(
+        self, run_id: str, kind: InputKind, payload: Mapping[str, Any], *, input_id: str
+    ) -> InputRecord:
+        """Append an input; the same ``input_id`` returns the existing row (dedupe)."""
+        ...
+
+    async def poll_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
+        """Inputs with cursor greater than ``after_cursor``, in order."""
+        ...
+
+    async def seal_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
+        """Close the queue unless inputs past the cursor are waiting (then return them, unsealed).
+
+        Atomic with :meth:`enqueue_input`: an input is either returned here (and delivered) or
+        refused with :class:`reverie.errors.RunEndedError` once the queue is sealed. Re-opened by
+        :meth:`unseal_inputs` when a blocked run resumes or a new turn starts.
+        """
+        ...
+
+    async def unseal_inputs(self, run_id: str) -> None:
+        """Accept inputs again."""
+        ...
+
+    async def ack_inputs(self, run_id: str, upto_cursor: int, *, fence: int) -> None:
+        """Mark inputs up to the cursor delivered."""
+        ...
+
+    # gates
+    async def create_gate(self, gate: GateRecord, *, fence: int) -> GateRecord:
+        """Insert a pending gate (same run + call returns the existing one)."""
+        ...
+
+    async def get_gate(self, ref: str) -> GateRecord:
+        """The gate, or :class:`NotFoundError`."""
+        ...
+
+    async def gate_for_call(self, run_id: str, call_id: str) -> GateRecord | None:
+        """The gate opened for a call, if any."""
+        ...
+
+    async def resolve_gate(
+        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+    ) -> GateRecord:
+        """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
+        ...
+
+    async def list_gates(
+        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+    ) -> list[GateRecord]:
+        """Gates, newest first."""
+        ...

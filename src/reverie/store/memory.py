@@ -1,0 +1,350 @@
+"""An in-memory ``Store``: the reference implementation, and the backend for ``:memory:``.
+
+It passes the same conformance suite as the durable backends, so tests that run on it say
+something true about the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from reverie.core.ids import new_id
+from reverie.core.scope import Scope
+from reverie.errors import (
+    ConflictError,
+    GateResolvedError,
+    LeaseLost,
+    NotFoundError,
+    RunBusy,
+    RunEndedError,
+)
+from reverie.store.base import (
+    CheckpointKind,
+    CheckpointRecord,
+    GateRecord,
+    GateStatus,
+    InputKind,
+    InputRecord,
+    JournalEntry,
+    NewItem,
+    RunRecord,
+    RunStatus,
+    ThreadRecord,
+    TranscriptItem,
+)
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+class MemoryStore:
+    """Dict-backed store. Not shared between processes; everything is lost on exit."""
+
+    def __init__(self) -> None:
+        self._threads: dict[str, ThreadRecord] = {}
+        self._items: dict[str, TranscriptItem] = {}
+        self._thread_items: dict[str, list[str]] = {}
+        self._runs: dict[str, RunRecord] = {}
+        self._idem: dict[str, str] = {}
+        self._checkpoints: dict[str, CheckpointRecord] = {}
+        self._journal: dict[tuple[str, str], JournalEntry] = {}
+        self._inputs: dict[str, list[InputRecord]] = {}
+        self._input_ids: dict[tuple[str, str], InputRecord] = {}
+        self._gates: dict[str, GateRecord] = {}
+        self._sealed: set[str] = set()
+
+    async def open(self) -> None:
+        """Nothing to connect."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    # threads and transcript -------------------------------------------------------------
+    async def create_thread(self, thread_id: str, scope: Scope) -> ThreadRecord:
+        rec = ThreadRecord(thread_id=thread_id, scope=scope, created_at=_now())
+        self._threads.setdefault(thread_id, rec)
+        self._thread_items.setdefault(thread_id, [])
+        return self._threads[thread_id]
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord:
+        try:
+            return self._threads[thread_id]
+        except KeyError:
+            raise NotFoundError(f"thread {thread_id} not found") from None
+
+    def _check_fence(self, run_id: str | None, fence: int | None) -> None:
+        if run_id is None or fence is None:
+            return
+        run = self._runs.get(run_id)
+        if run is None:
+            raise NotFoundError(f"run {run_id} not found")
+        if run.fence != fence:
+            raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {run.fence})")
+
+    async def append_items(
+        self, thread_id: str, run_id: str | None, items: Sequence[NewItem], *, fence: int | None
+    ) -> list[TranscriptItem]:
+        await self.get_thread(thread_id)
+        self._check_fence(run_id, fence)
+        refs = self._thread_items[thread_id]
+        out: list[TranscriptItem] = []
+        for item in items:
+            seq = len(refs) + 1
+            rec = TranscriptItem(
+                ref=new_id("itm"),
+                seq=seq,
+                thread_id=thread_id,
+                run_id=run_id,
+                role=item.role,
+                content=item.content,
+                tool_calls=item.tool_calls,
+                tool_call_id=item.tool_call_id,
+                name=item.name,
+                input_id=item.input_id,
+                meta=dict(item.meta),
+            )
+            self._items[rec.ref] = rec
+            refs.append(rec.ref)
+            out.append(rec)
+        return out
+
+    async def get_items(self, refs: Sequence[str]) -> list[TranscriptItem]:
+        try:
+            return [self._items[r] for r in refs]
+        except KeyError as exc:
+            raise NotFoundError(f"transcript item {exc.args[0]} not found") from None
+
+    async def thread_items(
+        self, thread_id: str, *, upto_seq: int | None = None, last: int | None = None
+    ) -> list[TranscriptItem]:
+        await self.get_thread(thread_id)
+        rows = [self._items[r] for r in self._thread_items[thread_id]]
+        rows = [r for r in rows if not r.superseded and (upto_seq is None or r.seq <= upto_seq)]
+        if last is not None:
+            rows = rows[-last:] if last > 0 else []
+        return rows
+
+    async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:
+        count = 0
+        for ref in self._thread_items.get(thread_id, []):
+            row = self._items[ref]
+            if row.run_id == run_id and row.seq > seq and not row.superseded:
+                self._items[ref] = dataclasses.replace(row, superseded=True)
+                count += 1
+        return count
+
+    # runs and leases ----------------------------------------------------------------------
+    async def create_run(self, run: RunRecord) -> RunRecord:
+        if run.idempotency_key is not None and run.idempotency_key in self._idem:
+            return self._runs[self._idem[run.idempotency_key]]
+        if run.run_id in self._runs:
+            raise ConflictError(f"run {run.run_id} already exists")
+        now = _now()
+        rec = dataclasses.replace(run, created_at=now, updated_at=now)
+        self._runs[run.run_id] = rec
+        if run.idempotency_key is not None:
+            self._idem[run.idempotency_key] = run.run_id
+        self._inputs.setdefault(run.run_id, [])
+        return rec
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise NotFoundError(f"run {run_id} not found") from None
+
+    async def list_runs(
+        self, *, scope: Scope | None = None, statuses: Sequence[str] | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        rows = [
+            r
+            for r in self._runs.values()
+            if (scope is None or (r.scope.tenant, r.scope.user) == (scope.tenant, scope.user))
+            and (statuses is None or r.status in statuses)
+        ]
+        rows.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return rows[:limit]
+
+    async def set_run_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        fence: int | None,
+        exit: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        run = await self.get_run(run_id)
+        self._check_fence(run_id, fence)
+        rec = dataclasses.replace(
+            run,
+            status=status,
+            exit=dict(exit) if exit is not None else run.exit,
+            updated_at=_now(),
+        )
+        self._runs[run_id] = rec
+        return rec
+
+    async def request_cancel(self, run_id: str) -> RunRecord:
+        run = await self.get_run(run_id)
+        rec = dataclasses.replace(run, cancel_requested=True, updated_at=_now())
+        self._runs[run_id] = rec
+        return rec
+
+    async def acquire_lease(
+        self, run_id: str, owner: str, *, ttl_s: float, now: float, force: bool = False
+    ) -> int:
+        run = await self.get_run(run_id)
+        held = (
+            run.lease_owner is not None
+            and run.lease_owner != owner
+            and run.lease_expires_at is not None
+            and run.lease_expires_at > now
+        )
+        if held and not force:
+            raise RunBusy(f"run {run_id} is leased by a live worker")
+        fence = run.fence + 1
+        self._runs[run_id] = dataclasses.replace(
+            run, lease_owner=owner, lease_expires_at=now + ttl_s, fence=fence
+        )
+        return fence
+
+    async def renew_lease(self, run_id: str, fence: int, *, ttl_s: float, now: float) -> None:
+        self._check_fence(run_id, fence)
+        run = self._runs[run_id]
+        self._runs[run_id] = dataclasses.replace(run, lease_expires_at=now + ttl_s)
+
+    async def release_lease(self, run_id: str, fence: int) -> None:
+        run = self._runs.get(run_id)
+        if run is not None and run.fence == fence:
+            self._runs[run_id] = dataclasses.replace(run, lease_owner=None, lease_expires_at=None)
+
+    async def expired_leases(self, now: float) -> list[RunRecord]:
+        return [
+            r
+            for r in self._runs.values()
+            if r.status in ("running", "queued")
+            and (r.lease_expires_at is None or r.lease_expires_at <= now)
+        ]
+
+    # checkpoints --------------------------------------------------------------------------
+    async def save_checkpoint(
+        self, run_id: str, kind: CheckpointKind, payload: bytes, *, fence: int
+    ) -> None:
+        self._check_fence(run_id, fence)
+        self._checkpoints[run_id] = CheckpointRecord(
+            run_id=run_id, kind=kind, payload=bytes(payload), created_at=_now()
+        )
+
+    async def load_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        return self._checkpoints.get(run_id)
+
+    # journal ------------------------------------------------------------------------------
+    async def journal_started(self, run_id: str, call_id: str, tool: str, *, fence: int) -> None:
+        self._check_fence(run_id, fence)
+        self._journal.setdefault(
+            (run_id, call_id),
+            JournalEntry(run_id=run_id, call_id=call_id, tool=tool, state="started"),
+        )
+
+    async def journal_finished(
+        self, run_id: str, call_id: str, outcome: Mapping[str, Any], *, fence: int
+    ) -> None:
+        self._check_fence(run_id, fence)
+        prior = self._journal.get((run_id, call_id))
+        tool = prior.tool if prior else ""
+        self._journal[(run_id, call_id)] = JournalEntry(
+            run_id=run_id, call_id=call_id, tool=tool, state="finished", outcome=dict(outcome)
+        )
+
+    async def journal_get(self, run_id: str, call_ids: Sequence[str]) -> dict[str, JournalEntry]:
+        return {c: self._journal[(run_id, c)] for c in call_ids if (run_id, c) in self._journal}
+
+    # inputs -------------------------------------------------------------------------------
+    async def enqueue_input(
+        self, run_id: str, kind: InputKind, payload: Mapping[str, Any], *, input_id: str
+    ) -> InputRecord:
+        await self.get_run(run_id)
+        existing = self._input_ids.get((run_id, input_id))
+        if existing is not None:
+            return existing
+        if run_id in self._sealed:
+            raise RunEndedError(f"run {run_id} has ended and accepts no more inputs")
+        queue = self._inputs.setdefault(run_id, [])
+        rec = InputRecord(
+            run_id=run_id,
+            cursor=len(queue) + 1,
+            input_id=input_id,
+            kind=kind,
+            payload=dict(payload),
+        )
+        queue.append(rec)
+        self._input_ids[(run_id, input_id)] = rec
+        return rec
+
+    async def poll_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
+        return [r for r in self._inputs.get(run_id, []) if r.cursor > after_cursor]
+
+    async def seal_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
+        await self.get_run(run_id)
+        waiting = [r for r in self._inputs.get(run_id, []) if r.cursor > after_cursor]
+        if not waiting:
+            self._sealed.add(run_id)
+        return waiting
+
+    async def unseal_inputs(self, run_id: str) -> None:
+        self._sealed.discard(run_id)
+
+    async def ack_inputs(self, run_id: str, upto_cursor: int, *, fence: int) -> None:
+        self._check_fence(run_id, fence)
+        queue = self._inputs.get(run_id, [])
+        for i, rec in enumerate(queue):
+            if rec.cursor <= upto_cursor and not rec.acked:
+                queue[i] = dataclasses.replace(rec, acked=True)
+
+    # gates --------------------------------------------------------------------------------
+    async def create_gate(self, gate: GateRecord, *, fence: int) -> GateRecord:
+        self._check_fence(gate.run_id, fence)
+        existing = await self.gate_for_call(gate.run_id, gate.call_id)
+        if existing is not None:
+            return existing
+        self._gates[gate.ref] = gate
+        return gate
+
+    async def get_gate(self, ref: str) -> GateRecord:
+        try:
+            return self._gates[ref]
+        except KeyError:
+            raise NotFoundError(f"gate {ref} not found") from None
+
+    async def gate_for_call(self, run_id: str, call_id: str) -> GateRecord | None:
+        for g in self._gates.values():
+            if g.run_id == run_id and g.call_id == call_id:
+                return g
+        return None
+
+    async def resolve_gate(
+        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+    ) -> GateRecord:
+        gate = await self.get_gate(ref)
+        if gate.status != "pending":
+            raise GateResolvedError(f"gate {ref} is already {gate.status}")
+        rec = dataclasses.replace(gate, status=status, reason=reason, resolved_at=now)
+        self._gates[ref] = rec
+        return rec
+
+    async def list_gates(
+        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+    ) -> list[GateRecord]:
+        rows = [
+            g
+            for g in self._gates.values()
+            if (scope is None or (g.scope.tenant, g.scope.user) == (scope.tenant, scope.user))
+            and (status is None or g.status == status)
+        ]
+        rows.sort(key=lambda g: (g.created_at, g.ref), reverse=True)
+        return rows

@@ -1,0 +1,448 @@
+"""The SQLite schema of :class:`reverie.store.sqlite.SQLiteStore`, as ordered migrations.
+
+The database records every migration it has applied in ``schema_version``. ``open()`` applies
+the missing ones inside one ``BEGIN IMMEDIATE`` transaction, so two processes opening a fresh
+file at once cannot both migrate it, and a failed migration leaves the file as it was. A
+database whose recorded version is newer than :data:`SCHEMA_VERSION` was written by a newer
+reverie: it is refused rather than read with assumptions that may no longer hold.
+
+Rules for adding a migration: append a new :class:`Migration` with the next version; never edit
+one that has shipped. The row codecs at the end of this module map records to columns and rows
+back to records; keep them in step with the latest migration.
+
+Scope is stored as four columns (``scope_tenant``, ``scope_user``, ``scope_agent``,
+``scope_project``) rather than ``user``, which PostgreSQL reserves, so the PostgreSQL backend can
+keep the same column names. JSON columns hold ``json.dumps`` text, timestamps are REAL epoch
+seconds, flags are INTEGER 0/1 and checkpoint payloads are BLOBs.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiosqlite
+
+from reverie.core.messages import ToolCall
+from reverie.core.scope import Scope
+from reverie.errors import StoreError
+from reverie.store.base import (
+    CheckpointRecord,
+    GateRecord,
+    InputRecord,
+    JournalEntry,
+    RunRecord,
+    ThreadRecord,
+    TranscriptItem,
+)
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """One step of the schema."""
+
+    version: int
+    """Strictly increasing, starting at 1."""
+    name: str
+    """A short description, recorded next to the version."""
+    statements: tuple[str, ...]
+    """DDL run in order inside the migration transaction (one statement each)."""
+
+
+_V1 = Migration(
+    version=1,
+    name="initial schema",
+    statements=(
+        """
+        CREATE TABLE threads (
+            thread_id     TEXT PRIMARY KEY,
+            scope_tenant  TEXT NOT NULL,
+            scope_user    TEXT NOT NULL,
+            scope_agent   TEXT,
+            scope_project TEXT,
+            created_at    REAL NOT NULL
+        )
+        """,
+        # run_id is not a foreign key: a transcript row may name a run the store has not seen
+        # (the protocol only checks the run when a fence is given).
+        """
+        CREATE TABLE items (
+            ref          TEXT PRIMARY KEY,
+            thread_id    TEXT NOT NULL REFERENCES threads(thread_id),
+            seq          INTEGER NOT NULL,
+            run_id       TEXT,
+            role         TEXT NOT NULL,
+            content      TEXT NOT NULL,
+            tool_calls   TEXT NOT NULL,
+            tool_call_id TEXT,
+            name         TEXT,
+            input_id     TEXT,
+            meta         TEXT NOT NULL,
+            superseded   INTEGER NOT NULL DEFAULT 0,
+            created_at   REAL NOT NULL,
+            UNIQUE (thread_id, seq)
+        )
+        """,
+        "CREATE INDEX items_by_run ON items (run_id, seq)",
+        """
+        CREATE TABLE runs (
+            run_id           TEXT PRIMARY KEY,
+            thread_id        TEXT NOT NULL,
+            scope_tenant     TEXT NOT NULL,
+            scope_user       TEXT NOT NULL,
+            scope_agent      TEXT,
+            scope_project    TEXT,
+            agent_name       TEXT NOT NULL,
+            profile          TEXT NOT NULL,
+            family_id        TEXT NOT NULL,
+            status           TEXT NOT NULL,
+            exit             TEXT,
+            created_at       REAL NOT NULL,
+            updated_at       REAL NOT NULL,
+            lease_owner      TEXT,
+            lease_expires_at REAL,
+            fence            INTEGER NOT NULL DEFAULT 0,
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            idempotency_key  TEXT UNIQUE,
+            has_actor        INTEGER NOT NULL DEFAULT 1,
+            meta             TEXT NOT NULL,
+            inputs_sealed    INTEGER NOT NULL DEFAULT 0
+        )
+        """,
+        "CREATE INDEX runs_by_scope ON runs (scope_tenant, scope_user, created_at, run_id)",
+        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+        "CREATE INDEX runs_by_thread ON runs (thread_id)",
+        """
+        CREATE TABLE checkpoints (
+            run_id     TEXT PRIMARY KEY REFERENCES runs(run_id),
+            kind       TEXT NOT NULL,
+            payload    BLOB NOT NULL,
+            created_at REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE journal (
+            run_id     TEXT NOT NULL REFERENCES runs(run_id),
+            call_id    TEXT NOT NULL,
+            tool       TEXT NOT NULL,
+            state      TEXT NOT NULL,
+            outcome    TEXT,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (run_id, call_id)
+        )
+        """,
+        # The primary key (run_id, cursor) serves poll_inputs.
+        """
+        CREATE TABLE inputs (
+            run_id     TEXT NOT NULL REFERENCES runs(run_id),
+            cursor     INTEGER NOT NULL,
+            input_id   TEXT NOT NULL,
+            kind       TEXT NOT NULL,
+            payload    TEXT NOT NULL,
+            acked      INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (run_id, cursor),
+            UNIQUE (run_id, input_id)
+        )
+        """,
+        """
+        CREATE TABLE gates (
+            ref           TEXT PRIMARY KEY,
+            run_id        TEXT NOT NULL REFERENCES runs(run_id),
+            call_id       TEXT NOT NULL,
+            tool          TEXT NOT NULL,
+            arguments     TEXT NOT NULL,
+            kind          TEXT NOT NULL,
+            status        TEXT NOT NULL,
+            reason        TEXT,
+            scope_tenant  TEXT NOT NULL,
+            scope_user    TEXT NOT NULL,
+            scope_agent   TEXT,
+            scope_project TEXT,
+            created_at    REAL NOT NULL,
+            resolved_at   REAL,
+            UNIQUE (run_id, call_id)
+        )
+        """,
+        "CREATE INDEX gates_by_status ON gates (status, created_at, ref)",
+        "CREATE INDEX gates_by_scope ON gates (scope_tenant, scope_user, created_at, ref)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1,)
+"""Every migration, oldest first."""
+
+SCHEMA_VERSION: int = MIGRATIONS[-1].version
+"""The newest schema this build knows; a database recording a higher one is refused."""
+
+_CREATE_VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at REAL NOT NULL
+)
+"""
+
+
+async def migrate(db: aiosqlite.Connection, *, label: str) -> int:
+    """Bring the schema up to :data:`SCHEMA_VERSION` and return the version found before.
+
+    ``db`` must be in autocommit mode (``isolation_level=None``) with no open transaction; the
+    whole migration is one ``BEGIN IMMEDIATE`` transaction, rolled back on any error.
+
+    Args:
+        db: The writer connection.
+        label: Names the database in error messages (its path).
+
+    Raises:
+        StoreError: The database was created by a newer reverie (its schema version is above
+            :data:`SCHEMA_VERSION`).
+        sqlite3.Error: The file is not a usable database; the caller wraps it.
+    """
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        await db.execute(_CREATE_VERSION_TABLE)
+        rows = list(await db.execute_fetchall("SELECT MAX(version) FROM schema_version"))
+        found = int(rows[0][0] or 0)
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {label} has schema version {found}, newer than the newest this "
+                f"build of reverie supports ({SCHEMA_VERSION}); upgrade reverie to open it"
+            )
+        for migration in MIGRATIONS:
+            if migration.version <= found:
+                continue
+            for statement in migration.statements:
+                await db.execute(statement)
+            await db.execute(
+                "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, time.time()),
+            )
+        await db.execute("COMMIT")
+    except BaseException:
+        await db.rollback()
+        raise
+    return found
+
+
+# row codecs ---------------------------------------------------------------------------------
+Columns = dict[str, Any]
+"""Column name → value, ready for an INSERT."""
+
+
+def dumps(value: Any) -> str:
+    """JSON text for a JSON column; :class:`StoreError` (naming no data) if it cannot be."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"value is not JSON-serialisable ({type(exc).__name__})") from exc
+
+
+def _loads_opt(text: str | None) -> Any:
+    return json.loads(text) if text is not None else None
+
+
+def scope_columns(scope: Scope) -> Columns:
+    """The four scope columns."""
+    return {
+        "scope_tenant": scope.tenant,
+        "scope_user": scope.user,
+        "scope_agent": scope.agent,
+        "scope_project": scope.project,
+    }
+
+
+def row_scope(row: sqlite3.Row) -> Scope:
+    """The scope stored in a row's scope columns."""
+    return Scope(
+        tenant=row["scope_tenant"],
+        user=row["scope_user"],
+        agent=row["scope_agent"],
+        project=row["scope_project"],
+    )
+
+
+def thread_columns(rec: ThreadRecord) -> Columns:
+    """Columns of a ``threads`` row."""
+    return {"thread_id": rec.thread_id, **scope_columns(rec.scope), "created_at": rec.created_at}
+
+
+def row_thread(row: sqlite3.Row) -> ThreadRecord:
+    """A ``threads`` row as a record."""
+    return ThreadRecord(
+        thread_id=row["thread_id"], scope=row_scope(row), created_at=row["created_at"]
+    )
+
+
+def item_columns(rec: TranscriptItem, *, created_at: float) -> Columns:
+    """Columns of an ``items`` row."""
+    return {
+        "ref": rec.ref,
+        "thread_id": rec.thread_id,
+        "seq": rec.seq,
+        "run_id": rec.run_id,
+        "role": rec.role,
+        "content": rec.content,
+        "tool_calls": dumps([c.to_dict() for c in rec.tool_calls]),
+        "tool_call_id": rec.tool_call_id,
+        "name": rec.name,
+        "input_id": rec.input_id,
+        "meta": dumps(dict(rec.meta)),
+        "superseded": int(rec.superseded),
+        "created_at": created_at,
+    }
+
+
+def row_item(row: sqlite3.Row) -> TranscriptItem:
+    """An ``items`` row as a record."""
+    return TranscriptItem(
+        ref=row["ref"],
+        seq=row["seq"],
+        thread_id=row["thread_id"],
+        run_id=row["run_id"],
+        role=row["role"],
+        content=row["content"],
+        tool_calls=tuple(ToolCall.from_dict(c) for c in json.loads(row["tool_calls"])),
+        tool_call_id=row["tool_call_id"],
+        name=row["name"],
+        input_id=row["input_id"],
+        meta=json.loads(row["meta"]),
+        superseded=bool(row["superseded"]),
+    )
+
+
+def exit_column(exit: Mapping[str, Any] | None) -> str | None:
+    """The ``runs.exit`` column."""
+    return dumps(dict(exit)) if exit is not None else None
+
+
+def run_columns(rec: RunRecord) -> Columns:
+    """Columns of a ``runs`` row."""
+    return {
+        "run_id": rec.run_id,
+        "thread_id": rec.thread_id,
+        **scope_columns(rec.scope),
+        "agent_name": rec.agent_name,
+        "profile": rec.profile,
+        "family_id": rec.family_id,
+        "status": rec.status,
+        "exit": exit_column(rec.exit),
+        "created_at": rec.created_at,
+        "updated_at": rec.updated_at,
+        "lease_owner": rec.lease_owner,
+        "lease_expires_at": rec.lease_expires_at,
+        "fence": rec.fence,
+        "cancel_requested": int(rec.cancel_requested),
+        "idempotency_key": rec.idempotency_key,
+        "has_actor": int(rec.has_actor),
+        "meta": dumps(dict(rec.meta)),
+    }
+
+
+def row_run(row: sqlite3.Row) -> RunRecord:
+    """A ``runs`` row as a record."""
+    return RunRecord(
+        run_id=row["run_id"],
+        thread_id=row["thread_id"],
+        scope=row_scope(row),
+        agent_name=row["agent_name"],
+        profile=row["profile"],
+        family_id=row["family_id"],
+        status=row["status"],
+        exit=_loads_opt(row["exit"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        fence=row["fence"],
+        cancel_requested=bool(row["cancel_requested"]),
+        idempotency_key=row["idempotency_key"],
+        has_actor=bool(row["has_actor"]),
+        meta=json.loads(row["meta"]),
+    )
+
+
+def row_checkpoint(row: sqlite3.Row) -> CheckpointRecord:
+    """A ``checkpoints`` row as a record (the payload stays opaque bytes)."""
+    return CheckpointRecord(
+        run_id=row["run_id"],
+        kind=row["kind"],
+        payload=bytes(row["payload"]),
+        created_at=row["created_at"],
+    )
+
+
+def row_journal(row: sqlite3.Row) -> JournalEntry:
+    """A ``journal`` row as a record."""
+    return JournalEntry(
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        tool=row["tool"],
+        state=row["state"],
+        outcome=_loads_opt(row["outcome"]),
+    )
+
+
+def input_columns(rec: InputRecord, *, created_at: float) -> Columns:
+    """Columns of an ``inputs`` row."""
+    return {
+        "run_id": rec.run_id,
+        "cursor": rec.cursor,
+        "input_id": rec.input_id,
+        "kind": rec.kind,
+        "payload": dumps(dict(rec.payload)),
+        "acked": int(rec.acked),
+        "created_at": created_at,
+    }
+
+
+def row_input(row: sqlite3.Row) -> InputRecord:
+    """An ``inputs`` row as a record."""
+    return InputRecord(
+        run_id=row["run_id"],
+        cursor=row["cursor"],
+        input_id=row["input_id"],
+        kind=row["kind"],
+        payload=json.loads(row["payload"]),
+        acked=bool(row["acked"]),
+    )
+
+
+def gate_columns(rec: GateRecord) -> Columns:
+    """Columns of a ``gates`` row."""
+    return {
+        "ref": rec.ref,
+        "run_id": rec.run_id,
+        "call_id": rec.call_id,
+        "tool": rec.tool,
+        "arguments": dumps(dict(rec.arguments)),
+        "kind": rec.kind,
+        "status": rec.status,
+        "reason": rec.reason,
+        **scope_columns(rec.scope),
+        "created_at": rec.created_at,
+        "resolved_at": rec.resolved_at,
+    }
+
+
+def row_gate(row: sqlite3.Row) -> GateRecord:
+    """A ``gates`` row as a record."""
+    return GateRecord(
+        ref=row["ref"],
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        tool=row["tool"],
+        arguments=json.loads(row["arguments"]),
+        kind=row["kind"],
+        status=row["status"],
+        reason=row["reason"],
+        scope=row_scope(row),
+        created_at=row["created_at"],
+        resolved_at=row["resolved_at"],
+    )

@@ -1,0 +1,35 @@
+"""Test doubles that are product code: script a model, then test your agent for real.
+
+``ScriptedModel`` answers in process; ``FakeOpenAIServer`` and ``FakeAnthropicServer`` are local
+HTTP servers speaking the providers' wire formats, so the official SDK paths run end to end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reverie.testing.scripted import ScriptedModel, call, calls, error, raw_call, reply
+
+__all__ = [
+    "FakeAnthropicServer",
+    "FakeOpenAIServer",
+    "ScriptedModel",
+    "call",
+    "calls",
+    "error",
+    "raw_call",
+    "reply",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The fake servers need the `serve` extra (starlette, uvicorn); import them lazily.
+    if name == "FakeOpenAIServer":
+        from reverie.testing.fake_openai import FakeOpenAIServer
+
+        return FakeOpenAIServer
+    if name == "FakeAnthropicServer":
+        from reverie.testing.fake_anthropic import FakeAnthropicServer
+
+        return FakeAnthropicServer
+    raise AttributeError(name)

@@ -1,0 +1,288 @@
+"""A real local HTTP server that speaks the Anthropic Messages wire format, for tests.
+
+The same idea and the same script steps as :mod:`reverie.testing.fake_openai` (``str``,
+``ModelResponse``, :class:`FakeReply`, :class:`FakeError`, :class:`FakeHang`,
+:class:`FakeMalformed`), answered on ``POST /v1/messages``, streaming or not::
+
+    async with FakeAnthropicServer(["Hello!"]) as srv:
+        model = AnthropicModel("claude-test", base_url=srv.base_url, api_key="sk-ant-test")
+
+Streams carry ``message_start``, ``content_block_start`` / ``content_block_delta``
+(``text_delta``, ``input_json_delta``) / ``content_block_stop``, ``message_delta`` with usage,
+and ``message_stop``. :class:`FakeError` answers with ``{"type": "error", "error": {...}}`` and
+its status; with ``mid_stream=True`` it starts a 200 stream and then sends an ``error`` event, as
+Anthropic does when it is overloaded after a stream has begun.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from reverie.errors import ModelError
+from reverie.testing.fake_openai import (
+    FakeError,
+    FakeHang,
+    FakeMalformed,
+    FakeModelServer,
+    FakeReply,
+    FakeStep,
+    as_error,
+    as_reply,
+    default_output_tokens,
+    estimate_input_tokens,
+    sse,
+)
+
+__all__ = ["FakeAnthropicServer"]
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+_ERROR_MESSAGES = {
+    400: "Invalid request.",
+    401: "invalid x-api-key: {api_key}",
+    403: "Your API key does not have permission to use the specified resource.",
+    404: "model: not found",
+    413: "Request exceeds the maximum allowed number of bytes.",
+    429: "Number of request tokens has exceeded your per-minute rate limit.",
+    529: "Overloaded",
+}
+
+
+class FakeAnthropicServer(FakeModelServer):
+    """A fake Anthropic API: ``POST /v1/messages`` and ``GET /v1/models``.
+
+    ``base_url`` is the server root (no ``/v1``), as the ``anthropic`` SDK expects.
+    """
+
+    async def __aenter__(self) -> FakeAnthropicServer:
+        await super().__aenter__()
+        return self
+
+    def __enter__(self) -> FakeAnthropicServer:
+        super().__enter__()
+        return self
+
+    def routes(self) -> list[Route]:
+        """Messages and the model list."""
+        return [
+            Route("/v1/messages", self._messages, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+        ]
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "data": [
+                    {
+                        "id": m,
+                        "type": "model",
+                        "display_name": m,
+                        "created_at": "2025-01-01T00:00:00Z",
+                    }
+                    for m in self.models
+                ],
+                "has_more": False,
+                "first_id": self.models[0] if self.models else None,
+                "last_id": self.models[-1] if self.models else None,
+            }
+        )
+
+    async def _messages(self, request: Request) -> Response:
+        api_key = request.headers.get("x-api-key", "")
+        body = await self.read_body(request)
+        if body is None:
+            return _error(FakeError(400, "The request body is not a JSON object."), api_key)
+        step = self.next_step(body, request.headers)
+        return await self._answer(step, body, api_key)
+
+    async def _answer(self, step: FakeStep, body: dict[str, Any], api_key: str) -> Response:
+        streaming = bool(body.get("stream"))
+        n = len(self.requests)
+        if isinstance(step, FakeHang):
+            await self.wait(step.seconds)
+            return await self._answer(step.then if step.then is not None else "", body, api_key)
+        if isinstance(step, ModelError):
+            step = as_error(step)
+        if isinstance(step, FakeError):
+            if step.mid_stream and streaming:
+                return StreamingResponse(
+                    _stream_error(step, body, n, api_key), media_type="text/event-stream"
+                )
+            return _error(step, api_key)
+        if isinstance(step, FakeMalformed):
+            if streaming:
+                events = [
+                    sse(_message_start(body, n, 1), "message_start"),
+                    sse(step.body, "content_block_delta"),
+                ]
+                return StreamingResponse(iter(events), media_type="text/event-stream")
+            return Response(step.body, media_type="application/json")
+        reply = as_reply(step)
+        if streaming:
+            return StreamingResponse(_events(reply, body, n), media_type="text/event-stream")
+        return JSONResponse(_message(reply, body, n))
+
+
+def _error_body(step: FakeError, api_key: str) -> dict[str, Any]:
+    message = step.message or _ERROR_MESSAGES.get(step.status, "Internal server error")
+    error_type = step.type or _ERROR_TYPES.get(step.status, "api_error")
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": message.replace("{api_key}", api_key)},
+    }
+
+
+def _error(step: FakeError, api_key: str) -> Response:
+    headers = {"request-id": "req_fake", **step.headers}
+    return JSONResponse(_error_body(step, api_key), status_code=step.status, headers=headers)
+
+
+def _stop_reason(reply: FakeReply) -> str:
+    return reply.finish_reason or ("tool_use" if reply.tool_calls else "end_turn")
+
+
+def _input_tokens(reply: FakeReply, body: Mapping[str, Any]) -> int:
+    return reply.input_tokens if reply.input_tokens is not None else estimate_input_tokens(body)
+
+
+def _output_tokens(reply: FakeReply) -> int:
+    return reply.output_tokens if reply.output_tokens is not None else default_output_tokens(reply)
+
+
+def _content(reply: FakeReply) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if reply.text:
+        blocks.append({"type": "text", "text": reply.text})
+    for i, call in enumerate(reply.tool_calls):
+        arguments = call.arguments if not isinstance(call.arguments, str) else {}
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.id or f"toolu_{i}",
+                "name": call.name,
+                "input": dict(arguments),
+            }
+        )
+    return blocks
+
+
+def _message_start(body: Mapping[str, Any], n: int, input_tokens: int) -> dict[str, Any]:
+    return {
+        "type": "message_start",
+        "message": {
+            "id": f"msg_fake_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": str(body.get("model", "fake-model")),
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        },
+    }
+
+
+def _message(reply: FakeReply, body: Mapping[str, Any], n: int) -> dict[str, Any]:
+    return {
+        "id": f"msg_fake_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": str(body.get("model", "fake-model")),
+        "content": _content(reply),
+        "stop_reason": _stop_reason(reply),
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": _input_tokens(reply, body),
+            "output_tokens": _output_tokens(reply),
+        },
+    }
+
+
+def _split(text: str, parts: int) -> list[str]:
+    size = max(1, -(-len(text) // parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _event_list(reply: FakeReply, body: Mapping[str, Any], n: int) -> Iterator[bytes]:
+    yield sse(_message_start(body, n, _input_tokens(reply, body)), "message_start")
+    index = 0
+    if reply.text:
+        yield sse(
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "text", "text": ""},
+            },
+            "content_block_start",
+        )
+        yield sse({"type": "ping"}, "ping")
+        for piece in reply.text_pieces():
+            yield sse(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": piece},
+                },
+                "content_block_delta",
+            )
+        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        index += 1
+    for i, call in enumerate(reply.tool_calls):
+        start = {"type": "tool_use", "id": call.id or f"toolu_{i}", "name": call.name, "input": {}}
+        yield sse(
+            {"type": "content_block_start", "index": index, "content_block": start},
+            "content_block_start",
+        )
+        for piece in _split(call.arguments_json(), 3):
+            yield sse(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece},
+                },
+                "content_block_delta",
+            )
+        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        index += 1
+    yield sse(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": _stop_reason(reply), "stop_sequence": None},
+            "usage": {"output_tokens": _output_tokens(reply)},
+        },
+        "message_delta",
+    )
+    yield sse({"type": "message_stop"}, "message_stop")
+
+
+async def _events(reply: FakeReply, body: Mapping[str, Any], n: int) -> AsyncIterator[bytes]:
+    for event in _event_list(reply, body, n):
+        yield event
+        await asyncio.sleep(0)
+
+
+async def _stream_error(
+    step: FakeError, body: Mapping[str, Any], n: int, api_key: str
+) -> AsyncIterator[bytes]:
+    events = list(_event_list(FakeReply(text=step.text), body, n))
+    # Everything up to (not including) the message_delta that would end the message normally.
+    for event in events[:-2]:
+        yield event
+        await asyncio.sleep(0)
+    yield sse(_error_body(step, api_key), "error")

@@ -1,0 +1,118 @@
+"""Runs: creation, idempotency, listing, status and cancel requests (DESIGN §6, §14)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.support import ANA, BOB, RunCtx, make_run
+from reverie.core.scope import Scope
+from reverie.errors import ConflictError, LeaseLost, NotFoundError
+from reverie.store import RunRecord, Store
+
+
+async def test_create_run_then_get_returns_every_field(store: Store) -> None:
+    scope = Scope(tenant="acme", user="ana", agent="helper", project="p1")
+    await store.create_thread("thr-1", scope)
+    created = await store.create_run(
+        RunRecord(
+            run_id="run-1",
+            thread_id="thr-1",
+            scope=scope,
+            agent_name="assistant",
+            profile="unbound",
+            family_id="plan",
+            has_actor=False,
+            idempotency_key="key-1",
+            meta={"origin": "cli", "tags": ["a"]},
+        )
+    )
+    got = await store.get_run("run-1")
+    assert got == created
+    assert got.scope == scope
+    assert (got.status, got.fence, got.lease_owner, got.exit) == ("queued", 0, None, None)
+    assert got.profile == "unbound" and got.family_id == "plan" and got.has_actor is False
+    assert got.meta == {"origin": "cli", "tags": ["a"]}
+    assert got.created_at > 0 and got.updated_at == got.created_at
+
+
+async def test_get_run_unknown_raises_not_found(store: Store) -> None:
+    with pytest.raises(NotFoundError):
+        await store.get_run("nope")
+
+
+async def test_create_run_with_an_existing_idempotency_key_returns_that_run(store: Store) -> None:
+    await store.create_thread("thr-1", ANA)
+    first = await store.create_run(
+        RunRecord(run_id="run-1", thread_id="thr-1", scope=ANA, agent_name="a", idempotency_key="k")
+    )
+    again = await store.create_run(
+        RunRecord(run_id="run-2", thread_id="thr-1", scope=ANA, agent_name="a", idempotency_key="k")
+    )
+    assert again == first
+    with pytest.raises(NotFoundError):
+        await store.get_run("run-2")
+
+
+async def test_create_run_with_an_existing_run_id_raises_conflict(store: Store) -> None:
+    await make_run(store, "run-1")
+    with pytest.raises(ConflictError):
+        await make_run(store, "run-1")
+
+
+async def test_list_runs_filters_by_tenant_and_user_newest_first(store: Store) -> None:
+    await make_run(store, "run-1", scope=ANA)
+    await make_run(store, "run-2", thread_id="thr-2", scope=BOB)
+    await make_run(store, "run-3", scope=Scope(tenant="acme", user="ana", agent="other"))
+    await make_run(store, "run-4", thread_id="thr-3", scope=Scope(tenant="other", user="ana"))
+    ana = await store.list_runs(scope=ANA)
+    assert [r.run_id for r in ana] == ["run-3", "run-1"]
+    assert [r.run_id for r in await store.list_runs()] == ["run-4", "run-3", "run-2", "run-1"]
+    assert [r.run_id for r in await store.list_runs(limit=2)] == ["run-4", "run-3"]
+
+
+async def test_list_runs_filters_by_status(store: Store) -> None:
+    await make_run(store, "run-1")
+    await make_run(store, "run-2")
+    await make_run(store, "run-3")
+    await store.set_run_status("run-1", "completed", fence=None)
+    await store.set_run_status("run-3", "blocked", fence=None)
+    done = await store.list_runs(statuses=["completed", "blocked"])
+    assert [r.run_id for r in done] == ["run-3", "run-1"]
+    assert [r.run_id for r in await store.list_runs(scope=ANA, statuses=["queued"])] == ["run-2"]
+    assert await store.list_runs(statuses=[]) == []
+
+
+async def test_set_run_status_records_status_and_exit(store: Store, run: RunCtx) -> None:
+    before = await store.get_run(run.run_id)
+    rec = await store.set_run_status(
+        run.run_id, "failed", fence=None, exit={"kind": "failed", "reason": "model_error"}
+    )
+    assert await store.get_run(run.run_id) == rec
+    assert rec.status == "failed" and rec.exit == {"kind": "failed", "reason": "model_error"}
+    assert rec.updated_at >= before.updated_at
+    # Without a new exit payload the old one is kept.
+    kept = await store.set_run_status(run.run_id, "running", fence=None)
+    assert kept.exit == {"kind": "failed", "reason": "model_error"}
+
+
+async def test_set_run_status_with_stale_fence_raises_lease_lost_and_writes_nothing(
+    store: Store, run: RunCtx
+) -> None:
+    fence = await store.acquire_lease(run.run_id, "w1", ttl_s=30, now=1000.0)
+    before = await store.get_run(run.run_id)
+    with pytest.raises(LeaseLost):
+        await store.set_run_status(run.run_id, "completed", fence=fence - 1, exit={"x": 1})
+    assert await store.get_run(run.run_id) == before
+
+
+async def test_set_run_status_of_unknown_run_raises_not_found(store: Store) -> None:
+    with pytest.raises(NotFoundError):
+        await store.set_run_status("nope", "completed", fence=None)
+
+
+async def test_request_cancel_is_recorded_durably(store: Store, run: RunCtx) -> None:
+    rec = await store.request_cancel(run.run_id)
+    assert rec.cancel_requested
+    assert (await store.get_run(run.run_id)).cancel_requested
+    with pytest.raises(NotFoundError):
+        await store.request_cancel("nope")
