@@ -79,9 +79,7 @@ async def test_arguments_that_are_not_an_object_are_input_invalid(ctx: ToolConte
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-async def test_non_finite_number_is_input_invalid_not_a_crash(
-    ctx: ToolContext, bad: float
-) -> None:
+async def test_non_finite_number_is_input_invalid_not_a_crash(ctx: ToolContext, bad: float) -> None:
     @tool
     def scale(factor: float, extra: dict[str, Any] | None = None) -> float:
         """Scale."""

@@ -174,9 +174,7 @@ async def test_tool_context_is_excluded_from_the_schema_and_injected_by_the_host
 
     assert list(props(whoami)) == ["greeting"]
     assert whoami.descriptor.parameters["required"] == ["greeting"]
-    assert await whoami.invoke({"greeting": "hi"}, ctx) == CallCompleted(
-        output="hi ana in run-1"
-    )
+    assert await whoami.invoke({"greeting": "hi"}, ctx) == CallCompleted(output="hi ana in run-1")
 
 
 async def test_model_cannot_set_the_tool_context_parameter(ctx: ToolContext) -> None:

@@ -81,6 +81,11 @@ class Tool(Generic[P, R]):
     Build it with :func:`tool`. Calling the tool calls the function unchanged.
     """
 
+    # Copied from the function by functools.update_wrapper, so the tool reads like it.
+    __name__: str
+    __qualname__: str
+    __wrapped__: Callable[P, R]
+
     def __init__(
         self,
         fn: Callable[P, R],

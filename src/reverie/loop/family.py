@@ -87,17 +87,18 @@ class LoopFamily:
 def default_families() -> tuple[LoopFamily, ...]:
     """The three families every runtime registers."""
     return (
-        LoopFamily(id="default"),
+        # The family's cap is a ceiling; the run's Limits (default 32) narrow it.
+        LoopFamily(id="default", budget=LimitsBudget(max_iterations=1000)),
         LoopFamily(
             id="unbound",
             gates=AbortOnGates(),
-            budget=LimitsBudget(max_iterations=256),
+            budget=LimitsBudget(max_iterations=1000),
             inputs=DrainBoth(steering=False, follow_up=False),
         ),
         LoopFamily(
             id="unbound_structured",
             gates=AbortOnGates(),
-            budget=LimitsBudget(max_iterations=256),
+            budget=LimitsBudget(max_iterations=1000),
             inputs=DrainBoth(steering=False, follow_up=False),
         ),
     )

@@ -123,11 +123,22 @@ class MemoryStore:
         self, thread_id: str, *, upto_seq: int | None = None, last: int | None = None
     ) -> list[TranscriptItem]:
         await self.get_thread(thread_id)
-        rows = [self._items[r] for r in self._thread_items[thread_id]]
-        rows = [r for r in rows if not r.superseded and (upto_seq is None or r.seq <= upto_seq)]
-        if last is not None:
-            rows = rows[-last:] if last > 0 else []
-        return rows
+        refs = self._thread_items[thread_id]
+        if upto_seq is not None:
+            refs = refs[:upto_seq]  # seq n is at index n-1: rows are never removed
+        if last is not None and last <= 0:
+            return []
+        # Walk back from the end so a window costs O(window), not O(transcript).
+        out: list[TranscriptItem] = []
+        for ref in reversed(refs):
+            row = self._items[ref]
+            if row.superseded:
+                continue
+            out.append(row)
+            if last is not None and len(out) >= last:
+                break
+        out.reverse()
+        return out
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:
         count = 0

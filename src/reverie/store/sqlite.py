@@ -270,21 +270,23 @@ class SQLiteStore:
         With ``run_id`` and ``fence`` the run's fence is checked first, inside the transaction,
         so no other writer can move it between the check and the write.
 
-        A cancelled write leaves the connection clean: aiosqlite runs calls in the order they
-        were queued, so the ROLLBACK queued here runs after the interrupted statement.
+        A cancelled write leaves the connection clean, wherever the cancel lands (even in
+        BEGIN): a statement already handed to aiosqlite's thread still runs, but calls run in
+        the order they were queued, so the ROLLBACK queued here runs after it. A cancel during
+        COMMIT may still commit; the ROLLBACK is then a no-op.
         """
         async with self._write_lock:
             db = self._require(self._writer)
             with _db_errors(action):
-                await _exec(db, "BEGIN IMMEDIATE")
                 try:
+                    await _exec(db, "BEGIN IMMEDIATE")
                     if run_id is not None and fence is not None:
                         await _check_fence(db, run_id, fence)
                     yield db
+                    await _exec(db, "COMMIT")
                 except BaseException:
-                    await db.rollback()
+                    await db.rollback()  # only rolls back if a transaction is open
                     raise
-                await _exec(db, "COMMIT")
 
     async def _select(
         self, action: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()

@@ -205,8 +205,8 @@ async def migrate(db: aiosqlite.Connection, *, label: str) -> int:
             :data:`SCHEMA_VERSION`).
         sqlite3.Error: The file is not a usable database; the caller wraps it.
     """
-    await db.execute("BEGIN IMMEDIATE")
     try:
+        await db.execute("BEGIN IMMEDIATE")
         await db.execute(_CREATE_VERSION_TABLE)
         rows = list(await db.execute_fetchall("SELECT MAX(version) FROM schema_version"))
         found = int(rows[0][0] or 0)
@@ -226,7 +226,7 @@ async def migrate(db: aiosqlite.Connection, *, label: str) -> int:
             )
         await db.execute("COMMIT")
     except BaseException:
-        await db.rollback()
+        await db.rollback()  # only rolls back if a transaction is open
         raise
     return found
 

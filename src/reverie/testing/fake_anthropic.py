@@ -32,6 +32,7 @@ from reverie.testing.fake_openai import (
     FakeModelServer,
     FakeReply,
     FakeStep,
+    bearer_token,
     as_error,
     as_reply,
     default_output_tokens,
@@ -104,7 +105,8 @@ class FakeAnthropicServer(FakeModelServer):
         )
 
     async def _messages(self, request: Request) -> Response:
-        api_key = request.headers.get("x-api-key", "")
+        # The API takes ``x-api-key``; newer SDKs send the key as a bearer token.
+        api_key = request.headers.get("x-api-key") or bearer_token(request)
         body = await self.read_body(request)
         if body is None:
             return _error(FakeError(400, "The request body is not a JSON object."), api_key)

@@ -436,7 +436,7 @@ class FakeOpenAIServer(FakeModelServer):
         if body is None:
             return _openai_error(FakeError(400, "The request body is not a JSON object."), "")
         step = self.next_step(body, request.headers)
-        return await self._answer(step, body, _bearer(request))
+        return await self._answer(step, body, bearer_token(request))
 
     async def _answer(self, step: FakeStep, body: dict[str, Any], api_key: str) -> Response:
         streaming = bool(body.get("stream"))
@@ -466,7 +466,7 @@ class FakeOpenAIServer(FakeModelServer):
         return JSONResponse(_openai_completion(reply, body, n))
 
 
-def _bearer(request: Request) -> str:
+def bearer_token(request: Request) -> str:
     auth = request.headers.get("authorization", "")
     return auth.removeprefix("Bearer ").strip()
 
