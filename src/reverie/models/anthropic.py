@@ -217,7 +217,7 @@ class AnthropicModel:
             raise self._map_error(exc) from exc
         except anthropic.AnthropicError as exc:
             raise ModelError("internal", f"{self._name}: {type(exc).__name__}") from exc
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             # A body that is not JSON or not an event: the server is broken, not busy.
             raise ModelError(
                 "internal",
@@ -262,10 +262,12 @@ class AnthropicModel:
             params["output_config"] = {
                 "format": {"type": "json_schema", "schema": dict(request.output_schema)}
             }
+        extra = dict(settings.extra)
         if settings.temperature is not None:
-            params["temperature"] = settings.temperature
-        if settings.extra:
-            params["extra_body"] = dict(settings.extra)
+            # This SDK no longer types ``temperature``; the API field is sent as an extra.
+            extra.setdefault("temperature", settings.temperature)
+        if extra:
+            params["extra_body"] = extra
         return params
 
     def _map_error(self, exc: anthropic.APIError) -> ModelError:

@@ -227,7 +227,7 @@ class OpenAIChatModel:
                             finish_reason = choice.finish_reason
         except openai.APIError as exc:
             raise self._map_error(exc) from exc
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             # A body that is not JSON or not a chunk: the server is broken, not busy.
             raise ModelError(
                 "internal",
