@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,37 @@ from reverie.core.capability import CallCompleted, CallFailed, CallOutcome
 from reverie.errors import CapabilityError, UsageError
 
 SERVER = [sys.executable, str(Path(__file__).with_name("mcp_demo_server.py"))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def http_server_url() -> AsyncIterator[str]:
+    """The demo server over streamable HTTP, on a free local port."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        *SERVER, "--http", str(port), stdout=asyncio.subprocess.DEVNULL
+    )
+    try:
+        async with asyncio.timeout(20):
+            while True:  # wait until it accepts connections
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    await asyncio.sleep(0.05)
+                    continue
+                writer.close()
+                await writer.wait_closed()
+                break
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        await proc.wait()
 
 
 def failed(outcome: CallOutcome) -> CallFailed:
@@ -92,6 +125,20 @@ async def test_mcp_server_dying_mid_call_is_unavailable_not_an_exception(
         assert outcome.error_kind == "unavailable"
         after = failed(await tools["add"].invoke({"a": 1, "b": 1}, ctx))
         assert after.error_kind == "unavailable"
+
+
+async def test_mcp_toolset_over_streamable_http(http_server_url: str, ctx: ToolContext) -> None:
+    async with MCPToolset(url=http_server_url, prefix="web") as ts:
+        tools = tools_by_name(ts.tools())
+        assert tools["web_add"].descriptor.effects == frozenset({"read"})
+        assert await tools["web_add"].invoke({"a": 4, "b": 5}, ctx) == CallCompleted(output="9")
+
+
+async def test_mcp_unreachable_url_raises_unavailable_at_connect() -> None:
+    with pytest.raises(CapabilityError, match="could not connect") as info:
+        async with MCPToolset(url=f"http://127.0.0.1:{free_port()}/mcp", timeout_s=5):
+            pass  # pragma: no cover - never reached
+    assert info.value.kind == "unavailable"
 
 
 async def test_mcp_dead_server_command_raises_unavailable_at_connect() -> None:

@@ -163,6 +163,22 @@ async def _connect(path: Path, busy_ms: int, *pragmas: str) -> aiosqlite.Connect
     return db
 
 
+async def _enable_wal(db: aiosqlite.Connection, busy_ms: int) -> str:
+    """Switch the file to WAL and return the journal mode now in force.
+
+    The switch needs an exclusive lock and SQLite may answer SQLITE_BUSY at once, without its
+    busy handler (two processes opening a fresh file together), so retry up to the timeout.
+    """
+    deadline = time.monotonic() + busy_ms / 1000
+    while True:
+        try:
+            return str((await _rows(db, "PRAGMA journal_mode = WAL"))[0][0]).lower()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.01)
+
+
 class SQLiteStore:
     """A durable :class:`~reverie.store.base.Store` in one SQLite file.
 
@@ -225,8 +241,7 @@ class SQLiteStore:
         with _db_errors(f"open {self.path}"):
             try:
                 self._writer = writer = await _connect(self.path, self._busy_ms)
-                mode = await _one(writer, "PRAGMA journal_mode = WAL")
-                if mode is None or str(mode[0]).lower() != "wal":
+                if await _enable_wal(writer, self._busy_ms) != "wal":
                     raise StoreError(f"{self.path}: the file system does not support WAL mode")
                 await _exec(writer, f"PRAGMA synchronous = {self.synchronous}")
                 await _exec(writer, "PRAGMA foreign_keys = ON")

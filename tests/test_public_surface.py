@@ -1,0 +1,41 @@
+"""The public surface of DESIGN §2: exactly these names, importable as documented."""
+
+from __future__ import annotations
+
+import reverie
+import reverie.testing
+
+
+def test_top_level_all_is_exactly_the_public_names() -> None:
+    assert sorted(reverie.__all__) == sorted(
+        ["Agent", "Gate", "Limits", "RunHandle", "RunResult", "Runtime", "Scope", "tool"]
+    )
+    for name in reverie.__all__:
+        assert getattr(reverie, name) is not None
+
+
+def test_testing_module_exports_the_scripted_model_helpers() -> None:
+    for name in ("ScriptedModel", "reply", "call", "calls", "error"):
+        assert name in reverie.testing.__all__
+        assert getattr(reverie.testing, name) is not None
+
+
+def test_limits_defaults_match_the_design() -> None:
+    limits = reverie.Limits()
+    assert limits.max_iterations == 32
+    assert limits.max_calls_per_batch == 32
+    assert limits.max_model_calls is None and limits.max_capability_calls is None
+    assert limits.wall_clock_s is None and limits.max_usd is None
+
+
+def test_limits_narrow_never_widen() -> None:
+    base = reverie.Limits(max_iterations=10, max_model_calls=5)
+    narrowed = base.narrow(reverie.Limits(max_iterations=50, max_model_calls=2))
+    assert narrowed.max_iterations == 10 and narrowed.max_model_calls == 2
+
+
+def test_scope_requires_tenant_and_user() -> None:
+    import pytest
+
+    with pytest.raises(ValueError):
+        reverie.Scope(tenant="", user="ana")
