@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
 
 from reverie import Runtime, Scope
-from reverie.loop.family import LoopFamily
+from reverie.loop.family import default_families
 from reverie.loop.strategies import DefaultRecovery
 
-FAST_DEFAULT = LoopFamily(id="default", recovery=DefaultRecovery(base_backoff_s=0.001))
+FAST_DEFAULT = dataclasses.replace(
+    default_families()[0], recovery=DefaultRecovery(base_backoff_s=0.001)
+)
 """The default family with the §4.2 retry budget but millisecond backoffs."""
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -200,6 +201,47 @@ async def test_two_instances_racing_for_a_lease_exactly_one_wins(db_path: Path) 
             winner = "worker-a" if isinstance(results[0], int) else "worker-b"
             rec = await b.get_run(run_id)
             assert (rec.lease_owner, rec.fence) == (winner, fences[0])
+
+
+_LEASE_RACER = """
+import asyncio, sys
+from reverie.errors import RunBusy
+from reverie.store import SQLiteStore
+
+async def main(path, owner, runs):
+    async with SQLiteStore(path) as store:
+        for n in range(runs):
+            try:
+                await store.acquire_lease(f"run-{n}", owner, ttl_s=30, now=1000.0)
+                print(f"run-{n}")
+            except RunBusy:
+                pass
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+"""
+
+
+async def test_two_processes_racing_for_leases_never_both_win(db_path: Path) -> None:
+    runs = 40
+    async with SQLiteStore(db_path) as store:
+        for n in range(runs):
+            await _make_run(store, f"run-{n}")
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _LEASE_RACER,
+            str(db_path),
+            owner,
+            str(runs),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for owner in ("proc-a", "proc-b")
+    ]
+    outputs = [(await proc.communicate())[0].decode().split() for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0]
+    won = outputs[0] + outputs[1]
+    assert sorted(won) == sorted(f"run-{n}" for n in range(runs))
 
 
 async def test_takeover_by_another_instance_fences_out_the_old_owner(db_path: Path) -> None:

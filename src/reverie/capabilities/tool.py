@@ -125,7 +125,9 @@ class Tool(Generic[P, R]):
             idempotent=idempotent,
             timeout_s=timeout_s,
         )
-        functools.update_wrapper(self, fn)
+        # Name, doc and __wrapped__ only: merging fn.__dict__ could clobber our own state
+        # (e.g. when fn is itself a Tool).
+        functools.update_wrapper(self, fn, updated=())
 
     @property
     def descriptor(self) -> CapabilityDescriptor:

@@ -217,7 +217,13 @@ class WaveRunner:
             pending_wave=None,
             last_gate=None,
         )
-        s = s.with_failure_kinds(tuple(_ring_kind(o) for o in ordered))
+        # Calls refused at admission (fan-out, budget, stopping) never ran: they are not tool
+        # failures, so they do not feed the failure-kind ring (a wave of 8 against a budget of
+        # 3 must end as a budget stop, not as "no progress").
+        refused = {call_id for call_id, _ in wave.rejected}
+        s = s.with_failure_kinds(
+            tuple(_ring_kind(o) for c, o in zip(calls, ordered, strict=True) if c.id not in refused)
+        )
         return WaveResult(state=s)
 
     async def _run_call(self, call: ToolCall, surface: Surface, key: str) -> CallOutcome:

@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from sqlite3 import Row
 from typing import Any, Literal, TypeVar
@@ -56,13 +55,15 @@ from reverie.store.base import (
     TranscriptItem,
 )
 from reverie.store.sqlite_schema import (
+    SYNCHRONOUS_MODES,
     Columns,
+    close_all,
     dumps,
     exit_column,
     gate_columns,
     input_columns,
     item_columns,
-    migrate,
+    open_connections,
     row_checkpoint,
     row_gate,
     row_input,
@@ -73,27 +74,16 @@ from reverie.store.sqlite_schema import (
     run_columns,
     thread_columns,
 )
+from reverie.store.sqlite_schema import (
+    db_errors as _db_errors,
+)
 
 __all__ = ["SYNCHRONOUS_MODES", "SQLiteStore"]
 
 T = TypeVar("T")
 
-SYNCHRONOUS_MODES: frozenset[str] = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-"""Accepted values of ``PRAGMA synchronous``."""
-
 _CHUNK = 500
 """Keys per ``IN (...)`` query, well under SQLite's bound-parameter limit."""
-
-
-@contextlib.contextmanager
-def _db_errors(action: str) -> Iterator[None]:
-    """Re-raise ``sqlite3`` errors as store errors (the message names the action, not data)."""
-    try:
-        yield
-    except sqlite3.IntegrityError as exc:
-        raise ConflictError(f"SQLite store could not {action}: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise StoreError(f"SQLite store could not {action}: {exc}") from exc
 
 
 def _marks(n: int) -> str:
@@ -148,35 +138,6 @@ async def _check_fence(db: aiosqlite.Connection, run_id: str, fence: int) -> Non
         raise NotFoundError(f"run {run_id} not found")
     if row["fence"] != fence:
         raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {row['fence']})")
-
-
-async def _connect(path: Path, busy_ms: int, *pragmas: str) -> aiosqlite.Connection:
-    # isolation_level=None: autocommit, so the store issues BEGIN IMMEDIATE/COMMIT itself.
-    db = await aiosqlite.connect(path, isolation_level=None, timeout=busy_ms / 1000)
-    try:
-        db.row_factory = Row
-        for pragma in (f"busy_timeout = {busy_ms}", *pragmas):
-            await _exec(db, f"PRAGMA {pragma}")
-    except BaseException:
-        await db.close()
-        raise
-    return db
-
-
-async def _enable_wal(db: aiosqlite.Connection, busy_ms: int) -> str:
-    """Switch the file to WAL and return the journal mode now in force.
-
-    The switch needs an exclusive lock and SQLite may answer SQLITE_BUSY at once, without its
-    busy handler (two processes opening a fresh file together), so retry up to the timeout.
-    """
-    deadline = time.monotonic() + busy_ms / 1000
-    while True:
-        try:
-            return str((await _rows(db, "PRAGMA journal_mode = WAL"))[0][0]).lower()
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.01)
 
 
 class SQLiteStore:
@@ -239,30 +200,17 @@ class SQLiteStore:
         except OSError as exc:
             raise StoreError(f"cannot create the directory of {self.path}: {exc}") from exc
         with _db_errors(f"open {self.path}"):
-            try:
-                self._writer = writer = await _connect(self.path, self._busy_ms)
-                if await _enable_wal(writer, self._busy_ms) != "wal":
-                    raise StoreError(f"{self.path}: the file system does not support WAL mode")
-                await _exec(writer, f"PRAGMA synchronous = {self.synchronous}")
-                await _exec(writer, "PRAGMA foreign_keys = ON")
-                await migrate(writer, label=str(self.path))
-                self._reader = await _connect(self.path, self._busy_ms, "query_only = ON")
-            except BaseException:
-                await self._close_connections()
-                raise
+            self._writer, self._reader = await open_connections(
+                self.path, synchronous=self.synchronous, busy_ms=self._busy_ms
+            )
 
     async def close(self) -> None:
         """Close both connections (after a write in progress finishes). Safe to call twice."""
         async with self._write_lock:
-            await self._close_connections()
-
-    async def _close_connections(self) -> None:
-        reader, writer = self._reader, self._writer
-        self._reader = self._writer = None
-        with _db_errors(f"close {self.path}"):
-            for db in (reader, writer):
-                if db is not None:
-                    await db.close()
+            reader, writer = self._reader, self._writer
+            self._reader = self._writer = None
+            with _db_errors(f"close {self.path}"):
+                await close_all(reader, writer)
 
     async def connection_settings(self) -> dict[str, Any]:
         """The pragmas in force on the writer connection (for diagnostics and tests)."""

@@ -1,4 +1,8 @@
-"""The SQLite schema of :class:`reverie.store.sqlite.SQLiteStore`, as ordered migrations.
+"""The SQLite file behind :class:`reverie.store.sqlite.SQLiteStore`: how it is opened, its
+versioned schema, and how rows map to records.
+
+:func:`open_connections` opens the writer (WAL, ``synchronous``, ``busy_timeout``, foreign keys)
+and migrates, then opens the ``query_only`` reader.
 
 The database records every migration it has applied in ``schema_version``. ``open()`` applies
 the missing ones inside one ``BEGIN IMMEDIATE`` transaction, so two processes opening a fresh
@@ -18,18 +22,21 @@ seconds, flags are INTEGER 0/1 and checkpoint payloads are BLOBs.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 from reverie.core.messages import ToolCall
 from reverie.core.scope import Scope
-from reverie.errors import StoreError
+from reverie.errors import ConflictError, StoreError
 from reverie.store.base import (
     CheckpointRecord,
     GateRecord,
@@ -40,7 +47,102 @@ from reverie.store.base import (
     TranscriptItem,
 )
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SYNCHRONOUS_MODES",
+    "Migration",
+    "close_all",
+    "db_errors",
+    "migrate",
+    "open_connections",
+]
+
+SYNCHRONOUS_MODES: frozenset[str] = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+"""Accepted values of ``PRAGMA synchronous``."""
+
+
+@contextlib.contextmanager
+def db_errors(action: str) -> Iterator[None]:
+    """Re-raise ``sqlite3`` errors as store errors (the message names the action, not data).
+
+    A constraint violation becomes :class:`ConflictError`, anything else :class:`StoreError`;
+    the original stays in ``__cause__``.
+    """
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        raise ConflictError(f"SQLite store could not {action}: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreError(f"SQLite store could not {action}: {exc}") from exc
+
+
+async def _pragma(db: aiosqlite.Connection, pragma: str) -> Any:
+    rows = list(await db.execute_fetchall(f"PRAGMA {pragma}"))
+    return rows[0][0] if rows else None
+
+
+async def _connect(path: Path, busy_ms: int, *pragmas: str) -> aiosqlite.Connection:
+    # isolation_level=None: autocommit, so the store issues BEGIN IMMEDIATE/COMMIT itself.
+    db = await aiosqlite.connect(path, isolation_level=None, timeout=busy_ms / 1000)
+    try:
+        db.row_factory = sqlite3.Row
+        for pragma in (f"busy_timeout = {busy_ms}", *pragmas):
+            await _pragma(db, pragma)
+    except BaseException:
+        await db.close()
+        raise
+    return db
+
+
+async def _enable_wal(db: aiosqlite.Connection, busy_ms: int) -> str:
+    """Switch the file to WAL and return the journal mode now in force.
+
+    The switch needs an exclusive lock and SQLite may answer SQLITE_BUSY at once, without its
+    busy handler (two processes opening a fresh file together), so retry up to the timeout.
+    """
+    deadline = time.monotonic() + busy_ms / 1000
+    while True:
+        try:
+            return str(await _pragma(db, "journal_mode = WAL")).lower()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.01)
+
+
+async def close_all(*connections: aiosqlite.Connection | None) -> None:
+    """Close every connection given (``None`` entries are skipped)."""
+    for db in connections:
+        if db is not None:
+            await db.close()
+
+
+async def open_connections(
+    path: Path, *, synchronous: str, busy_ms: int
+) -> tuple[aiosqlite.Connection, aiosqlite.Connection]:
+    """Open and migrate the database; return ``(writer, reader)``.
+
+    On any failure both connections are closed before the error propagates (``sqlite3``
+    errors unwrapped: the caller wraps them with :func:`db_errors`).
+
+    Raises:
+        StoreError: The file system does not support WAL, or the schema is newer than this
+            build.
+    """
+    writer = reader = None
+    try:
+        writer = await _connect(path, busy_ms)
+        if await _enable_wal(writer, busy_ms) != "wal":
+            raise StoreError(f"{path}: the file system does not support WAL mode")
+        await _pragma(writer, f"synchronous = {synchronous}")
+        await _pragma(writer, "foreign_keys = ON")
+        await migrate(writer, label=str(path))
+        reader = await _connect(path, busy_ms, "query_only = ON")
+    except BaseException:
+        await close_all(reader, writer)
+        raise
+    return writer, reader
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
