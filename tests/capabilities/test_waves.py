@@ -59,8 +59,10 @@ async def test_wave_of_parallel_safe_calls_runs_concurrently() -> None:
         return key.upper()
 
     model = ScriptedModel(
-        [calls(("lookup", {"key": "a"}), ("lookup", {"key": "b"}), ("lookup", {"key": "c"})),
-         reply("done")]
+        [
+            calls(("lookup", {"key": "a"}), ("lookup", {"key": "b"}), ("lookup", {"key": "c"})),
+            reply("done"),
+        ]
     )
     async with Runtime.open(":memory:") as rt:
         r = await rt.run(Agent(name="a", model=model, tools=[lookup]), "go", scope=SCOPE)
@@ -147,8 +149,11 @@ async def test_parallel_results_are_appended_in_the_models_order() -> None:
 
     model = ScriptedModel(
         [
-            calls(("work", {"name": "first"}), ("work", {"name": "second"}),
-                  ("work", {"name": "third"})),
+            calls(
+                ("work", {"name": "first"}),
+                ("work", {"name": "second"}),
+                ("work", {"name": "third"}),
+            ),
             reply("done"),
         ]
     )

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
+import pytest
 from loop_support import collect_events, tool_messages
 
 from reverie import Agent, Limits, Runtime, Scope, tool
+from reverie.capabilities import Capability
 from reverie.core.events import LimitReached
 from reverie.core.exits import Completed, Failed
-from reverie.core.messages import ModelRequest, ModelResponse
-from reverie.testing import ScriptedModel, call, calls, reply
+from reverie.core.messages import ModelRequest, ModelResponse, TokenUsage
+from reverie.testing import ScriptedModel, call, calls, error, reply
 
 
-def counting_tool() -> tuple[list[int], object]:
+def counting_tool() -> tuple[list[int], Capability]:
+    """A pure tool ``probe`` and the list of ``n`` it ran with."""
     ran: list[int] = []
 
     @tool(effects=set())
@@ -25,16 +29,12 @@ def counting_tool() -> tuple[list[int], object]:
     return ran, probe
 
 
-async def test_wave_of_eight_against_budget_of_three_runs_three(
-    rt: Runtime, scope: Scope
-) -> None:
+async def test_wave_of_eight_against_budget_of_three_runs_three(rt: Runtime, scope: Scope) -> None:
     ran, probe = counting_tool()
     model = ScriptedModel(
         [calls(*[("probe", {"n": i}) for i in range(8)]), reply("summary of 3 probes")]
     )
-    agent = Agent(
-        name="b", model=model, tools=[probe], limits=Limits(max_capability_calls=3)
-    )
+    agent = Agent(name="b", model=model, tools=[probe], limits=Limits(max_capability_calls=3))
     r = await rt.run(agent, "go", scope=scope)
 
     assert sorted(ran) == [0, 1, 2]
@@ -94,9 +94,7 @@ async def test_calls_past_max_calls_per_batch_get_an_error_naming_the_limit(
     assert r.text == "ok"
 
 
-async def test_model_call_limit_fails_the_run_naming_the_limit(
-    rt: Runtime, scope: Scope
-) -> None:
+async def test_model_call_limit_fails_the_run_naming_the_limit(rt: Runtime, scope: Scope) -> None:
     counter = itertools.count()
 
     def answer(request: ModelRequest) -> ModelResponse:
@@ -118,8 +116,6 @@ async def test_model_call_limit_fails_the_run_naming_the_limit(
 async def test_model_retries_are_charged_to_the_model_call_budget(
     rt: Runtime, scope: Scope
 ) -> None:
-    from reverie.testing import error
-
     model = ScriptedModel([error("transient"), error("transient"), reply("late")])
     agent = Agent(name="b", model=model, limits=Limits(max_model_calls=2))
     r = await rt.run(agent, "go", scope=scope)
@@ -129,32 +125,35 @@ async def test_model_retries_are_charged_to_the_model_call_budget(
     assert len(model.requests) == 2
 
 
+@pytest.mark.parametrize(
+    ("budget", "kind"),
+    [
+        (Limits(max_iterations=2, max_model_calls=2), "model_call_limit"),
+        (Limits(max_iterations=2, max_tokens=10), "token_limit"),
+    ],
+    ids=["model-calls", "tokens"],
+)
 async def test_budget_error_during_the_finalizer_is_returned_unchanged(
-    rt: Runtime, scope: Scope
+    rt: Runtime, scope: Scope, budget: Limits, kind: str
 ) -> None:
     counter = itertools.count()
 
     def answer(request: ModelRequest) -> ModelResponse:
         if request.tools is None:
             return reply("summary")
-        return call("probe", n=next(counter))
+        return replace(call("probe", n=next(counter)), usage=TokenUsage(input_tokens=5))
 
     model = ScriptedModel(answer)
     _, probe = counting_tool()
-    agent = Agent(
-        name="b",
-        model=model,
-        tools=[probe],
-        limits=Limits(max_iterations=2, max_model_calls=2),
-        on_limit="finalize",
-    )
+    agent = Agent(name="b", model=model, tools=[probe], limits=budget, on_limit="finalize")
     h = await rt.start(agent, "go", scope=scope)
     events = await collect_events(h)
     r = await h.result()
 
-    # The iteration cap fired, but the finalizer's call would exceed the model-call budget.
+    # The iteration cap fired, but the finalizer's call would exceed the budget: the budget
+    # error comes back as it is, not rewritten as iteration_limit.
     assert isinstance(r.exit, Failed)
-    assert r.exit.kind == "model_call_limit"
+    assert r.exit.kind == kind
     assert len(model.requests) == 2
     assert all(req.tools is not None for req in model.requests)
     assert "max_iterations" in [e.reason for e in events if isinstance(e, LimitReached)]

@@ -71,9 +71,7 @@ async def test_repetitions_spread_beyond_the_window_of_five_do_not_trip(
 async def test_no_progress_with_finalize_completes_with_graceful_summary(
     rt: Runtime, scope: Scope
 ) -> None:
-    model = ScriptedModel(
-        [call("add", a=1, b=2)] * 3 + [reply("It is 3; I kept re-checking.")]
-    )
+    model = ScriptedModel([call("add", a=1, b=2)] * 3 + [reply("It is 3; I kept re-checking.")])
     r = await rt.run(agent(model, on_limit="finalize"), "loop", scope=scope)
 
     assert r.status == "completed"
@@ -105,8 +103,10 @@ async def test_argument_key_order_does_not_change_the_call_signature(
 async def test_identical_calls_in_one_wave_count_once(rt: Runtime, scope: Scope) -> None:
     # Each distinct signature is pushed at most once per wave.
     model = ScriptedModel(
-        [calls(("add", {"a": 1, "b": 2}), ("add", {"b": 2, "a": 1}), ("add", {"a": 1, "b": 2})),
-         reply("3")]
+        [
+            calls(("add", {"a": 1, "b": 2}), ("add", {"b": 2, "a": 1}), ("add", {"a": 1, "b": 2})),
+            reply("3"),
+        ]
     )
     r = await rt.run(agent(model), "go", scope=scope)
 
@@ -144,9 +144,7 @@ async def test_repeated_denials_trip_no_progress(rt: Runtime, scope: Scope) -> N
     assert "denied: adding is off" in last_tool_text(model.requests[2])
 
 
-async def test_last_three_equal_failure_kinds_trip_no_progress(
-    rt: Runtime, scope: Scope
-) -> None:
+async def test_last_three_equal_failure_kinds_trip_no_progress(rt: Runtime, scope: Scope) -> None:
     @tool(effects=set())
     def fetch(url: str) -> str:
         """Fetch a page."""

@@ -43,20 +43,24 @@ async def run(
     steps: list[FakeStep], request: ModelRequest = HI, **model_kwargs: Any
 ) -> tuple[ModelResponse, FakeAnthropicServer]:
     """One request through a fresh server and model; the response and the server."""
-    async with FakeAnthropicServer(steps) as srv:
-        async with AnthropicModel("claude-test", base_url=srv.base_url, **model_kwargs) as model:
-            return await complete(model, request), srv
+    async with (
+        FakeAnthropicServer(steps) as srv,
+        AnthropicModel("claude-test", base_url=srv.base_url, **model_kwargs) as model,
+    ):
+        return await complete(model, request), srv
 
 
 async def fail(
     steps: list[FakeStep], **model_kwargs: Any
 ) -> tuple[ModelError, FakeAnthropicServer]:
     """One request that must fail; the error and the server."""
-    async with FakeAnthropicServer(steps) as srv:
-        async with AnthropicModel("claude-test", base_url=srv.base_url, **model_kwargs) as model:
-            with pytest.raises(ModelError) as info:
-                await complete(model, HI)
-            return info.value, srv
+    async with (
+        FakeAnthropicServer(steps) as srv,
+        AnthropicModel("claude-test", base_url=srv.base_url, **model_kwargs) as model,
+    ):
+        with pytest.raises(ModelError) as info:
+            await complete(model, HI)
+        return info.value, srv
 
 
 async def test_plain_reply_is_one_text_part(anthropic_key: str) -> None:
@@ -94,9 +98,11 @@ async def test_two_parallel_tool_calls_keep_their_order_ids_and_arguments(
 async def test_streamed_reply_yields_several_text_deltas_then_exactly_one_complete(
     anthropic_key: str,
 ) -> None:
-    async with FakeAnthropicServer(["one two three"]) as srv:
-        async with AnthropicModel("claude-test", base_url=srv.base_url) as model:
-            events: list[ModelEvent] = [e async for e in model.stream(HI)]
+    async with (
+        FakeAnthropicServer(["one two three"]) as srv,
+        AnthropicModel("claude-test", base_url=srv.base_url) as model,
+    ):
+        events: list[ModelEvent] = [e async for e in model.stream(HI)]
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["one ", "two ", "three"]
     assert sum(isinstance(e, ResponseComplete) for e in events) == 1
     assert isinstance(events[-1], ResponseComplete)

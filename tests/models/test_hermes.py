@@ -224,7 +224,7 @@ async def test_hermes_model_renders_tools_calls_and_results_as_text() -> None:
     assert response.text == "ok"
     sent = inner.requests[0]
     assert sent.tools is None
-    system, user, assistant, results = sent.messages
+    system, _user, assistant, results = sent.messages
     assert system.role == "system" and system.content.startswith("Be brief.")
     assert "<tools>" in system.content and '"name": "search"' in system.content
     assert "You must call the function search" in system.content
@@ -250,12 +250,12 @@ async def test_hermes_model_malformed_tag_reaches_the_loop_as_a_call_with_argume
 
 async def test_hermes_over_an_openai_compatible_server_end_to_end(openai_key: str) -> None:
     answer = "Searching.\n" + tag({"name": "search", "arguments": {"q": "x"}})
-    async with FakeOpenAIServer([answer]) as srv:
-        async with HermesModel(OpenAIChatModel("hermes-3", base_url=srv.base_url)) as model:
-            request = ModelRequest(
-                messages=(Message(role="user", content="find x"),), tools=(SEARCH,)
-            )
-            response = await complete(model, request)
+    async with (
+        FakeOpenAIServer([answer]) as srv,
+        HermesModel(OpenAIChatModel("hermes-3", base_url=srv.base_url)) as model,
+    ):
+        request = ModelRequest(messages=(Message(role="user", content="find x"),), tools=(SEARCH,))
+        response = await complete(model, request)
     assert response.text == "Searching."
     assert [c.name for c in response.tool_calls] == ["search"]
     body = srv.requests[0]

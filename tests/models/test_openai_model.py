@@ -48,18 +48,22 @@ async def run(
     steps: list[FakeStep], request: ModelRequest = HI, **model_kwargs: Any
 ) -> tuple[ModelResponse, FakeOpenAIServer]:
     """One request through a fresh server and model; the response and the server."""
-    async with FakeOpenAIServer(steps) as srv:
-        async with OpenAIChatModel("gpt-test", base_url=srv.base_url, **model_kwargs) as model:
-            return await complete(model, request), srv
+    async with (
+        FakeOpenAIServer(steps) as srv,
+        OpenAIChatModel("gpt-test", base_url=srv.base_url, **model_kwargs) as model,
+    ):
+        return await complete(model, request), srv
 
 
 async def fail(steps: list[FakeStep], **model_kwargs: Any) -> tuple[ModelError, FakeOpenAIServer]:
     """One request that must fail; the error and the server."""
-    async with FakeOpenAIServer(steps) as srv:
-        async with OpenAIChatModel("gpt-test", base_url=srv.base_url, **model_kwargs) as model:
-            with pytest.raises(ModelError) as info:
-                await complete(model, HI)
-            return info.value, srv
+    async with (
+        FakeOpenAIServer(steps) as srv,
+        OpenAIChatModel("gpt-test", base_url=srv.base_url, **model_kwargs) as model,
+    ):
+        with pytest.raises(ModelError) as info:
+            await complete(model, HI)
+        return info.value, srv
 
 
 async def test_plain_reply_is_one_text_part(openai_key: str) -> None:
@@ -95,9 +99,11 @@ async def test_two_parallel_tool_calls_keep_their_order_ids_and_arguments(openai
 async def test_streamed_reply_yields_several_text_deltas_then_exactly_one_complete(
     openai_key: str,
 ) -> None:
-    async with FakeOpenAIServer(["one two three four"]) as srv:
-        async with OpenAIChatModel("gpt-test", base_url=srv.base_url) as model:
-            events: list[ModelEvent] = [e async for e in model.stream(HI)]
+    async with (
+        FakeOpenAIServer(["one two three four"]) as srv,
+        OpenAIChatModel("gpt-test", base_url=srv.base_url) as model,
+    ):
+        events: list[ModelEvent] = [e async for e in model.stream(HI)]
     deltas = [e.text for e in events if isinstance(e, TextDelta)]
     assert deltas == ["one ", "two ", "three ", "four"]
     assert [type(e) for e in events[-1:]] == [ResponseComplete]

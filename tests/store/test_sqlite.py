@@ -23,7 +23,7 @@ from reverie.store import (
     default_store_url,
     open_store,
 )
-from reverie.store.sqlite_schema import SCHEMA_VERSION
+from reverie.store.migrations import SCHEMA_VERSION
 
 ANA = Scope(tenant="acme", user="ana", project="p1")
 T0 = 1_000.0

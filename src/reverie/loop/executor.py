@@ -322,6 +322,10 @@ class _Executor:
 
     # ------------------------------------------------------------------------------ reply
     async def _on_reply(self, s: LoopExecutionState, text: str) -> LoopExecutionState:
+        if not text.strip():
+            # Neither calls nor text: the model's fault, not a completion (a Completed with an
+            # empty reply is an invalid exit, which the applier would record as a driver bug).
+            raise self._fail(s, "invalid_model_output", "the model returned an empty reply")
         rows = await self.host.transcript.append([NewItem(role="assistant", content=text)])
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s
@@ -335,13 +339,22 @@ class _Executor:
 
         # A follow-up (or steering that arrived during the call) continues the run instead of
         # completing it. Sealing is atomic with enqueue, so nothing slips in unseen.
-        waiting = await self.host.inputs.seal(s.input_cursor)
-        if waiting and self.family.inputs.drain_follow_up(s):
-            s, taken = await self._drain(s, follow_ups=True, records=waiting)
-            if taken:
+        while True:
+            waiting = await self.host.inputs.seal(s.input_cursor)
+            if not waiting:
+                break
+            if waiting[0].kind in USER_INPUT_KINDS:
+                if not self.family.inputs.drain_follow_up(s):
+                    break
+                s, _ = await self._drain(s, follow_ups=True, records=waiting)
                 return replace(s, iteration=s.iteration + 1)
-            # Only control inputs were waiting: handle them at the next boundary.
-            return replace(s, iteration=s.iteration + 1)
+            # Control inputs: cancellation still wins; a graceful stop is moot, since the
+            # reply already is the answer. Then try to seal again past them.
+            before = s.input_cursor
+            s = await self._take_control(s)
+            self._boundary()
+            if s.input_cursor == before:
+                break
         s = await self._commit("Final", s)
         raise _Exit(Completed(kind="reply", reply_refs=s.assistant_refs, usage=s.budget.usage()), s)
 

@@ -35,7 +35,7 @@ from reverie.core.messages import (
 )
 from reverie.errors import ModelError
 from reverie.models.errors import (
-    LoopBoundClient,
+    ClientHolder,
     auth_failed,
     classify_api_error,
     detail,
@@ -76,8 +76,11 @@ class AnthropicModel:
         model = AnthropicModel("claude-sonnet-4-5")
 
     The key is read at the first call, not at construction: ``api_key`` if given, else the
-    environment variable ``api_key_env``. Close the SDK client with :meth:`aclose` (or use the
-    model as an ``async with`` context manager) when done.
+    environment variable ``api_key_env``.
+
+    Inside ``async with model:`` the model keeps one SDK client, and its connections, until the
+    block exits; used without it, each request gets its own client, closed when the request
+    ends, so a model nobody closes leaks nothing.
     """
 
     def __init__(
@@ -110,7 +113,7 @@ class AnthropicModel:
         self._max_tokens = max_tokens
         self._name = name or f"anthropic:{model}"
         self._sent_key: str | None = None
-        self._clients: LoopBoundClient[anthropic.AsyncAnthropic] = LoopBoundClient(
+        self._clients: ClientHolder[anthropic.AsyncAnthropic] = ClientHolder(
             self._new_client, lambda client: client.close()
         )
 
@@ -128,13 +131,16 @@ class AnthropicModel:
         return f"AnthropicModel(name={self._name!r}, base_url={self._base_url!r})"
 
     async def __aenter__(self) -> AnthropicModel:
+        """Keep one SDK client (and its connections) until exit; unentered, each request
+        uses its own client, closed when the request ends."""
+        self._clients.enter()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        await self._clients.exit()
 
     async def aclose(self) -> None:
-        """Close the SDK client and its connections."""
+        """Close the kept SDK client and its connections (see :meth:`__aenter__`)."""
         await self._clients.aclose()
 
     def _new_client(self) -> anthropic.AsyncAnthropic:
@@ -159,60 +165,62 @@ class AnthropicModel:
             ModelError: classified per DESIGN §4.2; the SDK error is kept in ``__cause__``.
         """
         params = self._params(request)
-        client = self._clients.get()
         blocks: dict[int, _Block] = {}
         input_tokens = output_tokens = 0
         stop_reason: str | None = None
         model_name: str | None = None
         try:
-            stream = cast(
-                "anthropic.AsyncStream[RawMessageStreamEvent]",
-                await client.messages.create(**params),
-            )
-            async with stream:
-                async for event in stream:
-                    if event.type == "message_start":
-                        model_name = event.message.model or model_name
-                        usage = event.message.usage
-                        input_tokens = (
-                            (usage.input_tokens or 0)
-                            + (usage.cache_creation_input_tokens or 0)
-                            + (usage.cache_read_input_tokens or 0)
-                        )
-                        output_tokens = usage.output_tokens or 0
-                    elif event.type == "content_block_start":
-                        block = event.content_block
-                        if block.type == "tool_use":
-                            blocks[event.index] = _Block(
-                                kind="tool_use",
-                                id=block.id,
-                                name=block.name,
-                                start_input=block.input if isinstance(block.input, dict) else None,
-                            )
-                        elif block.type == "text":
-                            blocks[event.index] = _Block(kind="text", text=block.text)
-                            if block.text:
-                                yield TextDelta(text=block.text)
-                    elif event.type == "content_block_delta":
-                        current = blocks.get(event.index)
-                        delta = event.delta
-                        if current is None:
-                            continue  # a block kind we do not surface (thinking, server tools)
-                        if delta.type == "text_delta" and delta.text:
-                            current.text += delta.text
-                            yield TextDelta(text=delta.text)
-                        elif delta.type == "input_json_delta":
-                            current.input_json += delta.partial_json
-                    elif event.type == "message_delta":
-                        stop_reason = event.delta.stop_reason or stop_reason
-                        usage_delta = event.usage
-                        output_tokens = usage_delta.output_tokens or output_tokens
-                        if usage_delta.input_tokens:
+            async with self._clients.lease() as client:
+                stream = cast(
+                    "anthropic.AsyncStream[RawMessageStreamEvent]",
+                    await client.messages.create(**params),
+                )
+                async with stream:
+                    async for event in stream:
+                        if event.type == "message_start":
+                            model_name = event.message.model or model_name
+                            usage = event.message.usage
                             input_tokens = (
-                                usage_delta.input_tokens
-                                + (usage_delta.cache_creation_input_tokens or 0)
-                                + (usage_delta.cache_read_input_tokens or 0)
+                                (usage.input_tokens or 0)
+                                + (usage.cache_creation_input_tokens or 0)
+                                + (usage.cache_read_input_tokens or 0)
                             )
+                            output_tokens = usage.output_tokens or 0
+                        elif event.type == "content_block_start":
+                            block = event.content_block
+                            if block.type == "tool_use":
+                                blocks[event.index] = _Block(
+                                    kind="tool_use",
+                                    id=block.id,
+                                    name=block.name,
+                                    start_input=block.input
+                                    if isinstance(block.input, dict)
+                                    else None,
+                                )
+                            elif block.type == "text":
+                                blocks[event.index] = _Block(kind="text", text=block.text)
+                                if block.text:
+                                    yield TextDelta(text=block.text)
+                        elif event.type == "content_block_delta":
+                            current = blocks.get(event.index)
+                            delta = event.delta
+                            if current is None:
+                                continue  # a block kind we do not surface (thinking, server tools)
+                            if delta.type == "text_delta" and delta.text:
+                                current.text += delta.text
+                                yield TextDelta(text=delta.text)
+                            elif delta.type == "input_json_delta":
+                                current.input_json += delta.partial_json
+                        elif event.type == "message_delta":
+                            stop_reason = event.delta.stop_reason or stop_reason
+                            usage_delta = event.usage
+                            output_tokens = usage_delta.output_tokens or output_tokens
+                            if usage_delta.input_tokens:
+                                input_tokens = (
+                                    usage_delta.input_tokens
+                                    + (usage_delta.cache_creation_input_tokens or 0)
+                                    + (usage_delta.cache_read_input_tokens or 0)
+                                )
         except anthropic.APIError as exc:
             raise self._map_error(exc) from exc
         except anthropic.AnthropicError as exc:

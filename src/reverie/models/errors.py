@@ -17,14 +17,15 @@ echoing the server's text, which often quotes the key.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
 from reverie.errors import ModelError, ModelErrorKind
 
 __all__ = [
-    "LoopBoundClient",
+    "ClientHolder",
     "auth_failed",
     "classify_api_error",
     "missing_key",
@@ -150,33 +151,55 @@ def key_source(api_key: str | None, api_key_env: str | None) -> str:
 ClientT = TypeVar("ClientT")
 
 
-class LoopBoundClient(Generic[ClientT]):
-    """Holds one SDK client, created lazily and tied to the event loop it was created on.
+class ClientHolder(Generic[ClientT]):
+    """Owns a provider's SDK client and decides how long each one lives.
 
-    An SDK client pools connections that belong to one event loop. A model object can outlive a
-    loop (a CLI that calls ``asyncio.run`` twice, a test suite with a loop per test), so a call
-    from another loop gets a fresh client instead of a pool bound to a dead loop.
+    A model that is *entered* (``async with model:``) keeps one client, and its connection pool,
+    until it exits or :meth:`aclose` is called: the way to reuse connections. A model that is
+    used without being entered gets a fresh client per request, closed when the request ends,
+    so a model nobody closes never leaks sockets. A client is also tied to the event loop it was
+    made on; a request from another loop (a second ``asyncio.run``) gets a per-request client.
     """
 
-    def __init__(self, factory: Callable[[], ClientT], closer: Callable[[ClientT], object]) -> None:
+    def __init__(
+        self, factory: Callable[[], ClientT], closer: Callable[[ClientT], Awaitable[object]]
+    ) -> None:
         self._factory = factory
         self._closer = closer
+        self._depth = 0
         self._client: ClientT | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def get(self) -> ClientT:
-        """The client for the running loop, created on first use."""
+    def enter(self) -> None:
+        """Start keeping a client across requests (nested enters are counted)."""
+        self._depth += 1
+
+    async def exit(self) -> None:
+        """Undo one :meth:`enter`; the last one closes the kept client."""
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            await self.aclose()
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[ClientT]:
+        """A client for one request (created on first use: this is where the key is read)."""
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop or loop.is_closed():
-            self._client = self._factory()
-            self._loop = loop
-        return self._client
+        if self._client is not None and self._loop is loop:
+            yield self._client
+            return
+        client = self._factory()
+        if self._depth > 0 and self._client is None:
+            self._client, self._loop = client, loop
+            yield client
+            return
+        try:
+            yield client
+        finally:
+            await self._closer(client)
 
     async def aclose(self) -> None:
-        """Close the client if it was created on the running loop; forget it either way."""
+        """Close the kept client, if any (one made on another loop is only forgotten)."""
         client, loop = self._client, self._loop
         self._client, self._loop = None, None
         if client is not None and loop is asyncio.get_running_loop():
-            result = self._closer(client)
-            if asyncio.iscoroutine(result):
-                await result
+            await self._closer(client)

@@ -42,7 +42,14 @@ from reverie.core.messages import (
 from reverie.models.base import Model
 from reverie.models.openai import loads_strict
 
-__all__ = ["MALFORMED_NAME", "HermesModel", "HermesParse", "parse_hermes", "render_tools_prompt"]
+__all__ = [
+    "MALFORMED_NAME",
+    "HermesModel",
+    "HermesParse",
+    "parse_hermes",
+    "render_tools_prompt",
+    "to_hermes_messages",
+]
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
@@ -313,10 +320,16 @@ class HermesModel:
         return f"HermesModel({self._inner!r})"
 
     async def __aenter__(self) -> HermesModel:
+        """Enter the inner model too, if it is an async context manager."""
+        enter = getattr(self._inner, "__aenter__", None)
+        if enter is not None:
+            await enter()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        exit_ = getattr(self._inner, "__aexit__", None)
+        if exit_ is not None:
+            await exit_(*exc_info)
 
     async def aclose(self) -> None:
         """Close the inner model if it can be closed."""

@@ -34,7 +34,7 @@ from reverie.core.messages import (
 )
 from reverie.errors import ModelError
 from reverie.models.errors import (
-    LoopBoundClient,
+    ClientHolder,
     auth_failed,
     classify_api_error,
     detail,
@@ -114,8 +114,11 @@ class OpenAIChatModel:
 
     The key is read at the first call, not at construction: ``api_key`` if given, else the
     environment variable ``api_key_env``. ``api_key_env=None`` means the server needs no key (a
-    placeholder is sent). The model holds one SDK client; close it with :meth:`aclose` (or use the
-    model as an ``async with`` context manager) when done.
+    placeholder is sent).
+
+    Inside ``async with model:`` the model keeps one SDK client, and its connections, until the
+    block exits; used without it, each request gets its own client, closed when the request
+    ends, so a model nobody closes leaks nothing.
     """
 
     def __init__(
@@ -145,7 +148,7 @@ class OpenAIChatModel:
         self._timeout_s = timeout_s
         self._name = name or f"openai:{model}"
         self._sent_key: str | None = None
-        self._clients: LoopBoundClient[openai.AsyncOpenAI] = LoopBoundClient(
+        self._clients: ClientHolder[openai.AsyncOpenAI] = ClientHolder(
             self._new_client, lambda client: client.close()
         )
 
@@ -163,13 +166,16 @@ class OpenAIChatModel:
         return f"OpenAIChatModel(name={self._name!r}, base_url={self._base_url!r})"
 
     async def __aenter__(self) -> OpenAIChatModel:
+        """Keep one SDK client (and its connections) until exit; unentered, each request
+        uses its own client, closed when the request ends."""
+        self._clients.enter()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        await self._clients.exit()
 
     async def aclose(self) -> None:
-        """Close the SDK client and its connections."""
+        """Close the kept SDK client and its connections (see :meth:`__aenter__`)."""
         await self._clients.aclose()
 
     def _new_client(self) -> openai.AsyncOpenAI:
@@ -194,37 +200,37 @@ class OpenAIChatModel:
             ModelError: classified per DESIGN §4.2; the SDK error is kept in ``__cause__``.
         """
         params = self._params(request)
-        client = self._clients.get()
         text: list[str] = []
         calls: dict[int, _CallAccumulator] = {}
         usage = TokenUsage()
         finish_reason: str | None = None
         model_name: str | None = None
         try:
-            # Built as a dict (the SDK's overloads cannot type a conditional set of options).
-            stream = cast(
-                "openai.AsyncStream[ChatCompletionChunk]",
-                await client.chat.completions.create(**params),
-            )
-            async with stream:
-                async for chunk in stream:
-                    model_name = chunk.model or model_name
-                    if chunk.usage is not None:
-                        usage = TokenUsage(
-                            input_tokens=chunk.usage.prompt_tokens or 0,
-                            output_tokens=chunk.usage.completion_tokens or 0,
-                        )
-                    for choice in chunk.choices:
-                        if choice.index != 0:
-                            continue
-                        delta = choice.delta
-                        if delta.content:
-                            text.append(delta.content)
-                            yield TextDelta(text=delta.content)
-                        for position, tc in enumerate(delta.tool_calls or ()):
-                            _accumulate(calls, tc, position)
-                        if choice.finish_reason:
-                            finish_reason = choice.finish_reason
+            async with self._clients.lease() as client:
+                # Built as a dict (the SDK's overloads cannot type a conditional set of options).
+                stream = cast(
+                    "openai.AsyncStream[ChatCompletionChunk]",
+                    await client.chat.completions.create(**params),
+                )
+                async with stream:
+                    async for chunk in stream:
+                        model_name = chunk.model or model_name
+                        if chunk.usage is not None:
+                            usage = TokenUsage(
+                                input_tokens=chunk.usage.prompt_tokens or 0,
+                                output_tokens=chunk.usage.completion_tokens or 0,
+                            )
+                        for choice in chunk.choices:
+                            if choice.index != 0:
+                                continue
+                            delta = choice.delta
+                            if delta.content:
+                                text.append(delta.content)
+                                yield TextDelta(text=delta.content)
+                            for position, tc in enumerate(delta.tool_calls or ()):
+                                _accumulate(calls, tc, position)
+                            if choice.finish_reason:
+                                finish_reason = choice.finish_reason
         except openai.APIError as exc:
             raise self._map_error(exc) from exc
         except ValueError as exc:
@@ -255,7 +261,7 @@ class OpenAIChatModel:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if request.tools:
+        if request.tools:  # None or (): send no tools and no tool_choice (the API rejects [])
             params["tools"] = [
                 {
                     "type": "function",

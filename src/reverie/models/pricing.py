@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from reverie.core.messages import TokenUsage
@@ -38,7 +39,7 @@ class Price:
 
     def __post_init__(self) -> None:
         if self.input_per_mtok < 0 or self.output_per_mtok < 0:
-            raise ConfigError(f"a price cannot be negative: {self}")
+            raise ValueError(f"a price cannot be negative: {self}")
 
     def cost(self, usage: TokenUsage) -> float:
         """The dollar cost of ``usage`` at this price."""
@@ -51,30 +52,32 @@ def _p(input_per_mtok: float, output_per_mtok: float) -> Price:
     return Price(input_per_mtok=input_per_mtok, output_per_mtok=output_per_mtok)
 
 
-BUILTIN_PRICES: Mapping[str, Price] = {
-    # OpenAI
-    "gpt-4o": _p(2.50, 10.00),
-    "gpt-4o-mini": _p(0.15, 0.60),
-    "gpt-4.1": _p(2.00, 8.00),
-    "gpt-4.1-mini": _p(0.40, 1.60),
-    "gpt-4.1-nano": _p(0.10, 0.40),
-    "gpt-5": _p(1.25, 10.00),
-    "gpt-5-mini": _p(0.25, 2.00),
-    "gpt-5-nano": _p(0.05, 0.40),
-    "o3": _p(2.00, 8.00),
-    "o3-mini": _p(1.10, 4.40),
-    "o4-mini": _p(1.10, 4.40),
-    # Anthropic
-    "claude-opus-4-1": _p(15.00, 75.00),
-    "claude-opus-4-0": _p(15.00, 75.00),
-    "claude-opus-4": _p(15.00, 75.00),
-    "claude-sonnet-4-5": _p(3.00, 15.00),
-    "claude-sonnet-4-0": _p(3.00, 15.00),
-    "claude-sonnet-4": _p(3.00, 15.00),
-    "claude-3-7-sonnet": _p(3.00, 15.00),
-    "claude-haiku-4-5": _p(1.00, 5.00),
-    "claude-3-5-haiku": _p(0.80, 4.00),
-}
+BUILTIN_PRICES: Mapping[str, Price] = MappingProxyType(
+    {
+        # OpenAI
+        "gpt-4o": _p(2.50, 10.00),
+        "gpt-4o-mini": _p(0.15, 0.60),
+        "gpt-4.1": _p(2.00, 8.00),
+        "gpt-4.1-mini": _p(0.40, 1.60),
+        "gpt-4.1-nano": _p(0.10, 0.40),
+        "gpt-5": _p(1.25, 10.00),
+        "gpt-5-mini": _p(0.25, 2.00),
+        "gpt-5-nano": _p(0.05, 0.40),
+        "o3": _p(2.00, 8.00),
+        "o3-mini": _p(1.10, 4.40),
+        "o4-mini": _p(1.10, 4.40),
+        # Anthropic
+        "claude-opus-4-1": _p(15.00, 75.00),
+        "claude-opus-4-0": _p(15.00, 75.00),
+        "claude-opus-4": _p(15.00, 75.00),
+        "claude-sonnet-4-5": _p(3.00, 15.00),
+        "claude-sonnet-4-0": _p(3.00, 15.00),
+        "claude-sonnet-4": _p(3.00, 15.00),
+        "claude-3-7-sonnet": _p(3.00, 15.00),
+        "claude-haiku-4-5": _p(1.00, 5.00),
+        "claude-3-5-haiku": _p(0.80, 4.00),
+    }
+)
 """The built-in prices, keyed by the provider's model id without a date suffix."""
 
 _PREFIXES = ("hermes:", "openai:", "anthropic:")
@@ -179,6 +182,8 @@ def _price_from_mapping(name: str, entry: object) -> Price:
             f"price for model {name!r} lacks {exc.args[0]}: expected {expected}"
         ) from None
     for value in (input_price, output_price):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"price for model {name!r} must be numbers: expected {expected}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ConfigError(
+                f"price for model {name!r} must be non-negative numbers: expected {expected}"
+            )
     return Price(input_per_mtok=float(input_price), output_per_mtok=float(output_price))

@@ -1,23 +1,11 @@
-"""The SQLite file behind :class:`reverie.store.sqlite.SQLiteStore`: how it is opened, its
-versioned schema, and how rows map to records.
+"""How :class:`reverie.store.sqlite.SQLiteStore` talks to its file, below the Store semantics.
 
-:func:`open_connections` opens the writer (WAL, ``synchronous``, ``busy_timeout``, foreign keys)
-and migrates, then opens the ``query_only`` reader.
-
-The database records every migration it has applied in ``schema_version``. ``open()`` applies
-the missing ones inside one ``BEGIN IMMEDIATE`` transaction, so two processes opening a fresh
-file at once cannot both migrate it, and a failed migration leaves the file as it was. A
-database whose recorded version is newer than :data:`SCHEMA_VERSION` was written by a newer
-reverie: it is refused rather than read with assumptions that may no longer hold.
-
-Rules for adding a migration: append a new :class:`Migration` with the next version; never edit
-one that has shipped. The row codecs at the end of this module map records to columns and rows
-back to records; keep them in step with the latest migration.
-
-Scope is stored as four columns (``scope_tenant``, ``scope_user``, ``scope_agent``,
-``scope_project``) rather than ``user``, which PostgreSQL reserves, so the PostgreSQL backend can
-keep the same column names. JSON columns hold ``json.dumps`` text, timestamps are REAL epoch
-seconds, flags are INTEGER 0/1 and checkpoint payloads are BLOBs.
+- :func:`open_connections` opens the writer (WAL, ``synchronous``, ``busy_timeout``, foreign
+  keys), applies the migrations of :mod:`reverie.store.migrations`, then opens the
+  ``query_only`` reader. :func:`db_errors` turns ``sqlite3`` errors into store errors.
+- Statement helpers: one aiosqlite round trip each.
+- Row codecs: record → column dict for an INSERT, row → record. They are the only code that
+  knows every column; keep them in step with the latest migration.
 """
 
 from __future__ import annotations
@@ -27,8 +15,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,17 +33,12 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.migrations import migrate
 
-__all__ = [
-    "MIGRATIONS",
-    "SCHEMA_VERSION",
-    "SYNCHRONOUS_MODES",
-    "Migration",
-    "close_all",
-    "db_errors",
-    "migrate",
-    "open_connections",
-]
+__all__ = ["SYNCHRONOUS_MODES", "Columns", "close_all", "db_errors", "open_connections"]
+
+Columns = dict[str, Any]
+"""Column name → value, ready for an INSERT."""
 
 SYNCHRONOUS_MODES: frozenset[str] = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 """Accepted values of ``PRAGMA synchronous``."""
@@ -145,197 +127,53 @@ async def open_connections(
     return writer, reader
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Migration:
-    """One step of the schema."""
-
-    version: int
-    """Strictly increasing, starting at 1."""
-    name: str
-    """A short description, recorded next to the version."""
-    statements: tuple[str, ...]
-    """DDL run in order inside the migration transaction (one statement each)."""
+# statement helpers --------------------------------------------------------------------------
+def marks(n: int) -> str:
+    """``n`` comma-separated ``?`` placeholders."""
+    return ",".join("?" * n)
 
 
-_V1 = Migration(
-    version=1,
-    name="initial schema",
-    statements=(
-        """
-        CREATE TABLE threads (
-            thread_id     TEXT PRIMARY KEY,
-            scope_tenant  TEXT NOT NULL,
-            scope_user    TEXT NOT NULL,
-            scope_agent   TEXT,
-            scope_project TEXT,
-            created_at    REAL NOT NULL
-        )
-        """,
-        # run_id is not a foreign key: a transcript row may name a run the store has not seen
-        # (the protocol only checks the run when a fence is given).
-        """
-        CREATE TABLE items (
-            ref          TEXT PRIMARY KEY,
-            thread_id    TEXT NOT NULL REFERENCES threads(thread_id),
-            seq          INTEGER NOT NULL,
-            run_id       TEXT,
-            role         TEXT NOT NULL,
-            content      TEXT NOT NULL,
-            tool_calls   TEXT NOT NULL,
-            tool_call_id TEXT,
-            name         TEXT,
-            input_id     TEXT,
-            meta         TEXT NOT NULL,
-            superseded   INTEGER NOT NULL DEFAULT 0,
-            created_at   REAL NOT NULL,
-            UNIQUE (thread_id, seq)
-        )
-        """,
-        "CREATE INDEX items_by_run ON items (run_id, seq)",
-        """
-        CREATE TABLE runs (
-            run_id           TEXT PRIMARY KEY,
-            thread_id        TEXT NOT NULL,
-            scope_tenant     TEXT NOT NULL,
-            scope_user       TEXT NOT NULL,
-            scope_agent      TEXT,
-            scope_project    TEXT,
-            agent_name       TEXT NOT NULL,
-            profile          TEXT NOT NULL,
-            family_id        TEXT NOT NULL,
-            status           TEXT NOT NULL,
-            exit             TEXT,
-            created_at       REAL NOT NULL,
-            updated_at       REAL NOT NULL,
-            lease_owner      TEXT,
-            lease_expires_at REAL,
-            fence            INTEGER NOT NULL DEFAULT 0,
-            cancel_requested INTEGER NOT NULL DEFAULT 0,
-            idempotency_key  TEXT UNIQUE,
-            has_actor        INTEGER NOT NULL DEFAULT 1,
-            meta             TEXT NOT NULL,
-            inputs_sealed    INTEGER NOT NULL DEFAULT 0
-        )
-        """,
-        "CREATE INDEX runs_by_scope ON runs (scope_tenant, scope_user, created_at, run_id)",
-        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
-        "CREATE INDEX runs_by_thread ON runs (thread_id)",
-        """
-        CREATE TABLE checkpoints (
-            run_id     TEXT PRIMARY KEY REFERENCES runs(run_id),
-            kind       TEXT NOT NULL,
-            payload    BLOB NOT NULL,
-            created_at REAL NOT NULL
-        )
-        """,
-        """
-        CREATE TABLE journal (
-            run_id     TEXT NOT NULL REFERENCES runs(run_id),
-            call_id    TEXT NOT NULL,
-            tool       TEXT NOT NULL,
-            state      TEXT NOT NULL,
-            outcome    TEXT,
-            updated_at REAL NOT NULL,
-            PRIMARY KEY (run_id, call_id)
-        )
-        """,
-        # The primary key (run_id, cursor) serves poll_inputs.
-        """
-        CREATE TABLE inputs (
-            run_id     TEXT NOT NULL REFERENCES runs(run_id),
-            cursor     INTEGER NOT NULL,
-            input_id   TEXT NOT NULL,
-            kind       TEXT NOT NULL,
-            payload    TEXT NOT NULL,
-            acked      INTEGER NOT NULL DEFAULT 0,
-            created_at REAL NOT NULL,
-            PRIMARY KEY (run_id, cursor),
-            UNIQUE (run_id, input_id)
-        )
-        """,
-        """
-        CREATE TABLE gates (
-            ref           TEXT PRIMARY KEY,
-            run_id        TEXT NOT NULL REFERENCES runs(run_id),
-            call_id       TEXT NOT NULL,
-            tool          TEXT NOT NULL,
-            arguments     TEXT NOT NULL,
-            kind          TEXT NOT NULL,
-            status        TEXT NOT NULL,
-            reason        TEXT,
-            scope_tenant  TEXT NOT NULL,
-            scope_user    TEXT NOT NULL,
-            scope_agent   TEXT,
-            scope_project TEXT,
-            created_at    REAL NOT NULL,
-            resolved_at   REAL,
-            UNIQUE (run_id, call_id)
-        )
-        """,
-        "CREATE INDEX gates_by_status ON gates (status, created_at, ref)",
-        "CREATE INDEX gates_by_scope ON gates (scope_tenant, scope_user, created_at, ref)",
-    ),
-)
-
-MIGRATIONS: tuple[Migration, ...] = (_V1,)
-"""Every migration, oldest first."""
-
-SCHEMA_VERSION: int = MIGRATIONS[-1].version
-"""The newest schema this build knows; a database recording a higher one is refused."""
-
-_CREATE_VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at REAL NOT NULL
-)
-"""
+def where(scope: Scope | None, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """The WHERE clause of the list queries: scope means tenant and user, as in MemoryStore."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if scope is not None:
+        clauses.append("scope_tenant = ? AND scope_user = ?")
+        params += [scope.tenant, scope.user]
+    if statuses is not None:
+        clauses.append(f"status IN ({marks(len(statuses))})")
+        params += statuses
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-async def migrate(db: aiosqlite.Connection, *, label: str) -> int:
-    """Bring the schema up to :data:`SCHEMA_VERSION` and return the version found before.
+async def rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    """Every row of one statement."""
+    return list(await db.execute_fetchall(sql, params))
 
-    ``db`` must be in autocommit mode (``isolation_level=None``) with no open transaction; the
-    whole migration is one ``BEGIN IMMEDIATE`` transaction, rolled back on any error.
 
-    Args:
-        db: The writer connection.
-        label: Names the database in error messages (its path).
+async def one(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+    """The first row of one statement, or ``None``."""
+    found = await rows(db, sql, params)
+    return found[0] if found else None
 
-    Raises:
-        StoreError: The database was created by a newer reverie (its schema version is above
-            :data:`SCHEMA_VERSION`).
-        sqlite3.Error: The file is not a usable database; the caller wraps it.
-    """
-    try:
-        await db.execute("BEGIN IMMEDIATE")
-        await db.execute(_CREATE_VERSION_TABLE)
-        rows = list(await db.execute_fetchall("SELECT MAX(version) FROM schema_version"))
-        found = int(rows[0][0] or 0)
-        if found > SCHEMA_VERSION:
-            raise StoreError(
-                f"database {label} has schema version {found}, newer than the newest this "
-                f"build of reverie supports ({SCHEMA_VERSION}); upgrade reverie to open it"
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= found:
-                continue
-            for statement in migration.statements:
-                await db.execute(statement)
-            await db.execute(
-                "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
-                (migration.version, migration.name, time.time()),
-            )
-        await db.execute("COMMIT")
-    except BaseException:
-        await db.rollback()  # only rolls back if a transaction is open
-        raise
-    return found
+
+async def execute(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one statement and return the number of rows it changed."""
+    async with db.execute(sql, params) as cursor:
+        return cursor.rowcount
+
+
+async def insert(db: aiosqlite.Connection, table: str, rows: Sequence[Columns]) -> None:
+    """Insert rows (all with the same columns) in one round trip."""
+    if not rows:
+        return
+    # Table and column names come from this package's codecs, never from callers.
+    sql = f"INSERT INTO {table} ({', '.join(rows[0])}) VALUES ({marks(len(rows[0]))})"
+    async with db.executemany(sql, [tuple(row.values()) for row in rows]):
+        pass
 
 
 # row codecs ---------------------------------------------------------------------------------
-Columns = dict[str, Any]
-"""Column name → value, ready for an INSERT."""
 
 
 def dumps(value: Any) -> str:

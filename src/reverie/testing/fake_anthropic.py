@@ -32,9 +32,9 @@ from reverie.testing.fake_openai import (
     FakeModelServer,
     FakeReply,
     FakeStep,
-    bearer_token,
     as_error,
     as_reply,
+    bearer_token,
     default_output_tokens,
     estimate_input_tokens,
     sse,
@@ -70,14 +70,6 @@ class FakeAnthropicServer(FakeModelServer):
 
     ``base_url`` is the server root (no ``/v1``), as the ``anthropic`` SDK expects.
     """
-
-    async def __aenter__(self) -> FakeAnthropicServer:
-        await super().__aenter__()
-        return self
-
-    def __enter__(self) -> FakeAnthropicServer:
-        super().__enter__()
-        return self
 
     def routes(self) -> list[Route]:
         """Messages and the model list."""

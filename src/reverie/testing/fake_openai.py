@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 try:
     import uvicorn
@@ -162,7 +162,14 @@ def as_reply(step: str | ModelResponse | FakeReply) -> FakeReply:
         return step
     if isinstance(step, str):
         return FakeReply(text=step)
-    calls = tuple(FakeToolCall(c.name, dict(c.arguments), id=c.id or None) for c in step.tool_calls)
+    calls = tuple(
+        FakeToolCall(
+            c.name,
+            _MALFORMED_ARGUMENTS if c.arguments_error else dict(c.arguments),
+            id=c.id or None,
+        )
+        for c in step.tool_calls
+    )
     usage = step.usage
     return FakeReply(
         text=step.text,
@@ -223,8 +230,15 @@ class _QuickServer(uvicorn.Server):
 
     async def main_loop(self) -> None:
         await self.on_tick(0)  # sets the default response headers, as the stock loop does
-        if self.stop_event is not None:
-            await self.stop_event.wait()
+        while not self.should_exit:
+            if self.stop_event is None:
+                await asyncio.sleep(0.05)
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):  # also honour should_exit, set from any thread
+                    await self.stop_event.wait()
+            if self.stop_event.is_set():
+                return
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
@@ -232,9 +246,10 @@ class _QuickServer(uvicorn.Server):
         for connection in list(self.server_state.connections):
             connection.shutdown()
         deadline = time.monotonic() + 2.0
-        while (self.server_state.connections or self.server_state.tasks) and (
-            time.monotonic() < deadline
-        ):
+        # uvicorn offers no event for "all connections drained": poll briefly.
+        while self.server_state.connections or self.server_state.tasks:
+            if time.monotonic() > deadline:
+                break
             await asyncio.sleep(0.002)
         for task in list(self.server_state.tasks):
             task.cancel()
@@ -340,15 +355,16 @@ class FakeModelServer:
         thread.join(timeout=10)
         self._server = self._thread = None
         self._loop = self._closing = None
+        self._port = None
 
-    def __enter__(self) -> FakeModelServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> FakeModelServer:
+    async def __aenter__(self) -> Self:
         await asyncio.to_thread(self.start)
         return self
 
@@ -434,14 +450,6 @@ class FakeOpenAIServer(FakeModelServer):
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/v1``."""
         return f"{self.root_url}/v1"
-
-    async def __aenter__(self) -> FakeOpenAIServer:
-        await super().__aenter__()
-        return self
-
-    def __enter__(self) -> FakeOpenAIServer:
-        super().__enter__()
-        return self
 
     def routes(self) -> list[Route]:
         """Chat completions and the model list."""

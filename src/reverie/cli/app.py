@@ -1,0 +1,71 @@
+"""The ``reverie`` command (DESIGN §16): run agents, inspect runs, resolve gates, check setup.
+
+Commands::
+
+    reverie run "message" [--agent NAME] [--model SPEC] [--json] [--tenant T] [--user U]
+    reverie runs list|show|resume|cancel
+    reverie gates list|approve|deny
+    reverie doctor
+
+Every command reads ``$REVERIE_HOME/reverie.toml`` (or ``--config PATH``) and opens the store
+from ``--store URL``, else ``[store] url``, else ``sqlite:///$REVERIE_HOME/reverie.db``. Exit
+codes are in :class:`reverie.cli.common.ExitCode`; ``docs/cli.md`` is the user's guide.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from reverie.cli import gates, runs
+from reverie.cli.doctor import doctor_command
+from reverie.cli.run import run_command
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="reverie",
+    help="A durable runtime for tool-using LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run_command)
+app.add_typer(runs.app, name="runs")
+app.add_typer(gates.app, name="gates")
+app.command("doctor")(doctor_command)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from reverie import __version__
+
+        typer.echo(f"reverie {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """A durable runtime for tool-using LLM agents.
+
+    Configuration: $REVERIE_HOME/reverie.toml (REVERIE_HOME defaults to ~/.reverie).
+    Exit codes: 0 completed/ok, 1 failed, 2 configuration or usage problem, 3 blocked on a
+    gate, 130 cancelled.
+    """
+
+
+def main() -> None:
+    """Console-script entry point: ``reverie``."""
+    app(prog_name="reverie")
+
+
+if __name__ == "__main__":
+    main()

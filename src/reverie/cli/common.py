@@ -1,0 +1,220 @@
+"""What every CLI command shares: options, exit codes, error reporting, opening a runtime.
+
+Errors reach the user one way: :func:`execute` runs a command's coroutine and turns each typed
+error into a message on stderr and an exit code (:class:`ExitCode`). Commands never print
+tracebacks for errors reverie raises on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import os
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from enum import IntEnum
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from reverie.config import ReverieConfig, load_config, register_hooks, store_url
+from reverie.errors import (
+    ConfigError,
+    GateResolvedError,
+    NotFoundError,
+    ReverieError,
+    RunBusy,
+    RunEndedError,
+    UnknownAgentError,
+    UsageError,
+)
+from reverie.runtime.agent import Agent
+from reverie.runtime.runtime import Runtime
+
+__all__ = [
+    "ConfigOption",
+    "ExitCode",
+    "JsonOption",
+    "Session",
+    "StoreOption",
+    "TenantOption",
+    "UserOption",
+    "default_user",
+    "err_console",
+    "execute",
+    "fail",
+    "load",
+    "open_session",
+    "out_console",
+]
+
+
+class ExitCode(IntEnum):
+    """Exit codes of every ``reverie`` command (documented in ``docs/cli.md``)."""
+
+    OK = 0
+    """Success; for commands that advance a run: the run completed."""
+    FAILED = 1
+    """The run failed, or the operation did (store unavailable, a ``doctor`` check failed)."""
+    USAGE = 2
+    """Configuration or usage problem: broken ``reverie.toml``, unknown agent, run or gate,
+    no model configured, a gate already resolved, a bad option."""
+    BLOCKED = 3
+    """The run is blocked on a gate that waits for a person."""
+    CANCELLED = 130
+    """The run was cancelled (also Ctrl-C), as shells report SIGINT."""
+
+
+ConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="Configuration file [default: $REVERIE_HOME/reverie.toml].",
+        show_default=False,
+    ),
+]
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="Store URL, e.g. sqlite:///path.db [default: [store] url, else "
+        "sqlite:///$REVERIE_HOME/reverie.db].",
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant of the scope.")]
+UserOption = Annotated[
+    str | None,
+    typer.Option("--user", help="User of the scope [default: $USER].", show_default=False),
+]
+
+
+def default_user() -> str:
+    """``$USER`` (or the login name), else ``local``."""
+    with contextlib.suppress(Exception):
+        return os.environ.get("USER") or getpass.getuser() or "local"
+    return "local"
+
+
+def out_console() -> Console:
+    """Rich console on stdout. Wide when not a terminal, so ids are never cut in pipes."""
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=False, width=max(console.width, 200))
+    return console
+
+
+def err_console() -> Console:
+    """Rich console on stderr."""
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    err_console().print(f"[bold red]error:[/] {_escape(message)}")
+    raise typer.Exit(int(code))
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def load(path: str | None) -> ReverieConfig:
+    """Load the configuration (errors become exit code 2 via :func:`execute`)."""
+    return load_config(path)
+
+
+def execute(command: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
+    """Run a command coroutine and exit with the code it returns.
+
+    Typed errors become one message on stderr and an exit code: configuration and usage
+    problems exit 2, other failures 1, Ctrl-C 130.
+    """
+    try:
+        code = asyncio.run(command())
+    except typer.Exit:
+        raise
+    except UnknownAgentError as exc:
+        fail(
+            f"{exc}. In the CLI, the agents are those of reverie.toml: add "
+            f"[agents.{exc.agent_name}] (or, for the built-in assistant, pass --model)"
+        )
+    except (ConfigError, UsageError, NotFoundError, GateResolvedError, RunEndedError) as exc:
+        fail(str(exc))
+    except RunBusy as exc:
+        fail(f"{exc}; try again once that worker has stopped", ExitCode.FAILED)
+    except ReverieError as exc:
+        fail(f"{type(exc).__name__}: {exc}", ExitCode.FAILED)
+    except KeyboardInterrupt:
+        err_console().print("interrupted")
+        raise typer.Exit(int(ExitCode.CANCELLED)) from None
+    raise typer.Exit(code)
+
+
+class Session:
+    """An open runtime plus the agents (and their models) this command registered."""
+
+    def __init__(self, runtime: Runtime, config: ReverieConfig) -> None:
+        self.rt = runtime
+        """The open runtime."""
+        self.config = config
+        """The loaded configuration."""
+        self._agents: list[Agent] = []
+
+    def register(self, agent: Agent) -> None:
+        """Make ``agent`` available to this process; its model is closed with the session."""
+        self.rt.register(agent)
+        self._agents.append(agent)
+
+    async def _close_models(self) -> None:
+        for agent in self._agents:
+            close = getattr(agent.model, "aclose", None)
+            if callable(close):
+                with contextlib.suppress(Exception):
+                    await close()
+
+
+@contextlib.asynccontextmanager
+async def open_session(
+    config: ReverieConfig,
+    store: str | None,
+    *,
+    agents: Iterable[Agent] = (),
+    hooks: bool = False,
+) -> AsyncIterator[Session]:
+    """Open a :class:`Runtime` on the configured store with ``agents`` registered.
+
+    Args:
+        config: The loaded configuration (prices, hooks, store URL).
+        store: The ``--store`` override, if any.
+        agents: Agents this process may run, resume and approve for.
+        hooks: Register the file's ``[[hooks]]`` (commands that advance runs need them).
+
+    The agents' models are closed when the session ends.
+    """
+    url = store_url(config, store)
+    try:
+        opener = Runtime.open(url, prices=config.price_table())
+    except ConfigError as exc:
+        where = "--store" if store else f"{config.source}: store.url"
+        raise ConfigError(
+            f"{where}: {exc}. Fix: set a supported store URL, e.g. sqlite:///path/to/reverie.db"
+        ) from None
+    async with opener as rt:
+        session = Session(rt, config)
+        try:
+            for agent in agents:
+                session.register(agent)
+            if hooks:
+                register_hooks(config, rt.hooks)
+            yield session
+        finally:
+            # Models are closed after the runtime stopped its tasks (the opener's exit runs
+            # after this block only for the store, so stop local work first).
+            await rt.aclose()
+            await session._close_models()

@@ -1,0 +1,150 @@
+"""``reverie doctor``: is this installation ready to run agents?
+
+Checks, in order: the configuration loads; the store opens; every agent's model spec resolves
+and the environment variable its key comes from is set (the value is never read out, let alone
+printed); the ``[[hooks]]`` import. Nothing contacts a model provider. Exit 0 when every check
+passes (warnings allowed), 1 when one fails, 2 when the configuration itself is broken.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.markup import escape
+from rich.table import Table
+
+from reverie.cli.common import (
+    ConfigOption,
+    ExitCode,
+    JsonOption,
+    StoreOption,
+    err_console,
+    execute,
+    out_console,
+)
+from reverie.cli.render import print_json
+from reverie.config import ReverieConfig, key_env_for, load_config, register_hooks, store_url
+from reverie.errors import ConfigError, ReverieError
+from reverie.hooks import HookRegistry
+from reverie.store import open_store
+
+__all__ = ["doctor_command"]
+
+CheckStatus = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """One line of the report."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+
+
+async def _store_check(config: ReverieConfig, override: str | None) -> Check:
+    url = store_url(config, override)
+    try:
+        store = open_store(url)
+        await store.open()
+        await store.close()
+    except (ReverieError, OSError) as exc:
+        return Check(name="store", status="fail", detail=f"{url}: {exc}")
+    return Check(name="store", status="ok", detail=f"{url} opens")
+
+
+def _agent_checks(config: ReverieConfig) -> list[Check]:
+    if not config.agents:
+        return [
+            Check(
+                name="agents",
+                status="warn",
+                detail="none configured: `reverie run` needs --model SPEC, or add "
+                f"[agents.NAME] to {config.source}",
+            )
+        ]
+    checks: list[Check] = []
+    for name, agent in config.agents.items():
+        label = f"agent {name}"
+        tools = f"{len(agent.tools)} tool reference(s)"
+        checks.append(
+            Check(name=label, status="ok", detail=f"model {agent.model} resolves; {tools} import")
+        )
+        variable = key_env_for(agent.model, config)
+        if variable is None:
+            checks.append(Check(name=f"{label} key", status="ok", detail="needs no API key"))
+        elif os.environ.get(variable):
+            checks.append(Check(name=f"{label} key", status="ok", detail=f"{variable} is set"))
+        else:
+            checks.append(
+                Check(
+                    name=f"{label} key",
+                    status="fail",
+                    detail=f"{variable} is not set. Fix: export {variable}=<your key>",
+                )
+            )
+    return checks
+
+
+def _hook_check(config: ReverieConfig) -> Check | None:
+    if not config.hooks:
+        return None
+    try:
+        registered = register_hooks(config, HookRegistry())
+    except ConfigError as exc:
+        return Check(name="hooks", status="fail", detail=str(exc))
+    return Check(name="hooks", status="ok", detail=f"{len(registered)} trusted hook(s) import")
+
+
+def _report(checks: list[Check], *, as_json: bool) -> None:
+    if as_json:
+        print_json(
+            {
+                "ok": all(c.status != "fail" for c in checks),
+                "checks": [
+                    {"name": c.name, "status": c.status, "detail": c.detail} for c in checks
+                ],
+            }
+        )
+        return
+    styles = {"ok": "[green]ok[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]FAIL[/]"}
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("CHECK", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    table.add_column("DETAIL")
+    for check in checks:
+        table.add_row(escape(check.name), styles[check.status], escape(check.detail))
+    out_console().print(table)
+
+
+def doctor_command(
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Check the configuration, the store, each agent's model and key, and the hooks.
+
+    Exit code: 0 all good (warnings allowed), 1 a check failed, 2 the configuration is broken.
+    Key values are never printed.
+    """
+
+    async def main() -> int:
+        try:
+            cfg = load_config(config)
+        except ConfigError as exc:
+            _report([Check(name="config", status="fail", detail=str(exc))], as_json=as_json)
+            err_console().print(f"error: {exc}", markup=False)
+            return ExitCode.USAGE
+        where = cfg.source if cfg.exists else f"{cfg.source} (no file: defaults)"
+        checks = [Check(name="config", status="ok", detail=f"{where} loads")]
+        checks.append(await _store_check(cfg, store))
+        checks.extend(_agent_checks(cfg))
+        hook_check = _hook_check(cfg)
+        if hook_check is not None:
+            checks.append(hook_check)
+        _report(checks, as_json=as_json)
+        return ExitCode.FAILED if any(c.status == "fail" for c in checks) else ExitCode.OK
+
+    execute(main)

@@ -1,0 +1,144 @@
+"""``reverie gates list|approve|deny``: the approvals people owe blocked runs (DESIGN §8).
+
+Approving or denying resumes the run in this process, so the run's agent must be known here:
+it comes from ``reverie.toml`` (or ``--model`` for the built-in assistant). When it is not, the
+command fails with the typed error naming the agent, exit code 2, and the gate stays pending —
+the agent is checked before anything changes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+import typer
+
+from reverie.cli.agents import agents_with_model
+from reverie.cli.common import (
+    ConfigOption,
+    ExitCode,
+    JsonOption,
+    StoreOption,
+    err_console,
+    execute,
+    load,
+    open_session,
+)
+from reverie.cli.render import gate_payload, print_json, show_gates, show_result
+from reverie.cli.runs import ModelOption
+from reverie.store.base import GateStatus
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="gates",
+    help="Gates waiting for a person: list, approve, deny.",
+    no_args_is_help=True,
+)
+
+
+class GateStatusChoice(StrEnum):
+    """Gate statuses ``--status`` accepts."""
+
+    pending = "pending"
+    approved = "approved"
+    denied = "denied"
+    all = "all"
+
+
+_STATUS: dict[GateStatusChoice, GateStatus | None] = {
+    GateStatusChoice.pending: "pending",
+    GateStatusChoice.approved: "approved",
+    GateStatusChoice.denied: "denied",
+    GateStatusChoice.all: None,
+}
+
+RefArgument = Annotated[str, typer.Argument(help="The gate ref (from `reverie gates list`).")]
+
+
+@app.command("list")
+def list_gates(
+    status: Annotated[
+        GateStatusChoice, typer.Option("--status", "-s", help="Which gates to list.")
+    ] = GateStatusChoice.pending,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """List gates (pending ones by default), newest first."""
+
+    async def main() -> int:
+        cfg = load(config)
+        wanted = _STATUS[status]
+        async with open_session(cfg, store) as session:
+            gates = await session.rt.store.list_gates(status=wanted)
+        if as_json:
+            print_json([gate_payload(g) for g in gates])
+        else:
+            show_gates(gates)
+        return ExitCode.OK
+
+    execute(main)
+
+
+def _resolve(
+    ref: str,
+    decision: Literal["approved", "denied"],
+    reason: str,
+    *,
+    model: str | None,
+    as_json: bool,
+    config: str | None,
+    store: str | None,
+) -> None:
+    async def main() -> int:
+        cfg = load(config)
+        async with open_session(cfg, store, hooks=True) as session:
+            gate = await session.rt.store.get_gate(ref)
+            run = await session.rt.store.get_run(gate.run_id)
+            for agent in agents_with_model(cfg, run.agent_name, model):
+                session.register(agent)
+            if decision == "approved":
+                result = await session.rt.approve(ref)
+            else:
+                result = await session.rt.deny(ref, reason=reason)
+            if not as_json:
+                err_console().print(
+                    f"gate {ref} {decision}; run {run.run_id} resumed", markup=False
+                )
+            return show_result(result, as_json=as_json)
+
+    execute(main)
+
+
+@app.command("approve")
+def approve(
+    ref: RefArgument,
+    model: ModelOption = None,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Approve a gate and resume its run here until it ends or blocks again.
+
+    Exit code as for `reverie run`.
+    """
+    _resolve(ref, "approved", "", model=model, as_json=as_json, config=config, store=store)
+
+
+@app.command("deny")
+def deny(
+    ref: RefArgument,
+    reason: Annotated[
+        str, typer.Option("--reason", "-r", help="Why; the model is told.")
+    ] = "denied by the operator",
+    model: ModelOption = None,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Deny a gate; the model is told and the run continues here.
+
+    Exit code as for `reverie run`.
+    """
+    _resolve(ref, "denied", reason, model=model, as_json=as_json, config=config, store=store)

@@ -1,0 +1,327 @@
+"""How the CLI shows runs, gates and results: Rich for people, JSON for machines."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from reverie.cli.common import ExitCode, err_console, out_console
+from reverie.core.exits import exit_to_dict
+from reverie.runtime.result import RunResult
+from reverie.store.base import GateRecord, RunRecord, TranscriptItem
+
+__all__ = [
+    "exit_code_for",
+    "gate_payload",
+    "print_json",
+    "result_payload",
+    "run_payload",
+    "show_gates",
+    "show_result",
+    "show_run",
+    "show_runs",
+]
+
+_STATUS_STYLE = {
+    "completed": "green",
+    "blocked": "yellow",
+    "failed": "red",
+    "cancelled": "magenta",
+    "running": "cyan",
+    "queued": "cyan",
+    "pending": "yellow",
+    "approved": "green",
+    "denied": "red",
+}
+
+_EXIT_CODES = {
+    "completed": ExitCode.OK,
+    "blocked": ExitCode.BLOCKED,
+    "failed": ExitCode.FAILED,
+    "cancelled": ExitCode.CANCELLED,
+}
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout."""
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def _time(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat() if ts else None
+
+
+def _status(status: str) -> str:
+    style = _STATUS_STYLE.get(status)
+    return f"[{style}]{status}[/]" if style else status
+
+
+def _short(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _args(arguments: Mapping[str, Any]) -> str:
+    return json.dumps(dict(arguments), ensure_ascii=False, sort_keys=True, default=str)
+
+
+# ---------------------------------------------------------------------------------- results
+def exit_code_for(result: RunResult) -> ExitCode:
+    """0 completed, 3 blocked, 1 failed, 130 cancelled."""
+    return _EXIT_CODES[result.status]
+
+
+def result_payload(result: RunResult) -> dict[str, Any]:
+    """``{status, text, run_id, thread_id, usage, gate, exit}`` for ``--json``."""
+    gate = None
+    if result.gate is not None:
+        gate = {
+            "ref": result.gate.ref,
+            "kind": result.gate.kind,
+            "tool": result.gate.tool,
+            "arguments": dict(result.gate.arguments),
+        }
+    return {
+        "status": result.status,
+        "text": result.text,
+        "run_id": result.run_id,
+        "thread_id": result.thread_id,
+        "usage": result.usage.to_dict(),
+        "gate": gate,
+        "exit": exit_to_dict(result.exit),
+    }
+
+
+def show_result(result: RunResult, *, as_json: bool) -> ExitCode:
+    """Print a run's outcome and return the exit code it maps to.
+
+    Completed: the reply on stdout, a one-line summary on stderr (so ``$(reverie run …)`` is
+    just the reply). Blocked: the gate and the commands that resolve it. Failed or cancelled:
+    the reason on stderr.
+    """
+    code = exit_code_for(result)
+    if as_json:
+        print_json(result_payload(result))
+        return code
+    err = err_console()
+    usage = result.usage
+    summary = (
+        f"[dim]run {result.run_id} · {result.status} · {usage.model_calls} model call(s), "
+        f"{usage.capability_calls} tool call(s), {usage.input_tokens + usage.output_tokens} "
+        f"tokens[/]"
+    )
+    if result.status == "completed":
+        typer.echo(result.text or "")
+        err.print(summary)
+    elif result.status == "blocked":
+        out = out_console()
+        gate = result.gate
+        if gate is None:  # not expected: a blocked result names its gate
+            out.print(f"[yellow]Blocked[/] (run {escape(result.run_id)}): reverie gates list")
+            return code
+        out.print(
+            f"[yellow]Blocked:[/] tool [bold]{escape(gate.tool)}[/] needs {escape(gate.kind)} "
+            f"(gate [bold]{escape(gate.ref)}[/], run {escape(result.run_id)})."
+        )
+        out.print(f"  arguments: {escape(_args(gate.arguments))}")
+        out.print(f"  approve:   reverie gates approve {escape(gate.ref)}")
+        out.print(f'  deny:      reverie gates deny {escape(gate.ref)} --reason "..."')
+    elif result.status == "failed":
+        data = exit_to_dict(result.exit)
+        err.print(
+            f"[red]Run failed[/] ({escape(str(data.get('kind')))}): "
+            f"{escape(str(data.get('safe_summary', '')))}"
+        )
+        err.print(summary)
+    else:
+        data = exit_to_dict(result.exit)
+        err.print(f"[magenta]Run cancelled[/] ({escape(str(data.get('reason', 'cancelled')))})")
+        err.print(summary)
+    return code
+
+
+# ---------------------------------------------------------------------------------- runs
+def run_payload(run: RunRecord) -> dict[str, Any]:
+    """A run row as JSON."""
+    return {
+        "run_id": run.run_id,
+        "thread_id": run.thread_id,
+        "status": run.status,
+        "agent": run.agent_name,
+        "tenant": run.scope.tenant,
+        "user": run.scope.user,
+        "profile": run.profile,
+        "created_at": _iso(run.created_at),
+        "updated_at": _iso(run.updated_at),
+        "exit": dict(run.exit) if run.exit is not None else None,
+    }
+
+
+def _exit_summary(run: RunRecord) -> str:
+    if run.exit is None:
+        return ""
+    data = dict(run.exit)
+    if data.get("status") == "failed":
+        return f"{data.get('kind')}: {data.get('safe_summary', '')}"
+    if data.get("status") == "blocked":
+        return f"gate {data.get('gate_ref')}"
+    if data.get("status") == "cancelled":
+        return str(data.get("reason", ""))
+    return str(data.get("kind", ""))
+
+
+def show_runs(runs: Sequence[RunRecord]) -> None:
+    """A table of runs, newest first."""
+    out = out_console()
+    if not runs:
+        out.print("No runs.")
+        return
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("RUN", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("AGENT", no_wrap=True)
+    table.add_column("SCOPE", no_wrap=True)
+    table.add_column("UPDATED", no_wrap=True)
+    table.add_column("EXIT")
+    for run in runs:
+        table.add_row(
+            escape(run.run_id),
+            _status(run.status),
+            escape(run.agent_name),
+            escape(f"{run.scope.tenant}/{run.scope.user}"),
+            _time(run.updated_at or run.created_at),
+            escape(_short(_exit_summary(run), 60)),
+        )
+    out.print(table)
+
+
+def item_payload(item: TranscriptItem) -> dict[str, Any]:
+    """A transcript row as JSON."""
+    return {
+        "seq": item.seq,
+        "role": item.role,
+        "content": item.content,
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in item.tool_calls
+        ],
+        "tool_call_id": item.tool_call_id,
+        "name": item.name,
+    }
+
+
+def show_run(
+    run: RunRecord, items: Sequence[TranscriptItem], gate: GateRecord | None, *, as_json: bool
+) -> None:
+    """A run's status, exit, usage and transcript."""
+    if as_json:
+        payload = run_payload(run)
+        payload["gate"] = gate_payload(gate) if gate is not None else None
+        payload["transcript"] = [item_payload(i) for i in items]
+        print_json(payload)
+        return
+    out = out_console()
+    out.print(f"[bold]Run[/] {escape(run.run_id)}")
+    out.print(f"  status:  {_status(run.status)}")
+    out.print(f"  agent:   {escape(run.agent_name)}")
+    out.print(f"  scope:   {escape(run.scope.tenant)}/{escape(run.scope.user)}")
+    out.print(f"  thread:  {escape(run.thread_id)}")
+    out.print(f"  created: {_time(run.created_at)}   updated: {_time(run.updated_at)}")
+    if run.exit is not None:
+        out.print(f"  exit:    {escape(_exit_summary(run))}")
+        usage = dict(run.exit).get("usage")
+        if isinstance(usage, Mapping):
+            out.print(
+                f"  usage:   {usage.get('model_calls', 0)} model call(s), "
+                f"{usage.get('capability_calls', 0)} tool call(s), "
+                f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens"
+                f", ${float(usage.get('usd', 0.0)):.4f}"
+            )
+    if gate is not None and gate.status == "pending":
+        out.print(
+            f"  gate:    {escape(gate.ref)} ({escape(gate.tool)} {escape(_args(gate.arguments))})"
+            f" — reverie gates approve {escape(gate.ref)}"
+        )
+    out.print()
+    out.print("[bold]Transcript[/]")
+    if not items:
+        out.print("  (empty)")
+    for item in items:
+        _show_item(item)
+
+
+def _show_item(item: TranscriptItem) -> None:
+    out = out_console()
+    if item.role == "tool":
+        label = f"tool {item.name}" if item.name else "tool"
+        out.print(
+            f"[dim]{item.seq:>4}[/] [blue]{escape(label)}[/]: {escape(_short(item.content, 400))}"
+        )
+        return
+    style = {"user": "bold", "assistant": "green", "system": "dim"}.get(item.role, "")
+    head = (
+        f"[dim]{item.seq:>4}[/] [{style}]{item.role}[/]:"
+        if style
+        else f"{item.seq:>4} {item.role}:"
+    )
+    text = escape(item.content) if item.content else ""
+    out.print(f"{head} {text}".rstrip())
+    for call in item.tool_calls:
+        out.print(f"       → {escape(call.name)}({escape(_args(call.arguments))})")
+
+
+# ---------------------------------------------------------------------------------- gates
+def gate_payload(gate: GateRecord) -> dict[str, Any]:
+    """A gate row as JSON."""
+    return {
+        "ref": gate.ref,
+        "run_id": gate.run_id,
+        "call_id": gate.call_id,
+        "tool": gate.tool,
+        "kind": gate.kind,
+        "status": gate.status,
+        "reason": gate.reason,
+        "arguments": dict(gate.arguments),
+        "tenant": gate.scope.tenant,
+        "user": gate.scope.user,
+        "created_at": _iso(gate.created_at),
+        "resolved_at": _iso(gate.resolved_at),
+    }
+
+
+def show_gates(gates: Sequence[GateRecord]) -> None:
+    """A table of gates, newest first."""
+    out = out_console()
+    if not gates:
+        out.print("No gates.")
+        return
+    table = Table(show_edge=False, header_style="bold")
+    table.add_column("GATE", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("TOOL", no_wrap=True)
+    table.add_column("RUN", no_wrap=True)
+    table.add_column("SCOPE", no_wrap=True)
+    table.add_column("CREATED", no_wrap=True)
+    table.add_column("ARGUMENTS")
+    for gate in gates:
+        table.add_row(
+            escape(gate.ref),
+            _status(gate.status),
+            escape(gate.tool),
+            escape(gate.run_id),
+            escape(f"{gate.scope.tenant}/{gate.scope.user}"),
+            _time(gate.created_at),
+            escape(_short(_args(gate.arguments), 60)),
+        )
+    out.print(table)

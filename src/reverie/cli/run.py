@@ -1,0 +1,98 @@
+"""``reverie run "message"``: one turn of an agent, with an exit code that reflects its status."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from reverie.cli.agents import NoAgentConfigured, choose_agent
+from reverie.cli.common import (
+    ConfigOption,
+    ExitCode,
+    JsonOption,
+    Session,
+    StoreOption,
+    TenantOption,
+    UserOption,
+    default_user,
+    err_console,
+    execute,
+    load,
+    open_session,
+)
+from reverie.cli.render import show_result
+from reverie.core.scope import Scope
+from reverie.runtime.handle import RunHandle
+from reverie.runtime.result import RunResult
+
+__all__ = ["run_command", "wait_for"]
+
+
+async def wait_for(session: Session, handle: RunHandle) -> RunResult:
+    """The run's result; Ctrl-C cancels the run (durably), not just this program."""
+    try:
+        return await handle.result()
+    except asyncio.CancelledError:
+        # asyncio.run turns the first Ctrl-C into a cancellation of the main task. Take it
+        # back, cancel the run itself, and report the Cancelled result it ends with.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        err_console().print("[magenta]cancelling the run…[/]")
+        await session.rt.cancel(handle.run_id, reason="interrupted")
+        return await handle.result()
+
+
+def run_command(
+    message: Annotated[str, typer.Argument(help="The message for the agent.", show_default=False)],
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            "-a",
+            help="An agent of reverie.toml [default: the only one, or 'assistant'].",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Model spec for the agent, e.g. openai:gpt-4.1-mini, ollama:llama3.1, "
+            "scripted:script.json. Without --agent: the built-in assistant (tools add, now).",
+        ),
+    ] = None,
+    thread: Annotated[
+        str | None,
+        typer.Option(
+            "--thread", help="Continue this conversation (a thread id of an earlier run)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+    tenant: TenantOption = "local",
+    user: UserOption = None,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Run one turn and print the reply.
+
+    Exit code: 0 completed, 3 blocked on a gate (approve with `reverie gates approve REF`),
+    1 failed, 130 cancelled, 2 configuration or usage problem.
+    """
+
+    async def main() -> int:
+        cfg = load(config)
+        try:
+            chosen = choose_agent(cfg, name=agent, model_spec=model)
+        except NoAgentConfigured as exc:
+            err_console().print(str(exc), markup=False)
+            return ExitCode.USAGE
+        scope = Scope(tenant=tenant, user=user or default_user())
+        async with open_session(cfg, store, agents=[chosen], hooks=True) as session:
+            handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread)
+            result = await wait_for(session, handle)
+            return show_result(result, as_json=as_json)
+
+    execute(main)

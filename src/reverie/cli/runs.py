@@ -1,0 +1,180 @@
+"""``reverie runs list|show|resume|cancel``: inspect and control stored runs."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from reverie.cli.agents import agents_with_model
+from reverie.cli.common import (
+    ConfigOption,
+    ExitCode,
+    JsonOption,
+    StoreOption,
+    default_user,
+    err_console,
+    execute,
+    load,
+    open_session,
+    out_console,
+)
+from reverie.cli.render import print_json, run_payload, show_result, show_run, show_runs
+from reverie.core.scope import Scope
+from reverie.errors import RunBusy
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    name="runs",
+    help="Inspect and control runs: list, show, resume, cancel.",
+    no_args_is_help=True,
+)
+
+
+class RunStatusChoice(StrEnum):
+    """Run statuses ``--status`` accepts."""
+
+    queued = "queued"
+    running = "running"
+    completed = "completed"
+    blocked = "blocked"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+RunIdArgument = Annotated[str, typer.Argument(help="The run id (run_…).", show_default=False)]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Model spec for the run's agent (e.g. a scripted file); a run of the built-in "
+        "assistant needs it.",
+    ),
+]
+
+
+def _scope(tenant: str | None, user: str | None) -> Scope | None:
+    if tenant is None and user is None:
+        return None
+    return Scope(tenant=tenant or "local", user=user or default_user())
+
+
+@app.command("list")
+def list_runs(
+    status: Annotated[
+        list[RunStatusChoice] | None,
+        typer.Option("--status", "-s", help="Only runs with this status (repeatable)."),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's runs [default: all].")
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", help="Only this user's runs [default: all].")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")] = 50,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """List runs, newest first."""
+
+    async def main() -> int:
+        cfg = load(config)
+        async with open_session(cfg, store) as session:
+            runs = await session.rt.store.list_runs(
+                scope=_scope(tenant, user),
+                statuses=[s.value for s in status] if status else None,
+                limit=limit,
+            )
+        if as_json:
+            print_json([run_payload(r) for r in runs])
+        else:
+            show_runs(runs)
+        return ExitCode.OK
+
+    execute(main)
+
+
+@app.command("show")
+def show(
+    run_id: RunIdArgument,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Show a run: status, exit, usage, pending gate and transcript."""
+
+    async def main() -> int:
+        cfg = load(config)
+        async with open_session(cfg, store) as session:
+            st = session.rt.store
+            run = await st.get_run(run_id)
+            items = [i for i in await st.thread_items(run.thread_id) if i.run_id == run_id]
+            gate = None
+            if run.exit is not None and dict(run.exit).get("status") == "blocked":
+                gate = await st.get_gate(str(dict(run.exit)["gate_ref"]))
+        show_run(run, items, gate, as_json=as_json)
+        return ExitCode.OK
+
+    execute(main)
+
+
+@app.command("resume")
+def resume(
+    run_id: RunIdArgument,
+    model: ModelOption = None,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Continue an interrupted run from its last checkpoint (a finished run shows its result).
+
+    Exit code as for `reverie run`.
+    """
+
+    async def main() -> int:
+        cfg = load(config)
+        async with open_session(cfg, store, hooks=True) as session:
+            run = await session.rt.store.get_run(run_id)
+            for agent in agents_with_model(cfg, run.agent_name, model):
+                session.register(agent)
+            result = await session.rt.resume(run_id)
+            return show_result(result, as_json=as_json)
+
+    execute(main)
+
+
+@app.command("cancel")
+def cancel(
+    run_id: RunIdArgument,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Cancel a run. Exit 0 when it is now cancelled, 1 when it had already ended otherwise."""
+
+    async def main() -> int:
+        cfg = load(config)
+        async with open_session(cfg, store, hooks=True) as session:
+            before = await session.rt.store.get_run(run_id)
+            if before.status in ("completed", "failed"):
+                err_console().print(
+                    f"run {run_id} has already ended ({before.status}); nothing to cancel",
+                    markup=False,
+                )
+                return ExitCode.FAILED
+            try:
+                await session.rt.cancel(run_id, reason="cancelled from the CLI")
+            except RunBusy:
+                # A live worker holds the run: the durable request reaches it at its next step.
+                out_console().print(
+                    f"cancel requested: the worker running {run_id} will stop it", markup=False
+                )
+                return ExitCode.OK
+            after = await session.rt.store.get_run(run_id)
+        out_console().print(f"run {run_id} is {after.status}", markup=False)
+        return ExitCode.OK if after.status == "cancelled" else ExitCode.FAILED
+
+    execute(main)

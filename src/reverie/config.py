@@ -1,0 +1,619 @@
+"""``reverie.toml``: the operator's configuration file (DESIGN §16).
+
+The file lives at ``$REVERIE_HOME/reverie.toml`` (``REVERIE_HOME`` defaults to ``~/.reverie``);
+the CLI's ``--config PATH`` reads another one. A missing default file is an empty configuration.
+Full reference: ``docs/configuration.md``. In short::
+
+    pythonpath = ["."]                          # dirs (relative to this file) to import from
+
+    [store]
+    url = "sqlite:///reverie.db"                # relative paths start at this file's directory
+
+    [agents.helper]
+    model = "openai:gpt-4.1-mini"               # or ollama:…, anthropic:…, scripted:file.json, …
+    instructions = "You are helpful."
+    tools = ["reverie.cli.demo_tools:add", "mytools:send_email"]
+    limits = { max_iterations = 16, max_usd = 0.50 }
+    on_limit = "finalize"
+
+    [models.together]                           # an OpenAI-compatible endpoint: together:<model>
+    base_url = "https://api.together.xyz/v1"
+    api_key_env = "TOGETHER_API_KEY"
+
+    [prices."together:meta-llama/Llama-3-70b"]
+    input_per_mtok = 0.9
+    output_per_mtok = 0.9
+
+    [[hooks]]                                   # trusted hooks (reverie.hooks.manifest)
+    point = "before_capability"
+    callable = "mypolicy:no_deletes"
+    name = "no-deletes"
+
+    [auth.tokens]                               # reserved for ``reverie serve``
+
+Loading validates everything and imports every tool, so a mistake surfaces before any run starts.
+Every problem is a :class:`~reverie.errors.ConfigError` whose message names the file, the key as
+a dotted path and the fix::
+
+    /home/ana/.reverie/reverie.toml: agents.helper.model: missing. Fix: set model = "openai:…"
+
+Messages never quote the values found in the file: a misplaced key must not leak into a log.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from reverie.capabilities import tool
+from reverie.capabilities.tool import Capability
+from reverie.core.limits import Limits
+from reverie.errors import ConfigError, UsageError
+from reverie.hooks.manifest import read_hook_specs, register_config_hooks
+from reverie.hooks.registry import HookRegistration, HookRegistry
+from reverie.models.base import Model
+from reverie.models.pricing import PriceTable
+from reverie.models.registry import EndpointConfig, resolve_model
+from reverie.runtime.agent import Agent
+
+__all__ = [
+    "CONFIG_FILE_NAME",
+    "AgentConfig",
+    "EndpointSection",
+    "LimitsConfig",
+    "PriceConfig",
+    "ReverieConfig",
+    "StoreConfig",
+    "build_agents",
+    "default_config_path",
+    "key_env_for",
+    "load_config",
+    "register_hooks",
+    "resolve_model_spec",
+    "reverie_home",
+    "store_url",
+]
+
+CONFIG_FILE_NAME: Final = "reverie.toml"
+EXAMPLE_MODEL: Final = "openai:gpt-4.1-mini"
+_MODEL_FORMS: Final = (
+    f'"{EXAMPLE_MODEL}" (or "ollama:<model>", "anthropic:<model>", '
+    '"openai-compat:<url>#<model>", "<endpoint>:<model>", "scripted:path/to/script.json")'
+)
+_RESERVED_ENDPOINTS: Final = ("hermes", "openai-compat", "scripted")
+_REF: Final = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+_ENV_NAME: Final = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def reverie_home() -> Path:
+    """``$REVERIE_HOME``, or ``~/.reverie`` when it is not set."""
+    return Path(os.environ.get("REVERIE_HOME") or "~/.reverie").expanduser()
+
+
+def default_config_path() -> Path:
+    """``$REVERIE_HOME/reverie.toml``."""
+    return reverie_home() / CONFIG_FILE_NAME
+
+
+# ---------------------------------------------------------------------------------- schema
+class _Section(BaseModel):
+    # Strict: TOML already types its values, so "3" for an integer is a mistake to report,
+    # not to coerce.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class StoreConfig(_Section):
+    """``[store]``: where runs are kept."""
+
+    url: str | None = Field(default=None, min_length=1)
+    """A store URL (``sqlite:///path.db``, ``:memory:``, ``postgresql://…``); ``None`` for the
+    default ``sqlite:///$REVERIE_HOME/reverie.db``."""
+
+
+class LimitsConfig(_Section):
+    """``limits`` of an agent: the fields of :class:`reverie.Limits`; unset keeps the default."""
+
+    max_iterations: int | None = Field(default=None, ge=1)
+    max_model_calls: int | None = Field(default=None, ge=0)
+    max_capability_calls: int | None = Field(default=None, ge=0)
+    max_calls_per_batch: int | None = Field(default=None, ge=1)
+    wall_clock_s: float | None = Field(default=None, gt=0)
+    max_usd: float | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
+
+    def to_limits(self) -> Limits:
+        """The :class:`Limits` these settings describe."""
+        return Limits(**self.model_dump(exclude_none=True))
+
+
+class AgentConfig(_Section):
+    """``[agents.NAME]``: one agent."""
+
+    model: str = Field(min_length=1)
+    """A model spec (:func:`resolve_model_spec`)."""
+    instructions: str = ""
+    tools: list[str] = Field(default_factory=list)
+    """``"package.module:attribute"`` references, imported when the file is loaded."""
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    on_limit: Literal["finalize", "fail"] = "finalize"
+
+
+class EndpointSection(_Section):
+    """``[models.NAME]``: an OpenAI-compatible endpoint, used as ``NAME:<model>``."""
+
+    base_url: str = Field(pattern=r"^https?://\S+$")
+    api_key_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    """The *name* of the environment variable holding the key; ``None`` for no key."""
+
+
+class PriceConfig(_Section):
+    """``[prices."<model>"]``: US dollars per million tokens."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class ReverieConfig(_Section):
+    """The whole of ``reverie.toml``. Build it with :func:`load_config`."""
+
+    pythonpath: list[str] = Field(default_factory=list)
+    """Directories (relative to the file) put first on ``sys.path`` before tools are imported."""
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    models: dict[str, EndpointSection] = Field(default_factory=dict)
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
+    hooks: list[dict[str, Any]] = Field(default_factory=list)
+    """``[[hooks]]`` tables, validated here and registered as ``trusted`` by
+    :func:`register_hooks`."""
+    auth: dict[str, Any] = Field(default_factory=dict)
+    """Reserved for ``reverie serve`` (``[auth.tokens]``); passed through unread."""
+    mcp: dict[str, Any] = Field(default_factory=dict)
+    """Reserved for MCP servers (``[mcp.servers.NAME]``); passed through unread."""
+    memory: dict[str, Any] = Field(default_factory=dict)
+    """Reserved for the memory subsystem; passed through unread."""
+    serve: dict[str, Any] = Field(default_factory=dict)
+    """Reserved for ``reverie serve``; passed through unread."""
+
+    _source: str = PrivateAttr(default=CONFIG_FILE_NAME)
+    _base_dir: Path | None = PrivateAttr(default=None)
+    _exists: bool = PrivateAttr(default=False)
+
+    @property
+    def source(self) -> str:
+        """The file this configuration was read from (named in every error)."""
+        return self._source
+
+    @property
+    def base_dir(self) -> Path:
+        """Where relative paths in the file start: the file's directory."""
+        return self._base_dir or Path.cwd()
+
+    @property
+    def exists(self) -> bool:
+        """Whether the file existed (a missing default file is an empty configuration)."""
+        return self._exists
+
+    def endpoints(self) -> dict[str, EndpointConfig]:
+        """``[models.NAME]`` as the model registry takes them."""
+        return {
+            name: EndpointConfig(base_url=e.base_url, api_key_env=e.api_key_env)
+            for name, e in self.models.items()
+        }
+
+    def price_table(self) -> PriceTable:
+        """The built-in prices with ``[prices]`` merged over them."""
+        return PriceTable.default().merged(
+            {name: p.model_dump() for name, p in self.prices.items()}
+        )
+
+
+# ---------------------------------------------------------------------------------- errors
+_FIXES: Final[Mapping[str, str]] = {
+    "pythonpath": 'set pythonpath = ["."] (directories, relative to this file)',
+    "pythonpath.[]": 'set pythonpath = ["."] (directories, relative to this file)',
+    "store": 'write a [store] table with url = "sqlite:///path/to/reverie.db"',
+    "store.url": 'set url = "sqlite:///path/to/reverie.db" (or ":memory:"), or remove it',
+    "agents": f'write each agent as a table: [agents.assistant] with model = "{EXAMPLE_MODEL}"',
+    "agents.*": f'write the agent as a table: [agents.NAME] with model = "{EXAMPLE_MODEL}"',
+    "agents.*.model": f"set model = {_MODEL_FORMS}",
+    "agents.*.instructions": 'set instructions = "You are helpful." (a string)',
+    "agents.*.tools": 'set tools = ["package.module:attribute", ...]',
+    "agents.*.tools.[]": (
+        'name each tool as "package.module:attribute", e.g. "reverie.cli.demo_tools:add"'
+    ),
+    "agents.*.limits": "write limits = { max_iterations = 32, ... } (keys of reverie.Limits)",
+    "agents.*.limits.max_iterations": "set an integer of at least 1 (default 32)",
+    "agents.*.limits.max_model_calls": "set a non-negative integer, or remove it for no limit",
+    "agents.*.limits.max_capability_calls": "set a non-negative integer, or remove it",
+    "agents.*.limits.max_calls_per_batch": "set an integer of at least 1 (default 32)",
+    "agents.*.limits.wall_clock_s": "set a positive number of seconds, or remove it",
+    "agents.*.limits.max_usd": "set a non-negative number of US dollars, or remove it",
+    "agents.*.limits.max_tokens": "set a non-negative integer, or remove it",
+    "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
+    "models": 'write each endpoint as a table: [models.NAME] with base_url = "https://host/v1"',
+    "models.*": 'write the endpoint as a table: [models.NAME] with base_url = "https://host/v1"',
+    "models.*.base_url": 'set base_url = "https://host/v1" (an http:// or https:// URL)',
+    "models.*.api_key_env": (
+        'set api_key_env = "VARIABLE_NAME": the name of the environment variable that holds '
+        "the key, never the key itself"
+    ),
+    "prices": 'write each price as a table: [prices."openai:gpt-4.1-mini"]',
+    "prices.*": (
+        'write [prices."<model>"] with input_per_mtok = 0.4 and output_per_mtok = 1.6 '
+        "(US dollars per million tokens)"
+    ),
+    "prices.*.input_per_mtok": "set input_per_mtok to a non-negative number (USD per 1M tokens)",
+    "prices.*.output_per_mtok": "set output_per_mtok to a non-negative number (USD per 1M tokens)",
+    "hooks": "write each hook as a [[hooks]] table (double brackets)",
+    "hooks.[]": "write each hook as a [[hooks]] table (double brackets)",
+    "auth": "write it as a table: [auth.tokens]",
+    "mcp": "write it as a table: [mcp.servers.NAME]",
+    "memory": "write it as a table: [memory]",
+    "serve": "write it as a table: [serve]",
+}
+
+_TABLES: Final[Mapping[str, type[BaseModel]]] = {
+    "": ReverieConfig,
+    "store": StoreConfig,
+    "agents.*": AgentConfig,
+    "agents.*.limits": LimitsConfig,
+    "models.*": EndpointSection,
+    "prices.*": PriceConfig,
+}
+"""Which schema a table path has, to list the keys it takes when an unknown one appears."""
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _dotted(loc: Sequence[str | int]) -> str:
+    """A TOML-style dotted key: ``agents.helper.tools[0]``, ``prices."openai:gpt-4o"``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        text = part if _BARE_KEY.match(part) else '"' + part.replace('"', '\\"') + '"'
+        out += f".{text}" if out else text
+    return out
+
+
+def _pattern(loc: Sequence[str | int]) -> str:
+    """The schema path of a location: names of agents, endpoints and prices become ``*``."""
+    parts: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            parts.append("[]")
+        elif i == 1 and loc[0] in ("agents", "models", "prices"):
+            parts.append("*")
+        else:
+            parts.append(part)
+    return ".".join(parts)
+
+
+def config_error(source: str, key: str, problem: str, fix: str) -> ConfigError:
+    """``FILE: KEY: PROBLEM. Fix: FIX`` — the one shape of every configuration error."""
+    return ConfigError(f"{source}: {key}: {problem}. Fix: {fix}")
+
+
+def _from_validation(source: str, exc: ValidationError) -> ConfigError:
+    # The first problem only: one precise message beats a wall of them. No input values.
+    err = exc.errors(include_url=False, include_input=False)[0]
+    loc = [p for p in err["loc"] if isinstance(p, str | int)]
+    key = _dotted(loc) or "(top level)"
+    pattern = _pattern(loc)
+    if err["type"] == "missing":
+        problem = "missing"
+    elif err["type"] == "extra_forbidden":
+        problem = "unknown key"
+    else:
+        msg = str(err["msg"])
+        problem = msg[:1].lower() + msg[1:]
+    if err["type"] == "extra_forbidden":
+        parent = pattern.rpartition(".")[0] if "." in pattern else ""
+        schema = _TABLES.get(parent)
+        accepted = ", ".join(schema.model_fields) if schema else ""
+        table = _dotted(loc[:-1]) or "the top level"
+        fix = f"remove it or check its spelling; {table} takes {accepted}"
+    else:
+        fix = _FIXES.get(pattern, "see docs/configuration.md for the accepted keys and values")
+        if pattern == "agents.*.model" and err["type"] == "missing":
+            fix = f'set model = "{EXAMPLE_MODEL}"'
+    return config_error(source, key, problem, fix)
+
+
+# ---------------------------------------------------------------------------------- loading
+def load_config(path: str | os.PathLike[str] | None = None) -> ReverieConfig:
+    """Read, validate and check ``reverie.toml``.
+
+    Args:
+        path: The file to read; ``None`` for ``$REVERIE_HOME/reverie.toml``, where a missing
+            file means an empty configuration. An explicit path must exist.
+
+    Returns:
+        The validated configuration. Every agent's tools were imported and its model spec
+        resolved (nothing connects, and no key is read, until a run calls the model).
+
+    Raises:
+        ConfigError: The file cannot be read, is not valid TOML (names the line), or a key is
+            invalid (names the key and the fix).
+    """
+    explicit = path is not None
+    file = Path(path).expanduser() if path is not None else default_config_path()
+    source = str(file)
+    try:
+        with open(file, "rb") as handle:
+            document = tomllib.load(handle)
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(
+                f"{source}: file not found. Fix: check the --config path, or create the file"
+            ) from None
+        return _finish(ReverieConfig(), source=source, base_dir=file.parent, exists=False)
+    except IsADirectoryError:
+        raise ConfigError(
+            f"{source}: is a directory. Fix: point --config at a reverie.toml file"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{source}: cannot be read ({type(exc).__name__}). Fix: check the file's permissions"
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise _syntax_error(source, exc) from None
+    try:
+        config = ReverieConfig.model_validate(document)
+    except ValidationError as exc:
+        raise _from_validation(source, exc) from None
+    config = _finish(config, source=source, base_dir=file.parent.resolve(), exists=True)
+    _check(config)
+    return config
+
+
+def _finish(config: ReverieConfig, *, source: str, base_dir: Path, exists: bool) -> ReverieConfig:
+    config._source = source
+    config._base_dir = base_dir
+    config._exists = exists
+    return config
+
+
+def _syntax_error(source: str, exc: tomllib.TOMLDecodeError) -> ConfigError:
+    # tomllib (3.11) puts "(at line L, column C)" in its message, never the file's content.
+    text = str(exc)
+    where = re.search(r"\(at line (\d+), column (\d+)\)", text)
+    reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", text)
+    reason = reason[:1].lower() + reason[1:]
+    if where:
+        line, column = where.groups()
+        return ConfigError(
+            f"{source}: line {line}, column {column}: invalid TOML: {reason}. "
+            f"Fix: correct the syntax on line {line}"
+        )
+    return ConfigError(f"{source}: end of file: invalid TOML: {reason}. Fix: correct the syntax")
+
+
+def _check(config: ReverieConfig) -> None:
+    """The checks a schema cannot express: names, imports, model specs, prices."""
+    source = config.source
+    for name in config.models:
+        if name in _RESERVED_ENDPOINTS:
+            raise config_error(
+                source,
+                _dotted(["models", name]),
+                f"the name {name!r} is reserved for the {name}: spec form",
+                "choose another name for this endpoint",
+            )
+    if config.hooks:
+        read_hook_specs({"hooks": config.hooks}, source=source)
+    _extend_path(config)
+    build_agents(config)
+    prices = config.price_table()
+    for name, agent in config.agents.items():
+        if agent.limits.max_usd is not None and prices.price_for(agent.model) is None:
+            raise config_error(
+                source,
+                _dotted(["agents", name, "limits", "max_usd"]),
+                f"no price is known for model {agent.model!r}, so spend cannot be counted",
+                f'add [prices."{agent.model}"] with input_per_mtok and output_per_mtok, '
+                "or remove max_usd",
+            )
+
+
+def _extend_path(config: ReverieConfig) -> None:
+    for entry in reversed(config.pythonpath):
+        directory = Path(entry).expanduser()
+        if not directory.is_absolute():
+            directory = config.base_dir / directory
+        text = str(directory)
+        if text not in sys.path:
+            sys.path.insert(0, text)
+
+
+# ---------------------------------------------------------------------------------- agents
+def resolve_model_spec(
+    spec: str,
+    *,
+    config: ReverieConfig | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> Model:
+    """Turn a model spec into a :class:`Model`: ``scripted:FILE.json`` or a registry spec.
+
+    Args:
+        spec: ``scripted:path.json`` (:mod:`reverie.cli.scripted_file`) or any spec
+            :func:`reverie.models.registry.resolve_model` accepts.
+        config: Supplies the ``[models.NAME]`` endpoints.
+        base_dir: Where a relative ``scripted:`` path starts (default: the current directory).
+
+    Raises:
+        ConfigError: The spec is malformed, names an unknown provider, or its script is invalid.
+    """
+    from reverie.cli.scripted_file import SCRIPTED_PREFIX, load_scripted_model
+
+    text = spec.strip()
+    if text.startswith(SCRIPTED_PREFIX):
+        return load_scripted_model(text, base_dir=base_dir)
+    return resolve_model(text, endpoints=config.endpoints() if config else None)
+
+
+def build_agents(config: ReverieConfig) -> list[Agent]:
+    """The agents of ``[agents.*]``, with tools imported and models resolved.
+
+    Models are built fresh on every call and may hold SDK clients: close them with
+    ``await model.aclose()`` when done (the CLI does).
+
+    Raises:
+        ConfigError: A tool cannot be imported or is not a tool, a model spec is invalid, or the
+            agent's settings are refused (names the key).
+    """
+    agents: list[Agent] = []
+    for name, section in config.agents.items():
+        key = _dotted(["agents", name])
+        tools: list[Any] = []
+        for index, ref in enumerate(section.tools):
+            tools.extend(_import_tools(config.source, f"{key}.tools[{index}]", ref))
+        try:
+            model = resolve_model_spec(section.model, config=config, base_dir=config.base_dir)
+        except ConfigError as exc:
+            # A scripted file's error carries its own fix; a registry error gets ours.
+            problem, _, fix = str(exc).partition(". Fix: ")
+            raise config_error(config.source, f"{key}.model", problem, fix or _MODEL_FIX) from None
+        except ImportError as exc:
+            raise config_error(
+                config.source,
+                f"{key}.model",
+                f"the provider's package is not installed ({exc.name or exc})",
+                "pip install 'reverie[anthropic]' (or the extra the provider needs)",
+            ) from None
+        try:
+            agents.append(
+                Agent(
+                    name=name,
+                    model=model,
+                    instructions=section.instructions,
+                    tools=tools,
+                    limits=section.limits.to_limits(),
+                    on_limit=section.on_limit,
+                )
+            )
+        except UsageError as exc:
+            raise config_error(
+                config.source, key, str(exc), "see docs/configuration.md for agents"
+            ) from None
+    return agents
+
+
+_MODEL_FIX: Final = f"set model = {_MODEL_FORMS}"
+
+
+def _import_tools(source: str, key: str, ref: str) -> list[Any]:
+    """Import ``package.module:attribute`` and return the capabilities it names."""
+    if not re.match(_REF, ref):
+        raise config_error(source, key, "not a 'package.module:attribute' reference", _TOOL_FIX)
+    module_name, _, attribute = ref.partition(":")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise config_error(
+            source,
+            key,
+            f"cannot import module {module_name!r}",
+            "install the package, or add its directory to pythonpath = [...] at the top of "
+            "this file",
+        ) from exc
+    except Exception as exc:
+        raise config_error(
+            source, key, f"importing module {module_name!r} raised {type(exc).__name__}", _TOOL_FIX
+        ) from exc
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise config_error(
+                source, key, f"{ref!r} does not exist (no attribute {part!r})", _TOOL_FIX
+            ) from None
+    items = list(target) if isinstance(target, list | tuple) else [target]
+    tools: list[Any] = []
+    for item in items:
+        if isinstance(item, Capability):
+            tools.append(item)
+        elif callable(item):
+            # A plain function: wrapped like a bare @tool (undeclared effects run exclusively).
+            try:
+                tools.append(tool(item))
+            except UsageError as exc:
+                raise config_error(source, key, str(exc), _TOOL_FIX) from None
+        else:
+            raise config_error(
+                source, key, f"{ref!r} is a {type(item).__name__}, not a tool", _TOOL_FIX
+            )
+    return tools
+
+
+_TOOL_FIX: Final = (
+    'name an @tool function, a plain function, or a list of tools as "package.module:attribute"'
+)
+
+
+# ---------------------------------------------------------------------------------- runtime
+def store_url(config: ReverieConfig, override: str | None = None) -> str:
+    """The store to open: ``override`` (``--store``), else ``[store] url``, else the default.
+
+    A relative SQLite path in the file starts at the file's directory, so the same file means
+    the same store from any working directory.
+    """
+    from reverie.store import default_store_url
+
+    if override:
+        return override
+    url = config.store.url
+    if not url:
+        return default_store_url()
+    prefix = "sqlite:///"
+    if url.startswith(prefix):
+        path, sep, query = url[len(prefix) :].partition("?")
+        return prefix + str(_under(config.base_dir, path)) + sep + query
+    if "://" not in url and url.endswith(".db"):
+        return str(_under(config.base_dir, url))
+    return url
+
+
+def _under(base: Path, path: str) -> Path:
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else base / candidate
+
+
+def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookRegistration, ...]:
+    """Register the file's ``[[hooks]]`` as ``trusted`` hooks (all or nothing).
+
+    Raises:
+        ConfigError: A hook's callable cannot be imported or the registry refuses it.
+    """
+    if not config.hooks:
+        return ()
+    return register_config_hooks(registry, {"hooks": config.hooks}, source=config.source)
+
+
+def key_env_for(spec: str, config: ReverieConfig | None = None) -> str | None:
+    """The environment variable a model spec reads its key from (``None``: needs no key).
+
+    Mirrors :func:`reverie.models.registry.resolve_model`; used by ``reverie doctor`` to say
+    which variable to set without ever reading its value.
+    """
+    endpoints = config.endpoints() if config else {}
+    prefix, _, rest = spec.strip().partition(":")
+    endpoint = endpoints.get(prefix)
+    if prefix == "hermes":
+        return key_env_for(rest, config)
+    if prefix == "openai":
+        return (endpoint.api_key_env if endpoint else None) or "OPENAI_API_KEY"
+    if prefix == "anthropic":
+        return (endpoint.api_key_env if endpoint else None) or "ANTHROPIC_API_KEY"
+    if prefix in ("ollama", "openai-compat", "scripted"):
+        return endpoint.api_key_env if endpoint and prefix == "ollama" else None
+    return endpoint.api_key_env if endpoint else None

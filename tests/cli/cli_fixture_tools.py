@@ -1,0 +1,21 @@
+"""Tools the CLI tests' ``reverie.toml`` files import (``cli_fixture_tools:send_email``)."""
+
+from __future__ import annotations
+
+from reverie import tool
+
+
+@tool(effects={"write"}, needs_approval=True)
+def send_email(to: str, body: str) -> str:
+    """Send an email (a fake: nothing leaves the machine)."""
+    return f"sent to {to}"
+
+
+def shout(text: str) -> str:
+    """Upper-case the text (a plain function: the config wraps it as a tool)."""
+    return text.upper()
+
+
+TOOLS = (send_email,)
+
+NOT_A_TOOL = 42
