@@ -88,7 +88,8 @@ async def main(repeat: int) -> None:
         )
     first, last = rows[0], rows[-1]
     print(
-        f"\ngrowth 10 -> 200 steps: memory {last[2] / first[2]:.2f}x, sqlite {last[3] / first[3]:.2f}x"
+        f"\ngrowth 10 -> 200 steps: memory {last[2] / first[2]:.2f}x, "
+        f"sqlite {last[3] / first[3]:.2f}x"
         " (1.00x = flat in transcript length)"
     )
 

@@ -3,7 +3,7 @@
 The hierarchy::
 
     ReverieError                      base of everything reverie raises on purpose
-    ├── ConfigError                   a config file, manifest or option is invalid (names file/key/fix)
+    ├── ConfigError                   a config file, manifest or option is invalid
     ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
     │   ├── UnknownAgentError         a run names an agent this process has not registered
     │   └── UnknownFamilyError        a profile names a loop family that is not registered

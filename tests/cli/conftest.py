@@ -7,28 +7,15 @@ Every test gets its own ``REVERIE_HOME`` under ``tmp_path``, so the default stor
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import HERE, MAIL_SCRIPT
 from typer.testing import CliRunner, Result
 
 from reverie.cli.app import app
-
-HERE = Path(__file__).resolve().parent
-"""This directory: it holds ``cli_fixture_tools.py``, which test configs import."""
-REPO = HERE.parent.parent
-EXAMPLE_SCRIPT = REPO / "examples" / "scripted_hello.json"
-
-MAIL_SCRIPT: list[dict[str, Any]] = [
-    {"call": "send_email", "arguments": {"to": "ana@example.com", "body": "hello"}},
-    {"reply": "Done: the email is handled."},
-]
-"""A turn that calls the gated ``send_email`` tool, then replies."""
 
 
 @pytest.fixture
@@ -92,26 +79,3 @@ instructions = "You send emails."
 tools = ["cli_fixture_tools:send_email"]
 """
     )
-
-
-def run_reverie(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m reverie.cli.app ARGS...`` in a child process with ``REVERIE_HOME=home``."""
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["REVERIE_HOME"] = str(home)
-    env["USER"] = "tester"
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [sys.executable, "-m", "reverie.cli.app", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-
-
-def gate_ref(result: Result) -> str:
-    """The gate ref a blocked ``reverie run --json`` printed."""
-    payload = json.loads(result.stdout)
-    assert payload["status"] == "blocked", payload
-    return str(payload["gate"]["ref"])

@@ -39,6 +39,7 @@ from reverie.core.messages import (
     ToolCallPart,
     ToolSpec,
 )
+from reverie.errors import ModelError
 from reverie.models.base import Model
 from reverie.models.openai import loads_strict
 
@@ -368,8 +369,7 @@ class HermesModel:
                 yield TextDelta(text=buffer[emitted:end])
                 emitted = end
         if final is None:
-            # Not reachable with a conforming inner model; let the caller's complete() report it.
-            return
+            raise ModelError("internal", f"{self._inner.name} ended its stream without a response")
         yield ResponseComplete(response=_parse_response(final))
 
 

@@ -22,6 +22,7 @@ from reverie.errors import (
     CorruptCheckpointError,
     LeaseLost,
     NotFoundError,
+    RunBusy,
     RunEndedError,
     UnknownAgentError,
     UsageError,
@@ -522,11 +523,9 @@ class Runtime:
         active = self._active.get(run_id)
         if active is not None:
             return await asyncio.shield(active.done)
-        if run.lease_owner and run.lease_expires_at and run.lease_expires_at > time.time():
-            if not _owner_gone(run.lease_owner) and run.lease_owner != self._owner:
-                from reverie.errors import RunBusy
-
-                raise RunBusy(f"run {run_id} is leased by a live worker")
+        leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
+        if leased and not _owner_gone(run.lease_owner) and run.lease_owner != self._owner:
+            raise RunBusy(f"run {run_id} is leased by a live worker")
         handle = self._launch(run, resumed=True)
         return await handle.result()
 

@@ -34,7 +34,6 @@ from reverie.errors import (
     ConfigError,
     ConflictError,
     GateResolvedError,
-    LeaseLost,
     NotFoundError,
     RunBusy,
     RunEndedError,
@@ -63,44 +62,6 @@ T = TypeVar("T")
 
 _CHUNK = 500
 """Keys per ``IN (...)`` query, well under SQLite's bound-parameter limit."""
-
-
-async def _get_run(db: aiosqlite.Connection, run_id: str) -> RunRecord:
-    row = await schema.one(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
-    if row is None:
-        raise NotFoundError(f"run {run_id} not found")
-    return schema.row_run(row)
-
-
-_ITEM_CACHE = 4096
-"""Decoded transcript items kept per store (a few prompt windows)."""
-
-
-def _first_int(row: Row) -> int:
-    return int(row[0])
-
-
-_FENCED = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND fence = ?)"
-"""Guard of a one-statement compare-and-set write; parameters ``(run_id, fence)``."""
-
-
-def _raise_if_stale(run_id: str, fence: int, current: int | None) -> None:
-    """:class:`NotFoundError` if the run is missing, :class:`LeaseLost` if ``fence`` is stale."""
-    if current is None:
-        raise NotFoundError(f"run {run_id} not found")
-    if current != fence:
-        raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {current})")
-
-
-async def _check_fence(db: aiosqlite.Connection, run_id: str, fence: int) -> None:
-    """Raise :class:`NotFoundError` or :class:`LeaseLost` unless ``fence`` is current.
-
-    Inside a transaction this is the compare of a compare-and-set. After a guarded statement
-    changed nothing it explains why: fences only grow, so a fence that is current now was
-    current when the statement ran (and one that is stale now was stale then).
-    """
-    row = await schema.one(db, "SELECT fence FROM runs WHERE run_id = ?", (run_id,))
-    _raise_if_stale(run_id, fence, None if row is None else row["fence"])
 
 
 class SQLiteStore:
@@ -140,8 +101,7 @@ class SQLiteStore:
         self._writer: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._write_lock = asyncio.Lock()
-        self._items: dict[str, TranscriptItem] = {}
-        """Decoded transcript rows by ref, oldest first (see :meth:`_item`)."""
+        self._items = schema.ItemCache()
 
     async def __aenter__(self) -> SQLiteStore:
         await self.open()
@@ -236,8 +196,8 @@ class SQLiteStore:
         and one that is stale now was stale then.
         """
         sql = "SELECT fence FROM runs WHERE run_id = ?"
-        current = await self._select("check a fence", _first_int, sql, (run_id,))
-        _raise_if_stale(run_id, fence, current[0] if current else None)
+        current = await self._select("check a fence", schema.first_int, sql, (run_id,))
+        schema.raise_if_stale(run_id, fence, current[0] if current else None)
 
     async def _select(
         self, action: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
@@ -277,23 +237,6 @@ class SQLiteStore:
             found.update(pairs)
         return found
 
-    def _item(self, row: Row) -> TranscriptItem:
-        """Decode a transcript row, reusing the decoded item when its row was seen before.
-
-        Rows never change once written except for ``superseded`` (checked on every read), so
-        a cache by ref is safe even with other processes writing; it spares decoding the whole
-        prompt window on every model call.
-        """
-        cached = self._items.get(row["ref"])
-        if cached is not None and not row["superseded"]:
-            return cached
-        item = schema.row_item(row)
-        if not item.superseded:
-            self._items[item.ref] = item
-            if len(self._items) > _ITEM_CACHE:
-                del self._items[next(iter(self._items))]  # the oldest entry
-        return item
-
     # threads and transcript -------------------------------------------------------------
     async def create_thread(self, thread_id: str, scope: Scope) -> ThreadRecord:
         """Create a thread owned by ``scope``; an existing thread is returned as it is."""
@@ -326,7 +269,7 @@ class SQLiteStore:
             if not head[0]:
                 raise NotFoundError(f"thread {thread_id} not found")
             if run_id is not None and fence is not None:
-                _raise_if_stale(run_id, fence, head[2])
+                schema.raise_if_stale(run_id, fence, head[2])
             now = time.time()
             out = [
                 TranscriptItem(
@@ -351,7 +294,7 @@ class SQLiteStore:
     async def get_items(self, refs: Sequence[str]) -> list[TranscriptItem]:
         """Rows by ref, in the order asked; :class:`NotFoundError` names the first missing."""
         sql = "SELECT ref, * FROM items WHERE ref IN ({marks})"
-        found = await self._select_in("read transcript items", self._item, sql, (), refs)
+        found = await self._select_in("read transcript items", self._items.decode, sql, (), refs)
         for ref in refs:
             if ref not in found:
                 raise NotFoundError(f"transcript item {ref} not found")
@@ -368,11 +311,13 @@ class SQLiteStore:
             params.append(upto_seq)
         rows: list[TranscriptItem] = []
         if last is None:
-            rows = await self._select("read a thread", self._item, sql + " ORDER BY seq", params)
+            rows = await self._select(
+                "read a thread", self._items.decode, sql + " ORDER BY seq", params
+            )
         elif last > 0:
             # Newest first through the (thread_id, seq) index: a window costs O(window).
             sql += " ORDER BY seq DESC LIMIT ?"
-            rows = await self._select("read a thread", self._item, sql, [*params, last])
+            rows = await self._select("read a thread", self._items.decode, sql, [*params, last])
             rows.reverse()
         if not rows:
             await self.get_thread(thread_id)  # an empty thread, or NotFoundError
@@ -510,7 +455,7 @@ class SQLiteStore:
         changed = await self._change(
             "save a checkpoint",
             "INSERT INTO checkpoints (run_id, kind, payload, created_at)"
-            f" SELECT ?, ?, ?, ? WHERE {_FENCED} ON CONFLICT (run_id) DO UPDATE"
+            f" SELECT ?, ?, ?, ? WHERE {schema.FENCED} ON CONFLICT (run_id) DO UPDATE"
             " SET kind = excluded.kind, payload = excluded.payload,"
             " created_at = excluded.created_at",
             (run_id, kind, bytes(payload), time.time(), run_id, fence),
@@ -530,7 +475,7 @@ class SQLiteStore:
         changed = await self._change(
             "journal a started call",
             "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
-            f" SELECT ?, ?, ?, 'started', NULL, ? WHERE {_FENCED}"
+            f" SELECT ?, ?, ?, 'started', NULL, ? WHERE {schema.FENCED}"
             " ON CONFLICT (run_id, call_id) DO NOTHING",
             (run_id, call_id, tool, time.time(), run_id, fence),
         )
@@ -544,7 +489,7 @@ class SQLiteStore:
         changed = await self._change(
             "journal a finished call",
             "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
-            f" SELECT ?, ?, '', 'finished', ?, ? WHERE {_FENCED}"
+            f" SELECT ?, ?, '', 'finished', ?, ? WHERE {schema.FENCED}"
             " ON CONFLICT (run_id, call_id) DO UPDATE SET state = 'finished',"
             " outcome = excluded.outcome, updated_at = excluded.updated_at",
             (run_id, call_id, schema.dumps(dict(outcome)), time.time(), run_id, fence),
@@ -599,7 +544,7 @@ class SQLiteStore:
         returned here or refused with :class:`RunEndedError`, never lost in between.
         """
         async with self._write("seal inputs") as db:
-            await _get_run(db, run_id)
+            await schema.get_run(db, run_id)
             sql = "SELECT * FROM inputs WHERE run_id = ? AND cursor > ? ORDER BY cursor"
             waiting = await schema.rows(db, sql, (run_id, after_cursor))
             if not waiting:
@@ -617,7 +562,7 @@ class SQLiteStore:
         changed = await self._change(
             "ack inputs",
             "UPDATE inputs SET acked = 1"
-            f" WHERE run_id = ? AND cursor <= ? AND acked = 0 AND {_FENCED}",
+            f" WHERE run_id = ? AND cursor <= ? AND acked = 0 AND {schema.FENCED}",
             (run_id, upto_cursor, run_id, fence),
         )
         if not changed:  # a stale fence, or no inputs to ack
@@ -627,7 +572,7 @@ class SQLiteStore:
     async def create_gate(self, gate: GateRecord, *, fence: int) -> GateRecord:
         """Insert a pending gate (same run + call returns the existing one)."""
         async with self._write("create a gate") as db:
-            await _check_fence(db, gate.run_id, fence)
+            await schema.check_fence(db, gate.run_id, fence)
             sql = "SELECT * FROM gates WHERE run_id = ? AND call_id = ?"
             row = await schema.one(db, sql, (gate.run_id, gate.call_id))
             if row is not None:

@@ -23,7 +23,7 @@ import aiosqlite
 
 from reverie.core.messages import ToolCall
 from reverie.core.scope import Scope
-from reverie.errors import ConflictError, StoreError
+from reverie.errors import ConflictError, LeaseLost, NotFoundError, StoreError
 from reverie.store.base import (
     CheckpointRecord,
     GateRecord,
@@ -35,7 +35,16 @@ from reverie.store.base import (
 )
 from reverie.store.migrations import migrate
 
-__all__ = ["SYNCHRONOUS_MODES", "Columns", "close_all", "db_errors", "open_connections"]
+__all__ = [
+    "FENCED",
+    "SYNCHRONOUS_MODES",
+    "Columns",
+    "ItemCache",
+    "check_fence",
+    "close_all",
+    "db_errors",
+    "open_connections",
+]
 
 Columns = dict[str, Any]
 """Column name → value, ready for an INSERT."""
@@ -173,6 +182,42 @@ async def insert(db: aiosqlite.Connection, table: str, rows: Sequence[Columns]) 
         pass
 
 
+async def get_run(db: aiosqlite.Connection, run_id: str) -> RunRecord:
+    """The run, read on ``db`` (inside a transaction), or :class:`NotFoundError`."""
+    row = await one(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
+    if row is None:
+        raise NotFoundError(f"run {run_id} not found")
+    return row_run(row)
+
+
+def first_int(row: sqlite3.Row) -> int:
+    """The first column as an int."""
+    return int(row[0])
+
+
+FENCED = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND fence = ?)"
+"""Guard of a one-statement compare-and-set write; parameters ``(run_id, fence)``."""
+
+
+def raise_if_stale(run_id: str, fence: int, current: int | None) -> None:
+    """:class:`NotFoundError` if the run is missing, :class:`LeaseLost` if ``fence`` is stale."""
+    if current is None:
+        raise NotFoundError(f"run {run_id} not found")
+    if current != fence:
+        raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {current})")
+
+
+async def check_fence(db: aiosqlite.Connection, run_id: str, fence: int) -> None:
+    """Raise :class:`NotFoundError` or :class:`LeaseLost` unless ``fence`` is current.
+
+    Inside a transaction this is the compare of a compare-and-set. After a guarded statement
+    changed nothing it explains why: fences only grow, so a fence that is current now was
+    current when the statement ran (and one that is stale now was stale then).
+    """
+    row = await one(db, "SELECT fence FROM runs WHERE run_id = ?", (run_id,))
+    raise_if_stale(run_id, fence, None if row is None else row["fence"])
+
+
 # row codecs ---------------------------------------------------------------------------------
 
 
@@ -255,6 +300,31 @@ def row_item(row: sqlite3.Row) -> TranscriptItem:
         meta=json.loads(row["meta"]),
         superseded=bool(row["superseded"]),
     )
+
+
+class ItemCache:
+    """Decoded transcript items by ref, oldest first, at most ``size`` of them.
+
+    Rows never change once written except for ``superseded`` (checked on every read), so the
+    cache is safe even with other processes writing the file; it spares decoding the whole
+    prompt window on every model call.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._items: dict[str, TranscriptItem] = {}
+
+    def decode(self, row: sqlite3.Row) -> TranscriptItem:
+        """The item of an ``items`` row, decoded once."""
+        cached = self._items.get(row["ref"])
+        if cached is not None and not row["superseded"]:
+            return cached
+        item = row_item(row)
+        if not item.superseded:
+            self._items[item.ref] = item
+            if len(self._items) > self._size:
+                del self._items[next(iter(self._items))]  # the oldest entry
+        return item
 
 
 def exit_column(exit: Mapping[str, Any] | None) -> str | None:
