@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from typer.testing import Result
-
 HERE = Path(__file__).resolve().parent
 """This directory: it holds ``cli_fixture_tools.py``, which test configs import."""
 REPO = HERE.parent.parent
@@ -39,8 +37,8 @@ def run_reverie(home: Path, *args: str, timeout: float = 60) -> subprocess.Compl
     )
 
 
-def gate_ref(result: Result) -> str:
+def gate_ref(stdout: str) -> str:
     """The gate ref a blocked ``reverie run --json`` printed."""
-    payload = json.loads(result.stdout)
+    payload = json.loads(stdout)
     assert payload["status"] == "blocked", payload
     return str(payload["gate"]["ref"])

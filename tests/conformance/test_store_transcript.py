@@ -99,6 +99,7 @@ async def test_thread_items_of_unknown_thread_raises_not_found(store: Store) -> 
 
 async def test_thread_items_skip_superseded_rows(store: Store, run: RunCtx) -> None:
     await store.append_items(run.thread_id, run.run_id, say("1", "2", "3"), fence=None)
+    assert texts(await store.thread_items(run.thread_id)) == ["1", "2", "3"]
     assert await store.supersede_items_after(run.thread_id, run.run_id, 1) == 2
     rows = await store.thread_items(run.thread_id)
     assert texts(rows) == ["1"]
@@ -107,10 +108,11 @@ async def test_thread_items_skip_superseded_rows(store: Store, run: RunCtx) -> N
 
 async def test_superseded_rows_stay_readable_by_ref_and_marked(store: Store, run: RunCtx) -> None:
     rows = await store.append_items(run.thread_id, run.run_id, say("1", "2"), fence=None)
+    assert await store.get_items([r.ref for r in rows]) == rows  # read once before
     await store.supersede_items_after(run.thread_id, run.run_id, 1)
     [kept, dropped] = await store.get_items([r.ref for r in rows])
-    assert not kept.superseded
-    assert dropped.superseded
+    assert kept == rows[0]
+    assert dropped.superseded and dropped.content == "2"
 
 
 async def test_supersede_marks_only_that_runs_rows_after_the_seq(store: Store) -> None:

@@ -24,6 +24,7 @@ from reverie.store import (
     open_store,
 )
 from reverie.store.migrations import SCHEMA_VERSION
+from reverie.store.sqlite_schema import ItemCache
 
 ANA = Scope(tenant="acme", user="ana", project="p1")
 T0 = 1_000.0
@@ -287,6 +288,37 @@ async def test_cancelled_write_is_rolled_back_whole_and_the_store_stays_usable(
     rows = await store.thread_items("thr-1")
     assert len(rows) % 100 == 1
     assert [r.seq for r in rows] == list(range(1, len(rows) + 1))
+
+
+async def test_transcript_reads_see_supersede_even_when_cached(tmp_path: Path) -> None:
+    """Decoded rows are cached; a supersede by another instance still shows at once."""
+    async with SQLiteStore(tmp_path / "x.db") as a, SQLiteStore(tmp_path / "x.db") as b:
+        await a.create_thread("thr-1", ANA)
+        rows = await a.append_items("thr-1", "run-1", [NewItem(role="user")] * 3, fence=None)
+        assert await a.thread_items("thr-1") == rows
+        await b.supersede_items_after("thr-1", "run-1", 1)
+        assert await a.thread_items("thr-1") == rows[:1]
+        assert [r.superseded for r in await a.get_items([r.ref for r in rows])] == [
+            False,
+            True,
+            True,
+        ]
+
+
+def test_item_cache_keeps_at_most_its_size() -> None:
+    cache = ItemCache(size=2)
+    with contextlib.closing(sqlite3.connect(":memory:")) as db:
+        db.row_factory = sqlite3.Row
+        for n in range(3):
+            row = db.execute(
+                "SELECT ? AS ref, 1 AS seq, 't' AS thread_id, NULL AS run_id, 'user' AS role,"
+                " '' AS content, '[]' AS tool_calls, NULL AS tool_call_id, NULL AS name,"
+                " NULL AS input_id, '{}' AS meta, 0 AS superseded",
+                (f"itm-{n}",),
+            ).fetchone()
+            assert cache.decode(row).ref == f"itm-{n}"
+            assert cache.decode(row) is cache.decode(row)
+    assert len(cache) == 2
 
 
 # open_store / default_store_url --------------------------------------------------------------

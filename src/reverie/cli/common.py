@@ -47,6 +47,7 @@ __all__ = [
     "load",
     "open_session",
     "out_console",
+    "unknown_agent",
 ]
 
 
@@ -124,6 +125,15 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
+def unknown_agent(exc: UnknownAgentError, config: ReverieConfig, note: str = "") -> NoReturn:
+    """Report a run whose agent this process does not have, naming the file to fix."""
+    fail(
+        f"{exc}. Fix: add [agents.{exc.agent_name}] to {config.source}"
+        + (" (or pass --model for the built-in assistant)" if exc.agent_name == "assistant" else "")
+        + note
+    )
+
+
 def load(path: str | None) -> ReverieConfig:
     """Load the configuration (errors become exit code 2 via :func:`execute`)."""
     return load_config(path)
@@ -141,8 +151,8 @@ def execute(command: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
         raise
     except UnknownAgentError as exc:
         fail(
-            f"{exc}. In the CLI, the agents are those of reverie.toml: add "
-            f"[agents.{exc.agent_name}] (or, for the built-in assistant, pass --model)"
+            f"{exc}. Fix: add [agents.{exc.agent_name}] to reverie.toml (or pass --config); for "
+            "the built-in assistant pass --model"
         )
     except (ConfigError, UsageError, NotFoundError, GateResolvedError, RunEndedError) as exc:
         fail(str(exc))

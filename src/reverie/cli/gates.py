@@ -23,9 +23,11 @@ from reverie.cli.common import (
     execute,
     load,
     open_session,
+    unknown_agent,
 )
 from reverie.cli.render import gate_payload, print_json, show_gates, show_result
 from reverie.cli.runs import ModelOption
+from reverie.errors import UnknownAgentError
 from reverie.store.base import GateStatus
 
 __all__ = ["app"]
@@ -98,10 +100,14 @@ def _resolve(
             run = await session.rt.store.get_run(gate.run_id)
             for agent in agents_with_model(cfg, run.agent_name, model):
                 session.register(agent)
-            if decision == "approved":
-                result = await session.rt.approve(ref)
-            else:
-                result = await session.rt.deny(ref, reason=reason)
+            try:
+                if decision == "approved":
+                    result = await session.rt.approve(ref)
+                else:
+                    result = await session.rt.deny(ref, reason=reason)
+            except UnknownAgentError as exc:
+                # Checked by the runtime before the gate is touched: it is still pending.
+                unknown_agent(exc, cfg, f"; gate {ref} is still pending")
             if not as_json:
                 err_console().print(
                     f"gate {ref} {decision}; run {run.run_id} resumed", markup=False

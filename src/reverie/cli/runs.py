@@ -19,10 +19,12 @@ from reverie.cli.common import (
     load,
     open_session,
     out_console,
+    unknown_agent,
 )
 from reverie.cli.render import print_json, run_payload, show_result, show_run, show_runs
 from reverie.core.scope import Scope
-from reverie.errors import RunBusy
+from reverie.errors import RunBusy, UnknownAgentError
+from reverie.store.base import TERMINAL_STATUSES
 
 __all__ = ["app"]
 
@@ -139,9 +141,19 @@ def resume(
         cfg = load(config)
         async with open_session(cfg, store, hooks=True) as session:
             run = await session.rt.store.get_run(run_id)
+            if run.status in TERMINAL_STATUSES:
+                # Nothing to continue, so no agent is needed: show the stored result.
+                if not as_json:
+                    err_console().print(
+                        f"run {run_id} has already ended ({run.status})", markup=False
+                    )
+                return show_result(await session.rt.get_result(run_id), as_json=as_json)
             for agent in agents_with_model(cfg, run.agent_name, model):
                 session.register(agent)
-            result = await session.rt.resume(run_id)
+            try:
+                result = await session.rt.resume(run_id)
+            except UnknownAgentError as exc:
+                unknown_agent(exc, cfg)
             return show_result(result, as_json=as_json)
 
     execute(main)
@@ -159,7 +171,7 @@ def cancel(
         cfg = load(config)
         async with open_session(cfg, store, hooks=True) as session:
             before = await session.rt.store.get_run(run_id)
-            if before.status in ("completed", "failed"):
+            if before.status in TERMINAL_STATUSES - {"cancelled"}:
                 err_console().print(
                     f"run {run_id} has already ended ({before.status}); nothing to cancel",
                     markup=False,

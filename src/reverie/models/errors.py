@@ -28,6 +28,8 @@ __all__ = [
     "ClientHolder",
     "auth_failed",
     "classify_api_error",
+    "detail",
+    "key_source",
     "missing_key",
     "redact",
     "resolve_api_key",

@@ -2,11 +2,13 @@
 
 Layout of a :class:`SQLiteStore`:
 
-- a **writer** connection. Every write is one ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction on it,
-  serialised inside the process by an :class:`asyncio.Lock` and across processes by SQLite's
-  write lock (``BEGIN IMMEDIATE`` takes it up front and waits up to ``busy_timeout`` for it).
-  Fence checks read ``runs.fence`` inside that same transaction, so the check and the write are
-  one atomic compare-and-set: two processes racing on one file cannot both win.
+- a **writer** connection, used under an :class:`asyncio.Lock`. A write of several statements
+  is one ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction: it takes SQLite's write lock up front
+  (other processes wait up to ``busy_timeout``), so what it reads cannot change before it
+  commits. A write that is one statement runs on its own, which SQLite makes just as atomic.
+  Fenced writes are compare-and-sets on ``runs.fence``: the fence is read inside the
+  transaction, or the statement itself carries the test (``WHERE … fence = ?``). Two processes
+  racing on one file cannot both win.
 - a **reader** connection (``query_only``). Under WAL it reads the last committed state while a
   write is in progress. Each read is one statement, so it never holds a snapshot open.
 

@@ -1,9 +1,12 @@
 """How :class:`reverie.store.sqlite.SQLiteStore` talks to its file, below the Store semantics.
 
+Internal to the SQLite backend (imported there as ``schema``):
+
 - :func:`open_connections` opens the writer (WAL, ``synchronous``, ``busy_timeout``, foreign
   keys), applies the migrations of :mod:`reverie.store.migrations`, then opens the
   ``query_only`` reader. :func:`db_errors` turns ``sqlite3`` errors into store errors.
-- Statement helpers: one aiosqlite round trip each.
+- Statement helpers, one aiosqlite round trip each, and the fence guard of compare-and-set
+  writes (:data:`FENCED`, :func:`check_fence`).
 - Row codecs: record → column dict for an INSERT, row → record. They are the only code that
   knows every column; keep them in step with the latest migration.
 """
@@ -34,17 +37,6 @@ from reverie.store.base import (
     TranscriptItem,
 )
 from reverie.store.migrations import migrate
-
-__all__ = [
-    "FENCED",
-    "SYNCHRONOUS_MODES",
-    "Columns",
-    "ItemCache",
-    "check_fence",
-    "close_all",
-    "db_errors",
-    "open_connections",
-]
 
 Columns = dict[str, Any]
 """Column name → value, ready for an INSERT."""
@@ -208,19 +200,12 @@ def raise_if_stale(run_id: str, fence: int, current: int | None) -> None:
 
 
 async def check_fence(db: aiosqlite.Connection, run_id: str, fence: int) -> None:
-    """Raise :class:`NotFoundError` or :class:`LeaseLost` unless ``fence`` is current.
-
-    Inside a transaction this is the compare of a compare-and-set. After a guarded statement
-    changed nothing it explains why: fences only grow, so a fence that is current now was
-    current when the statement ran (and one that is stale now was stale then).
-    """
+    """Raise unless ``fence`` is current: the compare of a compare-and-set transaction."""
     row = await one(db, "SELECT fence FROM runs WHERE run_id = ?", (run_id,))
     raise_if_stale(run_id, fence, None if row is None else row["fence"])
 
 
 # row codecs ---------------------------------------------------------------------------------
-
-
 def dumps(value: Any) -> str:
     """JSON text for a JSON column; :class:`StoreError` (naming no data) if it cannot be."""
     try:
@@ -313,6 +298,9 @@ class ItemCache:
     def __init__(self, size: int = 4096) -> None:
         self._size = size
         self._items: dict[str, TranscriptItem] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def decode(self, row: sqlite3.Row) -> TranscriptItem:
         """The item of an ``items`` row, decoded once."""

@@ -1,0 +1,117 @@
+"""``reverie gates``: a blocked run exits 3, is listed, and is approved or denied from the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from cli_support import gate_ref
+from typer.testing import Result
+
+
+def _blocked_ref(cli: Callable[..., Result]) -> str:
+    result = cli("run", "--json", "--agent", "mailer", "email ana")
+    assert result.exit_code == 3, result.output
+    return gate_ref(result.stdout)
+
+
+def test_a_run_that_hits_an_approval_tool_exits_3_and_says_how_to_approve(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    result = cli("run", "--agent", "mailer", "email ana")
+
+    assert result.exit_code == 3, result.output
+    assert "send_email" in result.stdout
+    ref = json.loads(cli("gates", "list", "--json").stdout)[0]["ref"]
+    assert f"reverie gates approve {ref}" in result.stdout
+    assert "reverie gates deny" in result.stdout
+
+
+def test_gates_list_shows_the_pending_gate(cli: Callable[..., Result], mailer_config: Path) -> None:
+    ref = _blocked_ref(cli)
+
+    table = cli("gates", "list")
+    listed = json.loads(cli("gates", "list", "--json").stdout)
+
+    assert table.exit_code == 0
+    assert ref in table.stdout
+    assert "send_email" in table.stdout
+    assert [g["ref"] for g in listed] == [ref]
+    assert listed[0]["status"] == "pending"
+    assert listed[0]["arguments"] == {"to": "ana@example.com", "body": "hello"}
+
+
+def test_gates_approve_resumes_the_run_to_completion(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    ref = _blocked_ref(cli)
+
+    approved = cli("gates", "approve", ref)
+
+    assert approved.exit_code == 0, approved.output
+    assert approved.stdout.strip() == "Done: the email is handled."
+    assert json.loads(cli("gates", "list", "--json").stdout) == []
+    run = json.loads(cli("runs", "list", "--json").stdout)[0]
+    assert run["status"] == "completed"
+    shown = json.loads(cli("runs", "show", run["run_id"], "--json").stdout)
+    tool_rows = [i for i in shown["transcript"] if i["role"] == "tool"]
+    assert [i["content"] for i in tool_rows] == ["sent to ana@example.com"]
+
+
+def test_gates_deny_tells_the_model_and_the_run_continues(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    ref = _blocked_ref(cli)
+
+    denied = cli("gates", "deny", ref, "--reason", "not today", "--json")
+
+    assert denied.exit_code == 0, denied.output
+    assert json.loads(denied.stdout)["status"] == "completed"
+    run_id = json.loads(denied.stdout)["run_id"]
+    shown = json.loads(cli("runs", "show", run_id, "--json").stdout)
+    tool_rows = [i for i in shown["transcript"] if i["role"] == "tool"]
+    assert len(tool_rows) == 1
+    assert "sent to" not in tool_rows[0]["content"]
+    assert "not today" in tool_rows[0]["content"]
+    history = json.loads(cli("gates", "list", "--status", "denied", "--json").stdout)
+    assert [g["ref"] for g in history] == [ref]
+
+
+def test_approving_a_run_whose_agent_is_not_configured_exits_2_and_leaves_the_gate_pending(
+    cli: Callable[..., Result], mailer_config: Path, write_config: Callable[[str], Path]
+) -> None:
+    ref = _blocked_ref(cli)
+    write_config("")  # the mailer agent is gone from reverie.toml
+
+    result = cli("gates", "approve", ref)
+
+    assert result.exit_code == 2
+    assert "'mailer'" in result.stderr
+    assert "[agents.mailer]" in result.stderr
+    pending = json.loads(cli("gates", "list", "--json").stdout)
+    assert [(g["ref"], g["status"]) for g in pending] == [(ref, "pending")]
+
+
+def test_approving_a_gate_twice_exits_2(cli: Callable[..., Result], mailer_config: Path) -> None:
+    ref = _blocked_ref(cli)
+    assert cli("gates", "approve", ref).exit_code == 0
+
+    again = cli("gates", "approve", ref)
+
+    assert again.exit_code == 2
+    assert "error:" in again.stderr
+
+
+def test_approving_an_unknown_gate_exits_2(cli: Callable[..., Result]) -> None:
+    result = cli("gates", "approve", "gate_nope")
+
+    assert result.exit_code == 2
+    assert "gate_nope" in result.stderr
+
+
+def test_gates_list_with_no_gates_says_so(cli: Callable[..., Result]) -> None:
+    result = cli("gates", "list")
+
+    assert result.exit_code == 0
+    assert "No gates." in result.stdout
