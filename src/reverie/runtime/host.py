@@ -47,6 +47,7 @@ from reverie.hooks import (
     CapabilityHookContext,
     CapabilityResultContext,
     CheckpointHookContext,
+    EventHookContext,
     HookDispatcher,
     HookFailure,
     ModelHookContext,
@@ -107,6 +108,13 @@ class RunContext:
     token: CancelToken
     family_digest: str
     poisoned: set[str] = field(default_factory=set)
+    observers: set[asyncio.Task[None]] = field(default_factory=set)
+    """In-flight ``event`` hook dispatches; awaited before the segment ends."""
+
+    async def drain_observers(self) -> None:
+        """Wait for every ``event`` hook dispatch still running."""
+        while self.observers:
+            await asyncio.gather(*list(self.observers), return_exceptions=True)
 
     def record_hook_failures(
         self, failures: Sequence[HookFailure], newly_poisoned: frozenset[str]
@@ -416,7 +424,23 @@ class BusEvents:
         self.ctx = ctx
 
     def emit(self, event: RunEvent) -> None:
-        self.ctx.bus.emit(event)
+        ctx = self.ctx
+        ctx.bus.emit(event)
+        if not ctx.hooks.registry.hooks("event"):
+            return
+
+        async def observe() -> None:
+            result = await ctx.hooks.observe(
+                "event",
+                EventHookContext(scope=ctx.scope, run_id=ctx.run_id, event=event),
+                poisoned=ctx.poisoned,
+            )
+            ctx.record_hook_failures(result.failures, result.newly_poisoned)
+
+        # Owned by the run context and awaited before the segment ends (never orphaned).
+        task = asyncio.get_running_loop().create_task(observe())
+        ctx.observers.add(task)
+        task.add_done_callback(ctx.observers.discard)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -251,7 +251,8 @@ class Runtime:
             raise UsageError("scope must be a reverie.Scope set by the host")
         if self._agents.get(agent.name) is not agent:
             self.register(agent)
-        family_id = agent.family if profile == "interactive" else profile
+        # Human and scheduled turns run the agent's family; unbound profiles their own.
+        family_id = profile if profile.startswith("unbound") else agent.family
         self._families.get(family_id)  # unknown family: a typed error now, not later
         if thread_id is None:
             thread_id = new_id("thr")
@@ -372,6 +373,7 @@ class Runtime:
                         kind="driver_bug",
                         safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
                     )
+            await ctx.drain_observers()
             return await self._applier.apply(run, exit_, fence=fence, bus=active.bus)
         finally:
             with contextlib.suppress(Exception):
