@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from reverie import tool
 
 
@@ -19,3 +21,10 @@ def shout(text: str) -> str:
 TOOLS = (send_email,)
 
 NOT_A_TOOL = 42
+
+
+@tool(effects={"read"})
+async def wait(seconds: float) -> str:
+    """Wait a while (lets a test interrupt a run mid-tool)."""
+    await asyncio.sleep(seconds)
+    return "waited"

@@ -44,7 +44,7 @@ async def test_hook_deny_reaches_the_model_as_a_denied_result_and_the_run_contin
         r = await rt.run(agent, "delete /x", scope=SCOPE)
     assert r.status == "completed"
     assert log == []
-    tool_msg = [m for m in model.requests[-1].messages if m.role == "tool"][0]
+    tool_msg = next(m for m in model.requests[-1].messages if m.role == "tool")
     assert tool_msg.content.startswith("denied: deletes are off")
 
 
