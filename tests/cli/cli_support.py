@@ -21,19 +21,34 @@ MAIL_SCRIPT: list[dict[str, Any]] = [
 """A turn that calls the gated ``send_email`` tool, then replies."""
 
 
-def run_reverie(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m reverie.cli.app ARGS...`` in a child process with ``REVERIE_HOME=home``."""
+def _child_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env["REVERIE_HOME"] = str(home)
     env["USER"] = "tester"
     env["COLUMNS"] = "200"
+    return env
+
+
+def run_reverie(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m reverie.cli.app ARGS...`` in a child process with ``REVERIE_HOME=home``."""
     return subprocess.run(
         [sys.executable, "-m", "reverie.cli.app", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=_child_env(home),
         check=False,
+    )
+
+
+def start_reverie(home: Path, *args: str) -> subprocess.Popen[str]:
+    """Start ``python -m reverie.cli.app ARGS...`` without waiting (stdout/stderr piped)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "reverie.cli.app", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_child_env(home),
     )
 
 

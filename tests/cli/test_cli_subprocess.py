@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
-from cli_support import EXAMPLE_SCRIPT, HERE, MAIL_SCRIPT, gate_ref, run_reverie
+from cli_support import EXAMPLE_SCRIPT, HERE, MAIL_SCRIPT, gate_ref, run_reverie, start_reverie
 
 
 def test_a_scripted_run_completes_offline_in_a_child_process(tmp_path: Path) -> None:
@@ -61,3 +63,39 @@ def test_a_broken_config_exits_2_with_file_key_and_fix_in_a_child_process(
     assert f"{config}: agents.helper.limits: " in result.stderr
     assert "Fix: write limits = {" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_ctrl_c_cancels_the_run_not_just_the_program(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    script = tmp_path / "wait.json"
+    script.write_text(json.dumps([{"call": "wait", "arguments": {"seconds": 60}}]))
+    (home / "reverie.toml").write_text(
+        f"pythonpath = [{json.dumps(str(HERE))}]\n"
+        "[agents.waiter]\n"
+        f"model = {json.dumps('scripted:' + str(script))}\n"
+        'tools = ["cli_fixture_tools:wait"]\n',
+        encoding="utf-8",
+    )
+    child = start_reverie(home, "run", "wait a minute")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            runs = json.loads(run_reverie(home, "runs", "list", "--json").stdout or "[]")
+            if runs and runs[0]["status"] == "running":
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the run never started")
+
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+    assert child.returncode == 130, stderr
+    assert "Run cancelled" in stderr
+    runs = json.loads(run_reverie(home, "runs", "list", "--json").stdout)
+    assert [r["status"] for r in runs] == ["cancelled"]

@@ -43,7 +43,6 @@ from reverie.hooks import PromptHookContext
 from reverie.testing import ScriptedModel, call, reply
 
 SCOPE = Scope(tenant="acme", user="ana")
-STEERING = "also check the cellar"
 FIRST_CALL: dict[str, tuple[str, dict[str, Any]]] = {
     "non_idempotent": ("send", {"to": "bob"}),
     "race": ("send", {"to": "bob"}),
@@ -69,9 +68,17 @@ def count_lines(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
+def exists(path: Path) -> bool:
+    return path.exists()
+
+
 async def block_until(path: Path | None) -> None:
-    """Wait for ``path`` to exist; ``None`` waits until the process is killed."""
-    while path is None or not path.exists():
+    """Wait for ``path`` to exist (another process creates it); ``None``: until killed."""
+    if path is None:
+        await asyncio.Event().wait()  # never set
+    while True:
+        if exists(path):
+            return
         await asyncio.sleep(POLL_S)
 
 

@@ -102,7 +102,13 @@ class _FakeCapabilities:
         return self.host._surface
 
     async def invoke(
-        self, call: ToolCall, descriptor: CapabilityDescriptor | None, *, attempt: int, key: str
+        self,
+        call: ToolCall,
+        descriptor: CapabilityDescriptor | None,
+        *,
+        attempt: int,
+        key: str,
+        replay: bool = True,
     ) -> CallOutcome:
         self.host.log.append(f"invoke {call.name}")
         return CallCompleted(output="ok")

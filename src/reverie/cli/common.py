@@ -72,7 +72,7 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-c",
-        help="Configuration file [default: $REVERIE_HOME/reverie.toml].",
+        help="Configuration file (default: $REVERIE_HOME/reverie.toml).",
         show_default=False,
     ),
 ]
@@ -80,8 +80,8 @@ StoreOption = Annotated[
     str | None,
     typer.Option(
         "--store",
-        help="Store URL, e.g. sqlite:///path.db [default: [store] url, else "
-        "sqlite:///$REVERIE_HOME/reverie.db].",
+        help="Store URL, e.g. sqlite:///path.db (default: store.url of the config, else "
+        "sqlite:///$REVERIE_HOME/reverie.db).",
         show_default=False,
     ),
 ]
@@ -89,7 +89,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machine
 TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant of the scope.")]
 UserOption = Annotated[
     str | None,
-    typer.Option("--user", help="User of the scope [default: $USER].", show_default=False),
+    typer.Option("--user", help="User of the scope (default: $USER).", show_default=False),
 ]
 
 

@@ -52,7 +52,7 @@ def run_command(
         typer.Option(
             "--agent",
             "-a",
-            help="An agent of reverie.toml [default: the only one, or 'assistant'].",
+            help="An agent of reverie.toml (default: the only one, or 'assistant').",
         ),
     ] = None,
     model: Annotated[
@@ -78,8 +78,8 @@ def run_command(
 ) -> None:
     """Run one turn and print the reply.
 
-    Exit code: 0 completed, 3 blocked on a gate (approve with `reverie gates approve REF`),
-    1 failed, 130 cancelled, 2 configuration or usage problem.
+    Exit code: 0 completed, 1 failed, 2 configuration or usage problem, 3 blocked on a gate
+    (approve it with: reverie gates approve REF), 130 cancelled (Ctrl-C cancels the run).
     """
 
     async def main() -> int:

@@ -71,10 +71,10 @@ def list_runs(
         typer.Option("--status", "-s", help="Only runs with this status (repeatable)."),
     ] = None,
     tenant: Annotated[
-        str | None, typer.Option("--tenant", help="Only this tenant's runs [default: all].")
+        str | None, typer.Option("--tenant", help="Only this tenant's runs (default: all).")
     ] = None,
     user: Annotated[
-        str | None, typer.Option("--user", help="Only this user's runs [default: all].")
+        str | None, typer.Option("--user", help="Only this user's runs (default: all).")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")] = 50,
     as_json: JsonOption = False,

@@ -71,6 +71,7 @@ class _Executor:
         self.iteration_limit = family.budget.iteration_limit(config.limits.max_iterations)
         self._segment_start = time.monotonic()
         self._acked_cursor: int | None = None
+        self._polled: list[InputRecord] = []
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
@@ -139,7 +140,7 @@ class _Executor:
         self._boundary()
         delivered: list[InputRecord] = []
         if self.family.inputs.drain_steering(s):
-            s, delivered = await self._drain(s, follow_ups=False)
+            s, delivered = await self._drain(s, follow_ups=False, records=self._polled)
 
         # 3. Plan context.
         self._boundary()
@@ -173,8 +174,11 @@ class _Executor:
         """Handle the contiguous run of control inputs at the head of the queue."""
         records = await self.host.inputs.poll(s.input_cursor)
         cursor = s.input_cursor
-        for rec in records:
+        # What follows the control prefix is kept for this tick's drain (one poll per tick).
+        self._polled = records
+        for index, rec in enumerate(records):
             if rec.kind in USER_INPUT_KINDS:
+                self._polled = records[index:]
                 break
             cursor = rec.cursor
             if rec.kind == "cancel":
@@ -187,6 +191,8 @@ class _Executor:
                     self._limit_reached(s, reason)
                 s = s.request_stop(reason)
             # gate_resolved: the capability port reads the gate itself; nothing to do here.
+        else:
+            self._polled = []
         return replace(s, input_cursor=cursor) if cursor != s.input_cursor else s
 
     async def _drain(
@@ -381,11 +387,13 @@ class _Executor:
             stopping=s.graceful_stop is not None,
         )
         s = await self._commit("BeforeSideEffect", s)
-        return await self._finish_wave(s)
+        return await self._finish_wave(s, calls)
 
-    async def _finish_wave(self, s: LoopExecutionState) -> LoopExecutionState:
+    async def _finish_wave(
+        self, s: LoopExecutionState, calls: tuple[ToolCall, ...] | None = None
+    ) -> LoopExecutionState:
         runner = WaveRunner(self.host, self.family, self.config.max_parallel)
-        result = await runner.run(s)
+        result = await runner.run(s, calls)
         s = result.state
         self._last_state = s
         if result.abort is not None:

@@ -63,12 +63,20 @@ class CapabilityPort(Protocol):
         ...
 
     async def invoke(
-        self, call: ToolCall, descriptor: CapabilityDescriptor | None, *, attempt: int, key: str
+        self,
+        call: ToolCall,
+        descriptor: CapabilityDescriptor | None,
+        *,
+        attempt: int,
+        key: str,
+        replay: bool = True,
     ) -> CallOutcome:
         """Run one call (gate checks, journal and hooks are the port's business).
 
         ``key`` identifies the call stably within the run (across crashes and resumes); the
         journal and gates are keyed by it, since provider call ids need not be unique.
+        ``replay`` is false for a wave's first pass, when no journal entry or gate can exist
+        yet (the port may skip looking them up); true when a resumed wave is replayed.
         """
         ...
 

@@ -135,12 +135,18 @@ class WaveRunner:
         self.family = family
         self.max_parallel = max(1, max_parallel)
         self._abort: tuple[str, str] | None = None
+        self._replay = True
 
-    async def run(self, s: LoopExecutionState) -> WaveResult:
+    async def run(
+        self, s: LoopExecutionState, calls: tuple[ToolCall, ...] | None = None
+    ) -> WaveResult:
+        """Run the pending wave; ``calls`` given on a first pass, loaded when replaying."""
         wave = s.pending_wave
         assert wave is not None
-        (item,) = await self.host.transcript.get([wave.assistant_ref])
-        calls = item.tool_calls
+        self._replay = calls is None
+        if calls is None:
+            (item,) = await self.host.transcript.get([wave.assistant_ref])
+            calls = item.tool_calls
         surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
         outcomes: dict[str, CallOutcome] = {
             call_id: CallFailed(error_kind="permanent", message=message)
@@ -233,7 +239,7 @@ class WaveRunner:
         while True:
             emit_tool_started(self.host, call.id, call.name, attempt)
             outcome = await self.host.capabilities.invoke(
-                call, descriptor, attempt=attempt, key=key
+                call, descriptor, attempt=attempt, key=key, replay=self._replay
             )
             emit_tool_finished(self.host, call.id, call.name, outcome)
             if isinstance(outcome, CallFailed):

@@ -240,7 +240,13 @@ class ToolPort:
         return self._surface
 
     async def invoke(
-        self, call: ToolCall, descriptor: CapabilityDescriptor | None, *, attempt: int, key: str
+        self,
+        call: ToolCall,
+        descriptor: CapabilityDescriptor | None,
+        *,
+        attempt: int,
+        key: str,
+        replay: bool = True,
     ) -> CallOutcome:
         ctx = self.ctx
         if descriptor is None or call.name not in self.tools:
@@ -262,7 +268,7 @@ class ToolPort:
 
         # Side-effect journal: a resumed wave never runs a finished call again, and never
         # re-runs a started-but-unfinished call unless its tool is idempotent.
-        if attempt == 0:
+        if attempt == 0 and replay:
             entry = (await ctx.store.journal_get(ctx.run_id, [key])).get(key)
             if entry is not None and entry.state == "finished" and entry.outcome is not None:
                 recorded = outcome_from_dict(entry.outcome)
@@ -275,7 +281,7 @@ class ToolPort:
                 )
                 return interrupted
 
-        gate = await ctx.store.gate_for_call(ctx.run_id, key)
+        gate = await ctx.store.gate_for_call(ctx.run_id, key) if replay else None
         approved = gate is not None and gate.status == "approved"
         if gate is not None and gate.status == "denied":
             denied = CallDenied(reason=f"a person denied this call: {gate.reason or 'no reason'}")

@@ -59,7 +59,8 @@ LEASE_TTL_S = 30.0
 
 
 def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{id(asyncio.get_running_loop()):x}"
+    """``host:pid:nonce``: unique per runtime instance, so two runtimes never share a lease."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(6).hex()}"
 
 
 def _pid_alive(pid: int) -> bool:
