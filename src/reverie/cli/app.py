@@ -26,8 +26,8 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="reverie",
-    help="A durable runtime for tool-using LLM agents.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
     add_completion=False,
     pretty_exceptions_enable=False,
 )

@@ -36,6 +36,7 @@ app = typer.Typer(
     name="gates",
     help="Gates waiting for a person: list, approve, deny.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 

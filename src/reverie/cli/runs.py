@@ -32,6 +32,7 @@ app = typer.Typer(
     name="runs",
     help="Inspect and control runs: list, show, resume, cancel.",
     no_args_is_help=True,
+    rich_markup_mode="markdown",
 )
 
 

@@ -19,6 +19,7 @@ from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind, NewItem
 from reverie.errors import (
+    ConfigError,
     CorruptCheckpointError,
     LeaseLost,
     NotFoundError,
@@ -136,7 +137,13 @@ class Runtime:
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_concurrent_runs)
         self._lease_ttl_s = lease_ttl_s
-        self._prices = prices
+        from reverie.models.pricing import PriceTable
+
+        # Built-in prices, with the caller's (a PriceTable, or {model: Price | mapping}) on top.
+        if isinstance(prices, PriceTable):
+            self._prices = prices
+        else:
+            self._prices = PriceTable.default().merged(prices or {})
         self._opened = False
         self._owner: str | None = None
 
@@ -254,6 +261,15 @@ class Runtime:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
         family_id = profile if profile.startswith("unbound") else agent.family
+        if agent.limits.max_usd is not None:
+            model_name = self._model(agent).name
+            if self._prices.price_for(model_name) is None:
+                # A USD budget we cannot measure is no budget at all: refuse to start.
+                raise ConfigError(
+                    f"agent {agent.name!r} sets Limits(max_usd=...) but no price is configured "
+                    f"for model {model_name!r}. Fix: add it to [prices] in reverie.toml or pass "
+                    f"Runtime.open(..., prices={{{model_name!r}: Price(...)}})"
+                )
         self._families.get(family_id)  # unknown family: a typed error now, not later
         if thread_id is None:
             thread_id = new_id("thr")
