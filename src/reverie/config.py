@@ -73,6 +73,7 @@ __all__ = [
     "ReverieConfig",
     "StoreConfig",
     "build_agents",
+    "config_error",
     "default_config_path",
     "key_env_for",
     "load_config",
@@ -614,6 +615,7 @@ def key_env_for(spec: str, config: ReverieConfig | None = None) -> str | None:
         return (endpoint.api_key_env if endpoint else None) or "OPENAI_API_KEY"
     if prefix == "anthropic":
         return (endpoint.api_key_env if endpoint else None) or "ANTHROPIC_API_KEY"
-    if prefix in ("ollama", "openai-compat", "scripted"):
-        return endpoint.api_key_env if endpoint and prefix == "ollama" else None
+    if prefix in ("openai-compat", "scripted"):
+        return None
+    # ollama (no key unless an endpoint re-points it) and configured endpoints.
     return endpoint.api_key_env if endpoint else None

@@ -118,6 +118,17 @@ def test_runs_cancel_cancels_a_blocked_run(cli: Callable[..., Result], mailer_co
     assert shown["status"] == "cancelled"
 
 
+def test_runs_cancel_json_reports_the_new_status(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    run_id = json.loads(cli("run", "--json", "--agent", "mailer", "email ana").stdout)["run_id"]
+
+    result = cli("runs", "cancel", run_id, "--json")
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "cancelled"
+
+
 def test_runs_cancel_of_a_completed_run_exits_1(cli: Callable[..., Result]) -> None:
     run_id = _completed_run(cli)
 

@@ -1,4 +1,4 @@
-"""DESIGN §7 (steering across a crash) and §8 (a blocked run survives its process), under SIGKILL."""
+"""DESIGN §7 (steering across a crash) and §8 (a blocked run outlives its worker), under SIGKILL."""
 
 from __future__ import annotations
 

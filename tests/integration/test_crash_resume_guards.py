@@ -63,7 +63,7 @@ async def test_a_resume_whose_family_definition_changed_fails_with_checkpoint_un
     assert crash.model_requests(role="resume") == []
 
 
-async def test_a_corrupt_checkpoint_row_is_a_typed_error_naming_the_run_and_the_runtime_stays_usable(  # noqa: E501
+async def test_a_corrupt_checkpoint_is_a_typed_error_naming_the_run_and_the_runtime_stays_usable(
     crash: Crash, child: ModuleType
 ) -> None:
     ids = await crash.start_and_kill_at("idempotent", "fetch-1.started")

@@ -1,4 +1,4 @@
-"""DESIGN §6 side-effect journal, under a real SIGKILL: no side effect runs twice because of a crash.
+"""DESIGN §6 side-effect journal under a real SIGKILL: no side effect runs twice because of a crash.
 
 A child process starts the run and is killed while a tool is running (its journal row says
 ``started``, never ``finished``); a fresh process resumes the run from the file.
@@ -12,7 +12,7 @@ from crash_support import Crash, contents
 pytestmark = pytest.mark.crash
 
 
-async def test_killed_during_a_non_idempotent_tool_it_runs_once_and_the_model_is_told_the_outcome_is_unknown(  # noqa: E501
+async def test_killed_during_a_non_idempotent_tool_it_runs_once_and_the_model_hears_outcome_unknown(
     crash: Crash,
 ) -> None:
     ids = await crash.start_and_kill_at("non_idempotent", "send-1.started")

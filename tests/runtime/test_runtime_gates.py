@@ -163,3 +163,15 @@ async def test_approving_a_run_whose_agent_is_not_registered_is_a_typed_error() 
             await rt.approve(r.gate.ref)
         # Nothing changed: the gate is still pending.
         assert (await rt.store.get_gate(r.gate.ref)).status == "pending"
+
+
+async def test_cancelling_a_blocked_run_closes_its_gate() -> None:
+    model = ScriptedModel([call("send_email", to="bob@x", body="hi"), reply("done")])
+    agent = Agent(name="mailer", model=model, tools=make_tools([]))
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "go", scope=SCOPE)
+        assert r.gate is not None
+        await rt.cancel(r.run_id)
+        assert (await rt.store.get_run(r.run_id)).status == "cancelled"
+        assert (await rt.store.get_gate(r.gate.ref)).status == "denied"
+        assert await rt.store.list_gates(scope=SCOPE) == []

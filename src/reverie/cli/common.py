@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from reverie.config import ReverieConfig, load_config, register_hooks, store_url
 from reverie.errors import (
@@ -115,14 +116,8 @@ def err_console() -> Console:
 
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
-    err_console().print(f"[bold red]error:[/] {_escape(message)}")
+    err_console().print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(int(code))
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def unknown_agent(exc: UnknownAgentError, config: ReverieConfig, note: str = "") -> NoReturn:

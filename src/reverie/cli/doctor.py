@@ -25,7 +25,14 @@ from reverie.cli.common import (
     out_console,
 )
 from reverie.cli.render import print_json
-from reverie.config import ReverieConfig, key_env_for, load_config, register_hooks, store_url
+from reverie.config import (
+    ReverieConfig,
+    build_agents,
+    key_env_for,
+    load_config,
+    register_hooks,
+    store_url,
+)
 from reverie.errors import ConfigError, ReverieError
 from reverie.hooks import HookRegistry
 from reverie.store import open_store
@@ -66,11 +73,13 @@ def _agent_checks(config: ReverieConfig) -> list[Check]:
             )
         ]
     checks: list[Check] = []
+    # load_config already resolved every model and imported every tool; list what it found.
+    built = {agent.name: agent for agent in build_agents(config)}
     for name, agent in config.agents.items():
         label = f"agent {name}"
-        tools = f"{len(agent.tools)} tool reference(s)"
+        names = ", ".join(t.descriptor.name for t in built[name].tools) or "none"
         checks.append(
-            Check(name=label, status="ok", detail=f"model {agent.model} resolves; {tools} import")
+            Check(name=label, status="ok", detail=f"model {agent.model} resolves; tools: {names}")
         )
         variable = key_env_for(agent.model, config)
         if variable is None:

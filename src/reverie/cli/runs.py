@@ -163,31 +163,42 @@ def resume(
 @app.command("cancel")
 def cancel(
     run_id: RunIdArgument,
+    as_json: JsonOption = False,
     config: ConfigOption = None,
     store: StoreOption = None,
 ) -> None:
     """Cancel a run. Exit 0 when it is now cancelled, 1 when it had already ended otherwise."""
+
+    def report(status: str, message: str, code: ExitCode) -> int:
+        if as_json:
+            print_json({"run_id": run_id, "status": status, "message": message})
+        elif code == ExitCode.OK:
+            out_console().print(message, markup=False)
+        else:
+            err_console().print(message, markup=False)
+        return code
 
     async def main() -> int:
         cfg = load(config)
         async with open_session(cfg, store, hooks=True) as session:
             before = await session.rt.store.get_run(run_id)
             if before.status in TERMINAL_STATUSES - {"cancelled"}:
-                err_console().print(
+                return report(
+                    before.status,
                     f"run {run_id} has already ended ({before.status}); nothing to cancel",
-                    markup=False,
+                    ExitCode.FAILED,
                 )
-                return ExitCode.FAILED
             try:
                 await session.rt.cancel(run_id, reason="cancelled from the CLI")
             except RunBusy:
                 # A live worker holds the run: the durable request reaches it at its next step.
-                out_console().print(
-                    f"cancel requested: the worker running {run_id} will stop it", markup=False
+                return report(
+                    before.status,
+                    f"cancel requested: the worker running {run_id} will stop it",
+                    ExitCode.OK,
                 )
-                return ExitCode.OK
             after = await session.rt.store.get_run(run_id)
-        out_console().print(f"run {run_id} is {after.status}", markup=False)
-        return ExitCode.OK if after.status == "cancelled" else ExitCode.FAILED
+        code = ExitCode.OK if after.status == "cancelled" else ExitCode.FAILED
+        return report(after.status, f"run {run_id} is {after.status}", code)
 
     execute(main)

@@ -60,6 +60,16 @@ class PendingWave:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """How a stop strategy ended the run, so a resume from its ``Final`` checkpoint is exact."""
+
+    kind: str
+    """The ``Completed`` kind (e.g. ``structured``)."""
+    refs: tuple[str, ...]
+    """The rows holding the result."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoopExecutionState:
     """Everything the executor needs to continue a run, and nothing it can re-read."""
 
@@ -80,6 +90,8 @@ class LoopExecutionState:
     graceful_stop: GracefulReason | None = None
     """A pending graceful-stop request; the first one wins."""
     pending_wave: PendingWave | None = None
+    completion: Completion | None = None
+    """Set when a stop strategy finished the run (``Finish``); ``None`` for a plain reply."""
     # One slot per strategy: a strategy reads and returns only its own.
     context_state: Mapping[str, Any] = field(default_factory=dict)
     capability_state: Mapping[str, Any] = field(default_factory=dict)
@@ -114,7 +126,11 @@ def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
     """JSON-able form of the state."""
     b = state.budget
     wave = state.pending_wave
+    done = state.completion
+    # Written only when set, so the payloads of ordinary runs are unchanged.
+    extra = {} if done is None else {"completion": {"kind": done.kind, "refs": list(done.refs)}}
     return {
+        **extra,
         "iteration": state.iteration,
         "assistant_refs": list(state.assistant_refs),
         "result_refs": list(state.result_refs),
@@ -164,6 +180,7 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
     b = data["budget"]
     w = data["pending_wave"]
     slots = data.get("slots") or {}
+    done = data.get("completion")
     return LoopExecutionState(
         iteration=int(data["iteration"]),
         assistant_refs=tuple(data["assistant_refs"]),
@@ -191,6 +208,9 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
             admitted=tuple(w["admitted"]),
             rejected=tuple((str(a), str(m)) for a, m in w["rejected"]),
         ),
+        completion=None
+        if done is None
+        else Completion(kind=str(done["kind"]), refs=tuple(done["refs"])),
         **{name: dict(value) for name, value in slots.items()},
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from reverie.core.capability import CallGated, Surface
@@ -40,6 +40,8 @@ class Abort:
 
     kind: Literal["abort"] = "abort"
     failure_kind: str
+    detail: str = ""
+    """Safe summary for the failure (a generic one is used when empty)."""
 
 
 RecoveryDecision = Retry | SkipResult | Abort
@@ -85,7 +87,39 @@ class NoProgress:
     detail: str
 
 
-StopDecision = Continue | GracefulStop | NoProgress | Abort
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reprompt:
+    """After a reply: do not complete; add ``prompt`` as a user message and ask again."""
+
+    kind: Literal["reprompt"] = "reprompt"
+    prompt: str
+    stop_state: Mapping[str, Any] = field(default_factory=dict)
+    """The stop strategy's new slot (e.g. how many reprompts it has made)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """After a wave: complete now as ``Completed(completion_kind)`` with ``refs`` as its result."""
+
+    kind: Literal["finish"] = "finish"
+    completion_kind: str
+    refs: tuple[str, ...]
+    """Rows holding the result (e.g. the tool-result row of a terminal tool)."""
+
+
+StopDecision = Continue | GracefulStop | NoProgress | Abort | Reprompt | Finish
+"""``Reprompt`` is honoured after a reply only, ``Finish`` after a wave only."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallResult:
+    """One call of the wave just committed, as the stop strategy sees it."""
+
+    name: str
+    outcome: str
+    """The outcome's kind: ``completed``, ``failed``, ``denied``, ``cancelled``, …"""
+    ref: str
+    """Its tool-result row."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,8 +233,10 @@ class StopConditionStrategy(Protocol):
         """Decide after a reply (before completing)."""
         ...
 
-    def after_wave(self, state: LoopExecutionState) -> StopDecision:
-        """Decide after a wave's results were committed."""
+    def after_wave(
+        self, state: LoopExecutionState, results: Sequence[CallResult] = ()
+    ) -> StopDecision:
+        """Decide after a wave's results were committed (``results`` in the model's order)."""
         ...
 
     def describe(self) -> Mapping[str, Any]:
@@ -384,7 +420,9 @@ class RepetitionStop:
         """A reply is progress: complete."""
         return Continue()
 
-    def after_wave(self, state: LoopExecutionState) -> StopDecision:
+    def after_wave(
+        self, state: LoopExecutionState, results: Sequence[CallResult] = ()
+    ) -> StopDecision:
         """Check the rings."""
         window = state.recent_call_signatures[-self.signature_window :]
         if window:

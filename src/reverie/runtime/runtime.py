@@ -21,6 +21,7 @@ from reverie.core.transcript import InputKind, NewItem
 from reverie.errors import (
     ConfigError,
     CorruptCheckpointError,
+    GateResolvedError,
     LeaseLost,
     NotFoundError,
     RunBusy,
@@ -505,6 +506,13 @@ class Runtime:
             force=_owner_gone(run.lease_owner),
         )
         try:
+            # A cancelled run's pending gates can no longer be approved: close them.
+            for gate in await self.store.list_gates(scope=run.scope, status="pending"):
+                if gate.run_id == run_id:
+                    with contextlib.suppress(GateResolvedError):
+                        await self.store.resolve_gate(
+                            gate.ref, "denied", reason="run cancelled", now=time.time()
+                        )
             return await self._applier.apply(run, Cancelled(reason=reason), fence=fence)
         finally:
             await self.store.release_lease(run_id, fence)
@@ -536,9 +544,9 @@ class Runtime:
         """Continue a run from its last checkpoint (after a crash, or after a gate)."""
         self._require_open()
         run = await self.store.get_run(run_id)
-        self._agent(run.agent_name)
         if run.status in TERMINAL_STATUSES:
             return await self._applier.result_of(run)
+        self._agent(run.agent_name)
         active = self._active.get(run_id)
         if active is not None:
             return await asyncio.shield(active.done)

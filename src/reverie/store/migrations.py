@@ -159,7 +159,88 @@ _V1 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1,)
+_MEMORY_SCOPE = """
+            scope_tenant  TEXT NOT NULL,
+            scope_user    TEXT NOT NULL,
+            scope_agent   TEXT NOT NULL,
+            scope_project TEXT NOT NULL,"""
+# Memory tables store an unset agent/project as '' (not NULL) so the scope can be part of a
+# primary key: SQLite treats every NULL as distinct in a UNIQUE constraint.
+
+_V2 = Migration(
+    version=2,
+    name="memory: documents, versions, daily log, full-text index, curation passes",
+    statements=(
+        f"""
+        CREATE TABLE memory_documents ({_MEMORY_SCOPE}
+            path          TEXT NOT NULL,
+            text          TEXT NOT NULL,
+            version       INTEGER NOT NULL,
+            updated_at    REAL NOT NULL,
+            PRIMARY KEY (scope_tenant, scope_user, scope_agent, scope_project, path)
+        )
+        """,
+        f"""
+        CREATE TABLE memory_document_versions ({_MEMORY_SCOPE}
+            path          TEXT NOT NULL,
+            version       INTEGER NOT NULL,
+            text          TEXT NOT NULL,
+            created_at    REAL NOT NULL,
+            PRIMARY KEY (scope_tenant, scope_user, scope_agent, scope_project, path, version)
+        )
+        """,
+        # What search reads: log entries (kind 'log', ref = the day) and the current text of
+        # each document (kind 'document', ref = its path, updated in place on every write).
+        # scope_token is a digest of the full scope, indexed by FTS so a search intersects
+        # with the scope's rows inside the index instead of filtering every match.
+        f"""
+        CREATE TABLE memory_entries (
+            id            INTEGER PRIMARY KEY AUTOINCREMENT,{_MEMORY_SCOPE}
+            scope_token   TEXT NOT NULL,
+            kind          TEXT NOT NULL,
+            ref           TEXT NOT NULL,
+            body          TEXT NOT NULL,
+            created_at    REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX memory_entries_by_ref ON memory_entries"
+        " (scope_tenant, scope_user, scope_agent, scope_project, kind, ref, id)",
+        "CREATE VIRTUAL TABLE memory_fts USING fts5(scope_token, body,"
+        " content='memory_entries', content_rowid='id', tokenize='unicode61')",
+        """
+        CREATE TRIGGER memory_entries_ai AFTER INSERT ON memory_entries BEGIN
+            INSERT INTO memory_fts (rowid, scope_token, body)
+            VALUES (new.id, new.scope_token, new.body);
+        END
+        """,
+        """
+        CREATE TRIGGER memory_entries_ad AFTER DELETE ON memory_entries BEGIN
+            INSERT INTO memory_fts (memory_fts, rowid, scope_token, body)
+            VALUES ('delete', old.id, old.scope_token, old.body);
+        END
+        """,
+        """
+        CREATE TRIGGER memory_entries_au AFTER UPDATE ON memory_entries BEGIN
+            INSERT INTO memory_fts (memory_fts, rowid, scope_token, body)
+            VALUES ('delete', old.id, old.scope_token, old.body);
+            INSERT INTO memory_fts (rowid, scope_token, body)
+            VALUES (new.id, new.scope_token, new.body);
+        END
+        """,
+        f"""
+        CREATE TABLE memory_passes (
+            pass_id       TEXT PRIMARY KEY,{_MEMORY_SCOPE}
+            run_id        TEXT NOT NULL,
+            report        TEXT NOT NULL,
+            created_at    REAL NOT NULL
+        )
+        """,
+        "CREATE INDEX memory_passes_by_scope ON memory_passes"
+        " (scope_tenant, scope_user, scope_agent, scope_project, created_at)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
 """Every migration, oldest first."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
