@@ -28,3 +28,16 @@ async def wait(seconds: float) -> str:
     """Wait a while (lets a test interrupt a run mid-tool)."""
     await asyncio.sleep(seconds)
     return "waited"
+
+
+_NAPS: list[float] = []
+
+
+@tool(effects={"read"})
+async def nap_once(seconds: float) -> str:
+    """Sleep the first time it is called in a process; return at once afterwards (lets a test
+    interrupt one turn of a chat and get an answer from the next)."""
+    _NAPS.append(seconds)
+    if len(_NAPS) == 1:
+        await asyncio.sleep(seconds)
+    return "rested"

@@ -187,3 +187,15 @@ async def test_expired_leases_lists_live_runs_whose_lease_expired_or_was_never_t
     await store.acquire_lease("live", "w1", ttl_s=60, now=T0)
     found = await store.expired_leases(T0 + 10)
     assert sorted(r.run_id for r in found) == ["expired", "never-leased"]
+
+
+async def test_take_over_only_succeeds_while_the_dead_owner_still_holds_the_lease(
+    store: Store,
+) -> None:
+    run = await make_run(store)
+    await store.acquire_lease(run.run_id, "dead", ttl_s=30, now=T0)
+    first = await store.acquire_lease(run.run_id, "w1", ttl_s=30, now=T0 + 1, take_over="dead")
+    assert first > 0
+    # A second worker that also saw "dead" must not steal the lease from live w1.
+    with pytest.raises(RunBusy):
+        await store.acquire_lease(run.run_id, "w2", ttl_s=30, now=T0 + 1, take_over="dead")

@@ -40,8 +40,11 @@ from reverie.core.capability import CallCompleted, CallFailed, CallOutcome, Capa
 from reverie.errors import CapabilityError, UsageError
 
 try:
+    import httpx2
     import mcp_types
     from mcp import Client, StdioServerParameters
+    from mcp.client import Transport
+    from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("MCP toolsets need the 'mcp' extra: pip install 'reverie[mcp]'") from exc
@@ -95,6 +98,7 @@ class MCPToolset:
         prefix: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         """Describe the server; nothing starts until ``__aenter__``.
 
@@ -106,6 +110,8 @@ class MCPToolset:
             env: Extra environment for a ``command`` server, over the SDK's safe defaults
                 (PATH, HOME, …); the rest of this process's environment is not passed on.
             timeout_s: Bound on connecting (handshake and tool listing) and on each call.
+            headers: Extra HTTP headers for a ``url`` server (e.g. ``Authorization``). They may
+                carry credentials: they are sent, never logged or shown.
 
         Raises:
             UsageError: the options do not describe one server.
@@ -118,6 +124,8 @@ class MCPToolset:
             raise UsageError("MCPToolset command must be a non-empty list, e.g. ['uvx', 'srv']")
         if env is not None and command is None:
             raise UsageError("MCPToolset env= applies to command= servers only")
+        if headers is not None and url is None:
+            raise UsageError("MCPToolset headers= applies to url= servers only")
         if prefix is not None and not _PREFIX_RE.fullmatch(prefix):
             raise UsageError(f"invalid MCP tool prefix {prefix!r}: use a-z, A-Z, 0-9, '_', '-'")
         if not timeout_s > 0:
@@ -126,6 +134,7 @@ class MCPToolset:
         self._url = url
         self._prefix = prefix
         self._env = dict(env) if env is not None else None
+        self._headers = dict(headers) if headers is not None else None
         self._timeout_s = timeout_s
         self._max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
         self._client: Client | None = None
@@ -193,11 +202,31 @@ class MCPToolset:
             # finish even if our caller is cancelled, or the server process would leak.
             await asyncio.shield(task)
 
+    @property
+    def connected(self) -> bool:
+        """Whether the session with the server is up (entered and not lost)."""
+        return self._client is not None
+
+    async def call_raw(self, name: str, arguments: Mapping[str, Any]) -> mcp_types.CallToolResult:
+        """Call the server tool ``name`` and return the SDK's result, unclassified.
+
+        For callers that read the result themselves (the MCP memory provider).
+
+        Raises:
+            CapabilityError: kind ``unavailable`` when not connected.
+            MCPError, TimeoutError, Exception: whatever the SDK raises for a failed call.
+        """
+        client = self._client
+        if client is None:
+            raise CapabilityError(
+                "unavailable", f"MCP server {self.name!r}, tool {name!r}: not connected"
+            )
+        return await client.call_tool(name, dict(arguments), read_timeout_seconds=self._timeout_s)
+
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallOutcome:
         """Call the server tool ``name`` (its remote name) and classify the result."""
         where = f"MCP server {self.name!r}, tool {name!r}"
-        client = self._client
-        if client is None:
+        if self._client is None:
             return CallFailed(error_kind="unavailable", message=f"{where}: not connected")
         if not isinstance(arguments, Mapping):
             return CallFailed(
@@ -211,9 +240,9 @@ class MCPToolset:
                 message=f"{where}: argument {bad!r}: NaN and Infinity are not valid JSON numbers",
             )
         try:
-            result = await client.call_tool(
-                name, dict(arguments), read_timeout_seconds=self._timeout_s
-            )
+            result = await self.call_raw(name, arguments)
+        except CapabilityError as exc:
+            return CallFailed(error_kind=exc.kind, message=str(exc))
         except MCPError as exc:
             if exc.code == mcp_types.INVALID_PARAMS:
                 return CallFailed(error_kind="input_invalid", message=f"{where}: {exc.message}")
@@ -237,8 +266,8 @@ class MCPToolset:
 
     # ------------------------------------------------------------------ connection task
 
-    def _make_client(self) -> Client:
-        server: StdioServerParameters | str
+    async def _make_client(self, stack: contextlib.AsyncExitStack) -> Client:
+        server: StdioServerParameters | str | Transport
         if self._command is not None:
             server = StdioServerParameters(
                 command=self._command[0], args=self._command[1:], env=self._env
@@ -246,6 +275,15 @@ class MCPToolset:
         else:
             assert self._url is not None
             server = self._url
+            if self._headers is not None:
+                # Our own HTTP client, to carry the headers; closed with the session.
+                http = await stack.enter_async_context(
+                    httpx2.AsyncClient(
+                        headers=self._headers,
+                        timeout=httpx2.Timeout(30.0, read=300.0),
+                    )
+                )
+                server = streamable_http_client(self._url, http_client=http)
         return Client(server, read_timeout_seconds=self._timeout_s)
 
     async def _hold_connection(self, ready: asyncio.Future[list[mcp_types.Tool]]) -> None:
@@ -253,7 +291,7 @@ class MCPToolset:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 async with asyncio.timeout(self._timeout_s):
-                    client = await stack.enter_async_context(self._make_client())
+                    client = await stack.enter_async_context(await self._make_client(stack))
                     listing = await _list_all_tools(client)
                 if ready.done():  # the opener gave up meanwhile
                     return

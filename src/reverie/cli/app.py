@@ -2,10 +2,12 @@
 
 Commands::
 
+    reverie chat [--agent NAME] [--model SPEC] [--thread ID] [--tenant T] [--user U]
     reverie run "message" [--agent NAME] [--model SPEC] [--json] [--tenant T] [--user U]
     reverie runs list|show|resume|cancel
     reverie gates list|approve|deny
     reverie doctor
+    reverie mcp-memory [--http PORT] [--token-env NAME]   (memory over MCP, docs/memory-over-mcp.md)
 
 Every command reads ``$REVERIE_HOME/reverie.toml`` (or ``--config PATH``) and opens the store
 from ``--store URL``, else ``[store] url``, else ``sqlite:///$REVERIE_HOME/reverie.db``. Exit
@@ -19,6 +21,7 @@ from typing import Annotated
 import typer
 
 from reverie.cli import gates, runs
+from reverie.cli.chat import chat_command
 from reverie.cli.doctor import doctor_command
 from reverie.cli.run import run_command
 
@@ -31,10 +34,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("chat")(chat_command)
 app.command("run")(run_command)
 app.add_typer(runs.app, name="runs")
 app.add_typer(gates.app, name="gates")
 app.command("doctor")(doctor_command)
+
+
+@app.command(
+    "mcp-memory",
+    context_settings={
+        "allow_extra_args": True,
+        "ignore_unknown_options": True,
+        "help_option_names": [],
+    },
+)
+def _mcp_memory(ctx: typer.Context) -> None:
+    """Serve reverie's memory over MCP: stdio, or streamable HTTP with --http PORT (see --help)."""
+    from reverie.memory.mcp_server import main as serve_memory
+
+    serve_memory(ctx.args)
 
 
 def _version(value: bool) -> None:

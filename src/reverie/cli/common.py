@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import getpass
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from enum import IntEnum
 from typing import Annotated, Any, NoReturn
 
@@ -48,6 +48,7 @@ __all__ = [
     "load",
     "open_session",
     "out_console",
+    "reported_errors",
     "unknown_agent",
 ]
 
@@ -140,8 +141,20 @@ def execute(command: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
     Typed errors become one message on stderr and an exit code: configuration and usage
     problems exit 2, other failures 1, Ctrl-C 130.
     """
-    try:
+    with reported_errors():
         code = asyncio.run(command())
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def reported_errors() -> Iterator[None]:
+    """Turn the typed errors raised inside into one message on stderr and an exit code.
+
+    What :func:`execute` does around its coroutine, for commands that drive their own event
+    loop (``reverie chat``).
+    """
+    try:
+        yield
     except typer.Exit:
         raise
     except UnknownAgentError as exc:
@@ -158,7 +171,6 @@ def execute(command: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
     except KeyboardInterrupt:
         err_console().print("interrupted")
         raise typer.Exit(int(ExitCode.CANCELLED)) from None
-    raise typer.Exit(code)
 
 
 class Session:

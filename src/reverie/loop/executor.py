@@ -8,11 +8,12 @@ ports (:mod:`reverie.loop.ports`) and decides only through the family's strategi
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from reverie.core.exits import Blocked, Completed, Failed, FailureKind, GracefulReason, LoopExit
 from reverie.core.exits import Cancelled as CancelledExit
+from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
@@ -28,8 +29,8 @@ from reverie.loop.events import (
 from reverie.loop.family import LoopFamily
 from reverie.loop.finalizer import FINALIZER_PROMPTS, failure_kind_for, reject_reason
 from reverie.loop.ports import CheckpointKind, LoopHost, PromptBundle
-from reverie.loop.state import BudgetLedger, LoopExecutionState
-from reverie.loop.strategies import Abort, GracefulStop, NoProgress, Retry
+from reverie.loop.state import BudgetLedger, Completion, LoopExecutionState
+from reverie.loop.strategies import Abort, Finish, GracefulStop, NoProgress, Reprompt, Retry
 from reverie.loop.wave import WaveRunner, admit_wave
 
 OnLimit = Literal["finalize", "fail"]
@@ -341,7 +342,14 @@ class _Executor:
         self._boundary()
         decision = self.family.stop.after_reply(s)
         if isinstance(decision, Abort):
-            raise self._fail(s, _as_failure_kind(decision.failure_kind), "stopped by strategy")
+            raise self._fail(s, _as_failure_kind(decision.failure_kind), _detail(decision))
+        if isinstance(decision, Reprompt):
+            # The reply is not an answer the run may end with: say so and ask again.
+            rows = await self.host.transcript.append(
+                [NewItem(role="user", content=decision.prompt, meta={"reprompt": True})]
+            )
+            s = replace(s, transcript_seq=rows[0].seq, stop_state=decision.stop_state)
+            return replace(s, iteration=s.iteration + 1)
 
         # A follow-up (or steering that arrived during the call) continues the run instead of
         # completing it. Sealing is atomic with enqueue, so nothing slips in unseen.
@@ -409,7 +417,13 @@ class _Executor:
 
         # Before the stop decision.
         self._boundary()
-        decision = self.family.stop.after_wave(s)
+        decision = self.family.stop.after_wave(s, result.results)
+        if isinstance(decision, Finish):
+            # The wave produced the run's result (e.g. a terminal tool): complete with it.
+            done = Completion(kind=decision.completion_kind, refs=decision.refs)
+            await self.host.inputs.seal(s.input_cursor)
+            s = await self._commit("Final", replace(s, completion=done))
+            raise _Exit(Completed(kind=done.kind, reply_refs=done.refs, usage=s.budget.usage()), s)
         if isinstance(decision, NoProgress):
             if s.graceful_stop is None:
                 self._limit_reached(s, "no_progress")
@@ -421,7 +435,7 @@ class _Executor:
                 self._limit_reached(s, decision.reason)
             s = s.request_stop(decision.reason)
         elif isinstance(decision, Abort):
-            raise self._fail(s, _as_failure_kind(decision.failure_kind), "stopped by strategy")
+            raise self._fail(s, _as_failure_kind(decision.failure_kind), _detail(decision))
         return replace(s, iteration=s.iteration + 1)
 
     # ------------------------------------------------------------------------------ finalizer
@@ -479,6 +493,10 @@ class _Executor:
             ),
             s,
         )
+
+
+def _detail(decision: Abort) -> str:
+    return decision.detail or "stopped by strategy"
 
 
 def _as_failure_kind(kind: str) -> FailureKind:

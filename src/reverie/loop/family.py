@@ -8,6 +8,7 @@ from typing import Any
 
 from reverie.core.canonical import digest
 from reverie.errors import UnknownFamilyError, UsageError
+from reverie.loop.finish import FinishOnTool
 from reverie.loop.state import STATE_SCHEMA_ID
 from reverie.loop.strategies import (
     AbortOnGates,
@@ -98,6 +99,7 @@ def default_families() -> tuple[LoopFamily, ...]:
         LoopFamily(
             id="unbound_structured",
             gates=AbortOnGates(),
+            stop=FinishOnTool(),  # ends on a valid structured_result; text gets one repair
             budget=LimitsBudget(max_iterations=1000),
             inputs=DrainBoth(steering=False, follow_up=False),
         ),

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from reverie.core.exits import GracefulReason, Usage
+from reverie.core.fastcopy import replace
 
 RING = 8
 """Length of the signature and failure-kind rings."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from reverie.core.capability import (
     CallCancelled,
@@ -21,6 +21,7 @@ from reverie.core.capability import (
     CallOutcome,
     Surface,
 )
+from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ToolCall
 from reverie.core.transcript import NewItem
@@ -30,7 +31,7 @@ from reverie.loop.family import LoopFamily
 from reverie.loop.ports import LoopHost
 from reverie.loop.signatures import wave_signatures
 from reverie.loop.state import LoopExecutionState, PendingWave
-from reverie.loop.strategies import Abort, Block, Retry, SkipAndContinue
+from reverie.loop.strategies import Abort, Block, CallResult, Retry, SkipAndContinue
 
 STOPPING_MESSAGE = "not run: the run is stopping and no new tool calls are started"
 
@@ -93,6 +94,8 @@ class WaveResult:
     block: tuple[ToolCall, CallGated, str] | None = None
     """The gated call, its gate, and the call's stable key."""
     abort: tuple[str, str] | None = None
+    results: tuple[CallResult, ...] = ()
+    """Each call's outcome kind and result row, in the model's order (for the stop strategy)."""
 
 
 def render_outcome(outcome: CallOutcome) -> str:
@@ -230,7 +233,13 @@ class WaveRunner:
         s = s.with_failure_kinds(
             tuple(_ring_kind(o) for c, o in zip(calls, ordered, strict=True) if c.id not in refused)
         )
-        return WaveResult(state=s)
+        return WaveResult(
+            state=s,
+            results=tuple(
+                CallResult(name=c.name, outcome=o.kind, ref=r.ref)
+                for c, o, r in zip(calls, ordered, rows, strict=True)
+            ),
+        )
 
     async def _run_call(self, call: ToolCall, surface: Surface, key: str) -> CallOutcome:
         """One call with its retry budget (retries never re-count signatures or kinds)."""

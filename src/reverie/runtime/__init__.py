@@ -4,5 +4,15 @@ from reverie.runtime.agent import Agent
 from reverie.runtime.handle import RunHandle
 from reverie.runtime.result import Gate, RunResult
 from reverie.runtime.runtime import Runtime
+from reverie.runtime.structured import OutputContract
+from reverie.runtime.unbound import UnboundTurnService
 
-__all__ = ["Agent", "Gate", "RunHandle", "RunResult", "Runtime"]
+__all__ = [
+    "Agent",
+    "Gate",
+    "OutputContract",
+    "RunHandle",
+    "RunResult",
+    "Runtime",
+    "UnboundTurnService",
+]

@@ -8,8 +8,10 @@ never written as success. ``after_turn`` hooks fire from here.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from reverie.core.events import HookFailedEvent, RunFinished
 from reverie.core.exits import (
@@ -145,9 +147,13 @@ class ExitApplier:
         exit_ = exit_from_dict(dict(run.exit))
         text: str | None = None
         gate: Gate | None = None
+        output: Any | None = None
         if isinstance(exit_, Completed) and exit_.reply_refs:
             items = await self.store.get_items(exit_.reply_refs)
             text = "".join(i.content for i in items)
+            if exit_.kind == "structured":
+                # Its result row holds the validated structured_result arguments as JSON.
+                output = json.loads(text)
         if isinstance(exit_, Blocked):
             g = await self.store.get_gate(exit_.gate_ref)
             gate = Gate(ref=g.ref, kind=g.kind, tool=g.tool, arguments=dict(g.arguments))
@@ -160,6 +166,7 @@ class ExitApplier:
             thread_id=run.thread_id,
             usage=usage,
             gate=gate,
+            output=output,
         )
 
 

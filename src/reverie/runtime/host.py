@@ -62,6 +62,7 @@ from reverie.runtime.events import EventBus
 from reverie.store.base import GateRecord, Store
 
 if TYPE_CHECKING:
+    from reverie.memory.service import RunMemory
     from reverie.models.pricing import PriceTable
 
 log = logging.getLogger("reverie.runtime")
@@ -128,11 +129,12 @@ class RunContext:
 
 
 class StorePrompt:
-    """Builds requests: instructions, hook snippets, then the transcript window."""
+    """Builds requests: instructions, hook snippets, memory context, the transcript window."""
 
-    def __init__(self, ctx: RunContext, instructions: str) -> None:
+    def __init__(self, ctx: RunContext, instructions: str, memory: RunMemory | None = None) -> None:
         self.ctx = ctx
         self.instructions = instructions
+        self.memory = memory
 
     async def build(
         self,
@@ -155,6 +157,11 @@ class StorePrompt:
         if result.snippets:
             body = "\n\n".join(s.text for s in result.snippets)
             messages.append(Message(role="user", content=f"[context from hooks]\n{body}"))
+        # Memory is data, never instructions: enveloped blocks in a user-role message (§12).
+        if self.memory is not None:
+            remembered = await self.memory.message(state.transcript_seq)
+            if remembered is not None:
+                messages.append(remembered)
         rows = await ctx.store.thread_items(
             ctx.thread_id, upto_seq=state.transcript_seq, last=plan.window
         )

@@ -35,6 +35,8 @@ class RunResult:
     usage: Usage
     gate: Gate | None = None
     """Set when ``status == "blocked"``."""
+    output: Any | None = None
+    """The validated JSON of a structured run (``exit.kind == "structured"``); else ``None``."""
 
     @property
     def ok(self) -> bool:

@@ -8,18 +8,21 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Coroutine, Generator, Iterable
+from collections.abc import Coroutine, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from reverie.core.canonical import digest
 from reverie.core.events import RunStarted
 from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
 from reverie.core.ids import new_id
+from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind, NewItem
 from reverie.errors import (
     ConfigError,
+    ConflictError,
     CorruptCheckpointError,
     GateResolvedError,
     LeaseLost,
@@ -34,6 +37,8 @@ from reverie.loop.control import CancelToken
 from reverie.loop.executor import LoopConfig, run_loop
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
 from reverie.loop.state import STATE_SCHEMA_ID, LoopExecutionState, state_from_dict
+from reverie.memory.provider import MemoryProvider
+from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
 from reverie.models.base import Model
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
@@ -51,6 +56,7 @@ from reverie.runtime.host import (
     ToolPort,
 )
 from reverie.runtime.result import RunResult
+from reverie.runtime.unbound import UnboundTurnService
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 
@@ -93,6 +99,7 @@ class _Active:
     bus: EventBus
     done: asyncio.Future[RunResult]
     task: asyncio.Task[None] | None = None
+    thread_id: str = ""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -121,11 +128,15 @@ class Runtime:
         lease_ttl_s: float = LEASE_TTL_S,
         prices: Any = None,
         families: Iterable[LoopFamily] | None = None,
+        memory: MemoryProvider | None = None,
+        memory_budget_bytes: int | None = None,
     ) -> None:
         self.store = store
         self.hooks = HookRegistry()
         """Register hooks here: ``rt.hooks.register("before_capability", fn, name=...)``."""
         self._dispatcher = HookDispatcher(self.hooks)
+        self.unbound = UnboundTurnService(self)
+        """Unbound turns: no conversation, no reply target (DESIGN §14)."""
         self._applier = ExitApplier(store, self._dispatcher)
         self._families = LoopFamilyRegistry(
             families if families is not None else default_families()
@@ -147,6 +158,9 @@ class Runtime:
             self._prices = PriceTable.default().merged(prices or {})
         self._opened = False
         self._owner: str | None = None
+        self._memory = memory_service(memory, budget_bytes=memory_budget_bytes)
+        self.memory = RuntimeMemory(self._memory, store)
+        """Read, write and search memory: ``await rt.memory.read(scope, "MEMORY.md")``."""
 
     # ------------------------------------------------------------------------------ lifecycle
     @classmethod
@@ -159,12 +173,15 @@ class Runtime:
         lease_ttl_s: float = LEASE_TTL_S,
         prices: Any = None,
         families: Iterable[LoopFamily] | None = None,
+        memory: MemoryProvider | None = None,
+        memory_budget_bytes: int | None = None,
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
         Use as ``async with Runtime.open(...) as rt`` or ``rt = await Runtime.open(...)``
         (then ``await rt.aclose()``). URLs: ``":memory:"``, ``"sqlite:///path.db"``,
-        ``"postgresql://..."``.
+        ``"postgresql://..."``. ``memory=NativeMemory()`` (or ``MCPMemory(...)``) gives every
+        agent memory (DESIGN §12); ``memory_budget_bytes`` bounds recalled text per prompt.
         """
         from reverie.store import default_store_url
 
@@ -176,11 +193,19 @@ class Runtime:
             lease_ttl_s=lease_ttl_s,
             prices=prices,
             families=families,
+            memory=memory,
+            memory_budget_bytes=memory_budget_bytes,
         )
         return _Opener(rt)
 
     async def _start(self) -> None:
         await self.store.open()
+        if self._memory is not None:
+            try:
+                await self._memory.open(self.store, self.hooks)
+            except BaseException:
+                await self.store.close()
+                raise
         self._opened = True
         self._owner = _owner()
 
@@ -191,6 +216,9 @@ class Runtime:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._opened:
+            if self._memory is not None:
+                with contextlib.suppress(Exception):
+                    await self._memory.aclose()
             await self.store.close()
             self._opened = False
 
@@ -212,6 +240,12 @@ class Runtime:
         """Make an agent known to this process (needed to resume, approve or recover its runs)."""
         self._agents[agent.name] = agent
         self._models.pop(agent.name, None)
+
+    def unregister(self, agent: Agent) -> None:
+        """Forget ``agent`` (a no-op when its name now belongs to another agent)."""
+        if self._agents.get(agent.name) is agent:
+            del self._agents[agent.name]
+            self._models.pop(agent.name, None)
 
     def _agent(self, name: str) -> Agent:
         try:
@@ -246,7 +280,7 @@ class Runtime:
     async def start(
         self,
         agent: Agent,
-        message: str,
+        message: str | Sequence[Message],
         *,
         scope: Scope,
         thread_id: str | None = None,
@@ -254,7 +288,12 @@ class Runtime:
         has_actor: bool = True,
         idempotency_key: str | None = None,
     ) -> RunHandle:
-        """Start a turn and return at once with a :class:`RunHandle`."""
+        """Start a turn and return at once with a :class:`RunHandle`.
+
+        ``message`` is the user's message, or the run's opening messages in order (unbound
+        turns). An ``idempotency_key`` that already names a run of the same owner returns that
+        run's handle: it is never started a second time.
+        """
         self._require_open()
         if not isinstance(scope, Scope):
             raise UsageError("scope must be a reverie.Scope set by the host")
@@ -273,16 +312,19 @@ class Runtime:
                 )
         self._families.get(family_id)  # unknown family: a typed error now, not later
         if thread_id is None:
-            thread_id = new_id("thr")
+            # Keyed runs get a thread named by the key: a repeated start leaves no empty thread.
+            keyed = idempotency_key is not None
+            thread_id = f"thr_{digest(idempotency_key)[:32]}" if keyed else new_id("thr")
             await self.store.create_thread(thread_id, scope)
         else:
             thread = await self.store.get_thread(thread_id)
             if (thread.scope.tenant, thread.scope.user) != (scope.tenant, scope.user):
                 # Another owner's thread does not exist for this caller.
                 raise NotFoundError(f"thread {thread_id} not found")
+        minted = new_id("run")
         run = await self.store.create_run(
             RunRecord(
-                run_id=new_id("run"),
+                run_id=minted,
                 thread_id=thread_id,
                 scope=scope,
                 agent_name=agent.name,
@@ -292,17 +334,46 @@ class Runtime:
                 idempotency_key=idempotency_key,
             )
         )
-        if run.status == "queued" and run.run_id not in self._active:
-            await self.store.append_items(
-                thread_id, run.run_id, [NewItem(role="user", content=message)], fence=None
+        if run.run_id != minted:
+            return await self._existing(run, scope)
+        messages = [Message(role="user", content=message)] if isinstance(message, str) else message
+        items = [
+            NewItem(
+                role=m.role,
+                content=m.content,
+                tool_calls=m.tool_calls,
+                tool_call_id=m.tool_call_id,
+                name=m.name,
             )
+            for m in messages
+        ]
+        if items:
+            await self.store.append_items(thread_id, run.run_id, items, fence=None)
         return self._launch(run, resumed=False)
+
+    async def _existing(self, run: RunRecord, scope: Scope) -> RunHandle:
+        """The handle of the run an idempotency key already names (never a second run)."""
+        if (run.scope.tenant, run.scope.user) != (scope.tenant, scope.user):
+            raise ConflictError("this idempotency key already names another owner's run")
+        if run.run_id in self._active or run.status not in (*TERMINAL_STATUSES, "blocked"):
+            # Running here: join it. Queued or running with no live worker: continue it.
+            return self._launch(run, resumed=True)
+        done: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+        done.set_result(await self._applier.result_of(run))
+        bus = EventBus()
+        bus.close()
+        return RunHandle(self, run.run_id, run.thread_id, bus, done)
 
     def _launch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
         active = self._active.get(run.run_id)
         if active is None:
             loop = asyncio.get_running_loop()
-            active = _Active(token=CancelToken(), bus=EventBus(), done=loop.create_future())
+            active = _Active(
+                token=CancelToken(),
+                bus=EventBus(),
+                done=loop.create_future(),
+                thread_id=run.thread_id,
+            )
             if run.cancel_requested:
                 active.token.cancel("cancelled")  # a handle for a cancel-requested run
             self._active[run.run_id] = active
@@ -345,9 +416,13 @@ class Runtime:
             owner,
             ttl_s=self._lease_ttl_s,
             now=time.time(),
-            force=_owner_gone(run.lease_owner),
+            take_over=run.lease_owner if _owner_gone(run.lease_owner) else None,
         )
         try:
+            # Another worker may have finished the run while we waited for the lease.
+            run = await self.store.get_run(run_id)
+            if run.status in TERMINAL_STATUSES:
+                return await self._applier.result_of(run)
             run = await self.store.set_run_status(run_id, "running", fence=fence)
             await self.store.unseal_inputs(run_id)
             family = self._families.get(run.family_id)
@@ -371,9 +446,9 @@ class Runtime:
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
-                prompt=StorePrompt(ctx, agent.instructions),
+                prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
                 model=StreamingModel(ctx, [self._model(agent)], self._prices),
-                capabilities=ToolPort(ctx, list(agent.tools)),
+                capabilities=ToolPort(ctx, self._tools_of(agent, run)),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),
                 inputs=StoreInputs(ctx),
@@ -396,6 +471,20 @@ class Runtime:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(run_id, fence))
+
+    def _run_memory(self, run: RunRecord) -> RunMemory | None:
+        # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.
+        if self._memory is None or run.profile.startswith("unbound"):
+            return None
+        return self._memory.for_run(
+            scope=run.scope, thread_id=run.thread_id, run_id=run.run_id, store=self.store
+        )
+
+    def _tools_of(self, agent: Agent, run: RunRecord) -> list[Any]:
+        tools = list(agent.tools)
+        if self._memory is not None and not run.profile.startswith("unbound"):
+            tools += self._memory.tools(tools)
+        return tools
 
     async def _load_state(
         self, run: RunRecord, family: LoopFamily, fence: int
@@ -434,6 +523,12 @@ class Runtime:
         # Rows a crashed segment wrote past its last checkpoint are not replayed.
         await self.store.supersede_items_after(run.thread_id, run.run_id, state.transcript_seq)
         if cp.kind == "Final":
+            if state.completion is not None:  # a strategy finished the run (e.g. structured)
+                return Completed(
+                    kind=state.completion.kind,
+                    reply_refs=state.completion.refs,
+                    usage=state.budget.usage(),
+                )
             if state.assistant_refs:
                 return Completed(
                     kind="graceful_summary" if state.graceful_stop else "reply",
@@ -503,7 +598,7 @@ class Runtime:
             self._owner or _owner(),
             ttl_s=self._lease_ttl_s,
             now=time.time(),
-            force=_owner_gone(run.lease_owner),
+            take_over=run.lease_owner if _owner_gone(run.lease_owner) else None,
         )
         try:
             # A cancelled run's pending gates can no longer be approved: close them.
@@ -573,6 +668,18 @@ class Runtime:
             except Exception:
                 log.exception("recover: run %s could not be resumed", run.run_id)
         return results
+
+    def attach(self, run_id: str) -> RunHandle | None:
+        """A handle on the segment of ``run_id`` this runtime is advancing now, else ``None``.
+
+        Its :meth:`RunHandle.events` replays the segment's events so far, then follows it live:
+        how a caller watches a segment that :meth:`approve`, :meth:`deny` or :meth:`resume`
+        started (they return only its result).
+        """
+        active = self._active.get(run_id)
+        if active is None:
+            return None
+        return RunHandle(self, run_id, active.thread_id, active.bus, active.done)
 
     async def get_result(self, run_id: str) -> RunResult:
         """The stored result of a run that ended or blocked."""

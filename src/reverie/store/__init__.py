@@ -42,6 +42,14 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.documents import (
+    Document,
+    DocumentStore,
+    DocumentVersion,
+    LogEntry,
+    MemoryPassRecord,
+    SearchHit,
+)
 from reverie.store.memory import MemoryStore
 from reverie.store.sqlite import SQLiteStore
 
@@ -51,16 +59,22 @@ __all__ = [
     "USER_INPUT_KINDS",
     "CheckpointKind",
     "CheckpointRecord",
+    "Document",
+    "DocumentStore",
+    "DocumentVersion",
     "GateRecord",
     "GateStatus",
     "InputKind",
     "InputRecord",
     "JournalEntry",
+    "LogEntry",
+    "MemoryPassRecord",
     "MemoryStore",
     "NewItem",
     "RunRecord",
     "RunStatus",
     "SQLiteStore",
+    "SearchHit",
     "Store",
     "ThreadRecord",
     "TranscriptItem",

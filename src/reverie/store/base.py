@@ -190,11 +190,20 @@ class Store(Protocol):
         ...
 
     async def acquire_lease(
-        self, run_id: str, owner: str, *, ttl_s: float, now: float, force: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl_s: float,
+        now: float,
+        force: bool = False,
+        take_over: str | None = None,
     ) -> int:
         """Take the run's lease and return a new fencing token.
 
         Raises :class:`RunBusy` when another owner holds an unexpired lease and not ``force``.
+        ``take_over`` names an owner seen dead: its unexpired lease may be taken, but only if
+        that owner still holds it at the moment of the (atomic) write.
         """
         ...
 

@@ -74,9 +74,10 @@ class LogEntry:
 class SearchHit:
     """A full-text match: a log entry or a document, with the scope it belongs to."""
 
-    kind: Literal["log", "document"]
+    kind: Literal["log", "document", "remote"]
+    """``remote``: a row of a remote provider (``MCPMemory``), not of this store."""
     ref: str
-    """The document's path, or the log entry's day (``YYYY-MM-DD``)."""
+    """The document's path, or the log entry's day (``YYYY-MM-DD``), or the remote source."""
     text: str
     """The whole entry (the context pipeline truncates it)."""
     scope: Scope
@@ -150,9 +151,7 @@ class DocumentStore(Protocol):
         """Keep a curation pass; a second save with the same ``pass_id`` returns the first."""
         ...
 
-    async def list_memory_passes(
-        self, scope: Scope, *, limit: int = 100
-    ) -> list[MemoryPassRecord]:
+    async def list_memory_passes(self, scope: Scope, *, limit: int = 100) -> list[MemoryPassRecord]:
         """The scope's curation passes, newest first."""
         ...
 
@@ -160,9 +159,11 @@ class DocumentStore(Protocol):
 _WORD = re.compile(r"[^\W_]+")
 """Runs of letters and digits: the words SQLite's ``unicode61`` tokenizer makes."""
 _STOP_WORDS = frozenset(
-    "a an and are as at be but by did do does for from had has have he her his how i if in is "
-    "it its me my of on or our she so that the their them they this to was we were what when "
-    "where which who why will with you your".split()
+    _WORD.findall(
+        "a an and are as at be but by did do does for from had has have he her his how i if in "
+        "is it its me my of on or our she so that the their them they this to was we were what "
+        "when where which who why will with you your"
+    )
 )
 MAX_SEARCH_TERMS = 32
 """Words of a query beyond this many are ignored."""

@@ -34,6 +34,7 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.memory_documents import MemoryDocuments
 
 
 def _now() -> float:
@@ -42,10 +43,11 @@ def _now() -> float:
     return time.time()
 
 
-class MemoryStore:
+class MemoryStore(MemoryDocuments):
     """Dict-backed store. Not shared between processes; everything is lost on exit."""
 
     def __init__(self) -> None:
+        super().__init__()  # the memory documents (DocumentStore)
         self._threads: dict[str, ThreadRecord] = {}
         self._items: dict[str, TranscriptItem] = {}
         self._thread_items: dict[str, list[str]] = {}
@@ -207,12 +209,20 @@ class MemoryStore:
         return rec
 
     async def acquire_lease(
-        self, run_id: str, owner: str, *, ttl_s: float, now: float, force: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl_s: float,
+        now: float,
+        force: bool = False,
+        take_over: str | None = None,
     ) -> int:
         run = await self.get_run(run_id)
         held = (
             run.lease_owner is not None
             and run.lease_owner != owner
+            and run.lease_owner != take_over
             and run.lease_expires_at is not None
             and run.lease_expires_at > now
         )

@@ -63,7 +63,9 @@ class MemoryDocuments:
 
     async def list_documents(self, scope: Scope) -> list[str]:
         key = _key(scope)
-        return sorted(path for (k, path), versions in self._documents.items() if k == key and versions)
+        return sorted(
+            path for (k, path), versions in self._documents.items() if k == key and versions
+        )
 
     async def history(self, scope: Scope, path: str, *, limit: int = 50) -> list[DocumentVersion]:
         versions = self._documents.get((_key(scope), path), [])
@@ -122,9 +124,7 @@ class MemoryDocuments:
         self._passes[record.pass_id] = stored
         return stored
 
-    async def list_memory_passes(
-        self, scope: Scope, *, limit: int = 100
-    ) -> list[MemoryPassRecord]:
+    async def list_memory_passes(self, scope: Scope, *, limit: int = 100) -> list[MemoryPassRecord]:
         rows = [p for p in self._passes.values() if _key(p.scope) == _key(scope)]
         rows.sort(key=lambda p: (p.created_at, p.pass_id), reverse=True)
         return rows[: max(0, limit)]

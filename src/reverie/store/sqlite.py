@@ -56,6 +56,7 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.sqlite_documents import SQLiteDocuments
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
 
 __all__ = ["SYNCHRONOUS_MODES", "SQLiteStore"]
@@ -66,7 +67,7 @@ _CHUNK = 500
 """Keys per ``IN (...)`` query, well under SQLite's bound-parameter limit."""
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteDocuments):
     """A durable :class:`~reverie.store.base.Store` in one SQLite file.
 
     Use it as ``async with SQLiteStore(path) as store: ...`` or call :meth:`open` and
@@ -403,9 +404,19 @@ class SQLiteStore:
         return schema.row_run(row)
 
     async def acquire_lease(
-        self, run_id: str, owner: str, *, ttl_s: float, now: float, force: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl_s: float,
+        now: float,
+        force: bool = False,
+        take_over: str | None = None,
     ) -> int:
         """Take the run's lease and return a new fencing token.
+
+        ``take_over`` names an owner seen dead: its lease may be taken before expiry, but only
+        if that owner still holds it (two workers taking over the same dead owner: one wins).
 
         The test of the current lease and the write of the new one are one UPDATE statement,
         atomic in SQLite, so of two processes racing for a run exactly one wins.
@@ -418,8 +429,9 @@ class SQLiteStore:
             "acquire a lease",
             "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1"
             " WHERE run_id = ? AND (? OR lease_owner IS NULL OR lease_owner = ?"
-            " OR lease_expires_at IS NULL OR lease_expires_at <= ?) RETURNING fence",
-            (owner, now + ttl_s, run_id, force, owner, now),
+            " OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            " RETURNING fence",
+            (owner, now + ttl_s, run_id, force, owner, take_over, now),
         )
         if row is None:
             await self.get_run(run_id)  # NotFoundError, or else the lease is held

@@ -1,0 +1,249 @@
+"""Memory provider manifests: what a provider implements, in TOML (DESIGN §12, §13).
+
+::
+
+    [memory]
+    name = "native"
+    lanes = ["profile_read", "long_term", "record_interaction"]
+    tools = ["memory_read", "memory_write", "memory_search"]
+
+    [[memory.scheduled_ops]]
+    trigger = "after_turn"
+    interval_turns = 10
+    [memory.scheduled_ops.pass]          # or inline: pass = { prompt = ..., tools = [...], ... }
+    prompt = "prompts/memory_curation.md"
+    tools = ["memory_read", "memory_write"]
+    max_model_calls = 10
+
+- ``lanes``: the lanes the host may call (``profile_read``, ``long_term``, ``short_term``,
+  ``record_interaction``); the host never calls one that is not listed.
+- ``tools``: the memory tools offered to the model (``memory_read``, ``memory_write``,
+  ``memory_search``).
+- ``[[memory.scheduled_ops]]``: upkeep the provider asks for (curation, DESIGN §13). The rules
+  are checked here: ``trigger`` is a closed vocabulary (``after_turn``); exactly one of ``pass``
+  and ``tool`` (``tool`` is recognised and refused as unsupported); ``interval_turns >= 2``;
+  ``max_model_calls <= 16``; one op per trigger; a pass's tools are tools this manifest
+  declares; only a first-party (``builtin``/``trusted``) manifest may declare a pass.
+
+Every problem raises :class:`~reverie.errors.ConfigError` naming the source and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from reverie.errors import ConfigError
+from reverie.hooks.points import FIRST_PARTY_TRUST, TrustClass
+
+__all__ = [
+    "LANES",
+    "MEMORY_TOOLS",
+    "Lane",
+    "MemoryManifest",
+    "MemoryToolName",
+    "PassSpec",
+    "ScheduledOp",
+    "bundled_manifest",
+    "load_memory_manifest",
+    "parse_memory_manifest",
+]
+
+Lane = Literal["profile_read", "long_term", "short_term", "record_interaction"]
+LANES: Final[tuple[Lane, ...]] = ("profile_read", "long_term", "short_term", "record_interaction")
+MemoryToolName = Literal["memory_read", "memory_write", "memory_search"]
+MEMORY_TOOLS: Final[tuple[MemoryToolName, ...]] = ("memory_read", "memory_write", "memory_search")
+MAX_PASS_MODEL_CALLS: Final = 16
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _PassTable(_Strict):
+    prompt: str = Field(min_length=1)
+    tools: list[str] = Field(default_factory=list)
+    max_model_calls: int = Field(ge=1, le=MAX_PASS_MODEL_CALLS)
+
+
+class _OpTable(_Strict):
+    # Literal: an unknown trigger is an error, never silently dropped.
+    trigger: Literal["after_turn"]
+    interval_turns: int = Field(ge=2)
+    pass_: _PassTable | None = Field(default=None, alias="pass")
+    tool: dict[str, Any] | str | None = None
+
+    @model_validator(mode="after")
+    def _one_action(self) -> _OpTable:
+        if self.tool is not None:
+            raise ValueError(
+                "'tool' scheduled ops are not supported; declare a 'pass' instead"
+                if self.pass_ is None
+                else "declare exactly one of 'pass' and 'tool'"
+            )
+        if self.pass_ is None:
+            raise ValueError("declare exactly one of 'pass' and 'tool'")
+        return self
+
+
+class _MemoryTable(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    lanes: list[Lane] = Field(default_factory=list)
+    tools: list[MemoryToolName] = Field(default_factory=list)
+    scheduled_ops: list[_OpTable] = Field(default_factory=list)
+
+
+class _Document(_Strict):
+    model_config = ConfigDict(extra="ignore", frozen=True)  # other top-level tables: not ours
+    memory: _MemoryTable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassSpec:
+    """A curation pass a scheduled op runs: an unbound turn with a prompt and few tools."""
+
+    prompt: str
+    """The pass's instructions: a path relative to the manifest's directory."""
+    tools: tuple[str, ...]
+    """The memory tools the pass may use (a subset of the manifest's ``tools``)."""
+    max_model_calls: int
+    """At most 16."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduledOp:
+    """Upkeep a provider asks for, armed by the manifest and enabled by the operator."""
+
+    trigger: Literal["after_turn"]
+    interval_turns: int
+    """Every Nth completed turn of an owner (at least 2)."""
+    pass_: PassSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryManifest:
+    """A validated provider manifest."""
+
+    name: str
+    lanes: frozenset[Lane]
+    tools: tuple[MemoryToolName, ...]
+    scheduled_ops: tuple[ScheduledOp, ...] = ()
+    source: str = "<memory manifest>"
+    """Where it was read from (named in errors)."""
+    base_dir: str | None = None
+    """The manifest's directory, against which a pass's ``prompt`` path is resolved."""
+
+    def declares(self, lane: Lane) -> bool:
+        """Whether the host may call ``lane``."""
+        return lane in self.lanes
+
+    def op_for(self, trigger: str) -> ScheduledOp | None:
+        """The scheduled op bound to ``trigger``, if any."""
+        return next((op for op in self.scheduled_ops if op.trigger == trigger), None)
+
+
+def parse_memory_manifest(
+    document: Mapping[str, Any] | str,
+    *,
+    source: str | os.PathLike[str] = "<memory manifest>",
+    trust: TrustClass = "builtin",
+    base_dir: str | os.PathLike[str] | None = None,
+) -> MemoryManifest:
+    """Validate a memory manifest (TOML text, or an already-parsed document).
+
+    Args:
+        document: The TOML text, or the parsed document; its ``[memory]`` table is read.
+        source: Where it came from, named in every error.
+        trust: Where it came from decides what it may declare: only ``builtin`` and
+            ``trusted`` manifests may declare a curation pass.
+        base_dir: The manifest's directory (for a pass's prompt path).
+
+    Raises:
+        ConfigError: The TOML is invalid, ``[memory]`` is missing, or a rule is broken.
+    """
+    where = os.fspath(source)
+    if isinstance(document, str):
+        try:
+            document = tomllib.loads(document)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{where}: not valid TOML: {exc}. Fix: correct the syntax") from None
+    try:
+        parsed = _Document.model_validate(document).memory
+    except ValidationError as exc:
+        # The first problem with its location; never the input values.
+        error = exc.errors(include_url=False, include_input=False)[0]
+        loc = ".".join(str(part) for part in error["loc"]) or "memory"
+        raise ConfigError(f"{where}: [memory] {loc}: {error['msg']}") from None
+    ops: list[ScheduledOp] = []
+    for index, op in enumerate(parsed.scheduled_ops):
+        key = f"{where}: [[memory.scheduled_ops]] entry {index + 1}"
+        if any(o.trigger == op.trigger for o in ops):
+            raise ConfigError(f"{key}: a second op for trigger {op.trigger!r} (one per trigger)")
+        spec = op.pass_
+        assert spec is not None  # the validator guarantees it
+        undeclared = sorted(set(spec.tools) - set(parsed.tools))
+        if undeclared:
+            raise ConfigError(
+                f"{key}: pass tools {undeclared} are not tools this manifest declares "
+                f"({sorted(parsed.tools)})"
+            )
+        if trust not in FIRST_PARTY_TRUST:
+            raise ConfigError(
+                f"{key}: only first-party (builtin or trusted) manifests may declare a pass; "
+                f"this one is {trust}"
+            )
+        ops.append(
+            ScheduledOp(
+                trigger=op.trigger,
+                interval_turns=op.interval_turns,
+                pass_=PassSpec(
+                    prompt=spec.prompt,
+                    tools=tuple(spec.tools),
+                    max_model_calls=spec.max_model_calls,
+                ),
+            )
+        )
+    return MemoryManifest(
+        name=parsed.name,
+        lanes=frozenset(parsed.lanes),
+        tools=tuple(dict.fromkeys(parsed.tools)),
+        scheduled_ops=tuple(ops),
+        source=where,
+        base_dir=os.fspath(base_dir) if base_dir is not None else None,
+    )
+
+
+def load_memory_manifest(
+    path: str | os.PathLike[str], *, trust: TrustClass = "trusted"
+) -> MemoryManifest:
+    """Read and validate a memory manifest file.
+
+    Raises:
+        ConfigError: The file cannot be read or is invalid.
+    """
+    where = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot be read ({type(exc).__name__})") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: not UTF-8 text") from None
+    return parse_memory_manifest(
+        text, source=where, trust=trust, base_dir=os.path.dirname(os.path.abspath(where))
+    )
+
+
+def bundled_manifest(name: str) -> MemoryManifest:
+    """A manifest shipped in ``reverie/memory/manifests/`` (trust class ``builtin``)."""
+    folder = resources.files("reverie.memory") / "manifests"
+    text = (folder / name).read_text(encoding="utf-8")
+    return parse_memory_manifest(
+        text, source=f"reverie/memory/manifests/{name}", trust="builtin", base_dir=str(folder)
+    )

@@ -1,0 +1,120 @@
+"""Misbehaving memory-over-MCP servers for the MCPMemory tests, run over stdio.
+
+``python fake_memory_server.py MODE`` serves ``memory_search`` and ``memory_add_session``;
+MODE picks how ``memory_search`` answers:
+
+- ``honest``: one row in the caller's scope, echoing the arguments it received;
+- ``foreign``: another user's row, then the caller's;
+- ``noscope``: rows without scope fields, then the caller's;
+- ``many``: 10,000 rows in the caller's scope;
+- ``huge``: one 5 MB row in the caller's scope;
+- ``garbage``: text that is not JSON;
+- ``wrongshape``: JSON whose rows are not a list;
+- ``slow``: nothing for 30 s;
+- ``error``: an error result;
+- ``crash``: the process exits mid-call.
+
+``memory_add_session`` fails in ``crash``/``error`` modes and records to a file named by the
+``FAKE_MEMORY_LOG`` environment variable otherwise. ``FAKE_MEMORY_TOKEN`` (when set) is
+compared with ``EXPECTED_TOKEN`` and the result reported as ``token_ok`` in the echo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "honest"
+server: MCPServer[object] = MCPServer("fake-memory", log_level="ERROR")
+
+
+def _row(text: str, tenant: str, user: str, **extra: Any) -> dict[str, Any]:
+    return {"tenant": tenant, "user": user, "text": text, **extra}
+
+
+@server.tool()
+async def memory_search(
+    tenant: str,
+    user: str,
+    query: str,
+    agent: str | None = None,
+    project: str | None = None,
+    limit: int = 5,
+) -> Any:
+    """Search (misbehaving on purpose, see the module docstring)."""
+    me = {"agent": agent, "project": project}
+    if MODE == "honest":
+        token = os.environ.get("FAKE_MEMORY_TOKEN")
+        echo = {
+            "tenant": tenant,
+            "user": user,
+            "agent": agent,
+            "project": project,
+            "query": query,
+            "limit": limit,
+            "token_ok": token is not None and token == os.environ.get("EXPECTED_TOKEN"),
+        }
+        return {"rows": [_row("echo " + json.dumps(echo), tenant, user, **me)]}
+    if MODE == "foreign":
+        return {
+            "rows": [
+                _row("SECRET of mallory", tenant, "mallory"),
+                _row("SECRET of another tenant", "evil-corp", user, **me),
+                _row("SECRET with another project", tenant, user, agent=agent, project="x"),
+                _row("mine: likes teal", tenant, user, **me),
+            ]
+        }
+    if MODE == "noscope":
+        return {
+            "rows": [
+                {"text": "SECRET without scope"},
+                {"tenant": tenant, "text": "SECRET without user"},
+                {"tenant": tenant, "user": 42, "text": "SECRET with a numeric user"},
+                _row("mine: likes teal", tenant, user, **me),
+            ]
+        }
+    if MODE == "many":
+        return {"rows": [_row(f"row {i} " + "x" * 100, tenant, user, **me) for i in range(10_000)]}
+    if MODE == "huge":
+        return {"rows": [_row("H" * (5 * 1024 * 1024), tenant, user, **me)]}
+    if MODE == "garbage":
+        return CallToolResult(content=[TextContent(type="text", text="<<<not json at all>>>")])
+    if MODE == "wrongshape":
+        return {"rows": "should be a list"}
+    if MODE == "slow":
+        await asyncio.sleep(30)
+        return {"rows": []}
+    if MODE == "error":
+        raise ToolError("the backend is down")
+    if MODE == "crash":
+        os._exit(3)
+    raise ToolError(f"unknown mode {MODE}")
+
+
+@server.tool()
+async def memory_add_session(
+    tenant: str,
+    user: str,
+    messages: list[dict[str, str]],
+    agent: str | None = None,
+    project: str | None = None,
+) -> dict[str, str]:
+    """Record a session (fails in the error and crash modes)."""
+    if MODE in ("error", "crash"):
+        raise ToolError("cannot record")
+    path = os.environ.get("FAKE_MEMORY_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"tenant": tenant, "user": user, "messages": messages}) + "\n")
+    return {"status": "recorded"}
+
+
+if __name__ == "__main__":
+    server.run("stdio")

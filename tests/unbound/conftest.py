@@ -1,0 +1,20 @@
+"""Shared fixtures for the unbound-turn tests: an in-memory runtime and an owner."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from reverie import Runtime, Scope
+
+
+@pytest.fixture
+def scope() -> Scope:
+    return Scope(tenant="acme", user="ana")
+
+
+@pytest.fixture
+async def rt() -> AsyncIterator[Runtime]:
+    async with Runtime.open(":memory:") as runtime:
+        yield runtime
