@@ -35,14 +35,13 @@ from reverie.core.messages import (
 )
 from reverie.errors import ModelError
 from reverie.models.errors import (
-    ClientHolder,
     auth_failed,
     classify_api_error,
     detail,
     key_source,
-    resolve_api_key,
 )
 from reverie.models.openai import parse_tool_arguments
+from reverie.models.sdk_model import SDKModel
 
 __all__ = ["AnthropicModel"]
 
@@ -68,7 +67,7 @@ class _Block:
     start_input: Mapping[str, Any] | None = None
 
 
-class AnthropicModel:
+class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
     """A Claude model behind the Messages API.
 
     Example::
@@ -82,6 +81,9 @@ class AnthropicModel:
     block exits; used without it, each request gets its own client, closed when the request
     ends, so a model nobody closes leaks nothing.
     """
+
+    _placeholder_key = _NO_KEY_PLACEHOLDER
+    _prefix = "anthropic"
 
     def __init__(
         self,
@@ -105,52 +107,17 @@ class AnthropicModel:
             max_tokens: Output cap when the request's settings set none (the API requires one).
             name: The label for telemetry and price lookup; default ``anthropic:<model>``.
         """
-        self._model = model
-        self._base_url = base_url
-        self._api_key_env = api_key_env
-        self._api_key = api_key
-        self._timeout_s = timeout_s
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            name=name,
+        )
         self._max_tokens = max_tokens
-        self._name = name or f"anthropic:{model}"
-        self._sent_key: str | None = None
-        self._clients: ClientHolder[anthropic.AsyncAnthropic] = ClientHolder(
-            self._new_client, lambda client: client.close()
-        )
 
-    @property
-    def name(self) -> str:
-        """A stable label, e.g. ``anthropic:claude-sonnet-4-5``."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The provider's model id."""
-        return self._model
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel(name={self._name!r}, base_url={self._base_url!r})"
-
-    async def __aenter__(self) -> AnthropicModel:
-        """Keep one SDK client (and its connections) until exit; unentered, each request
-        uses its own client, closed when the request ends."""
-        self._clients.enter()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._clients.exit()
-
-    async def aclose(self) -> None:
-        """Close the kept SDK client and its connections (see :meth:`__aenter__`)."""
-        await self._clients.aclose()
-
-    def _new_client(self) -> anthropic.AsyncAnthropic:
-        key = resolve_api_key(
-            self._name,
-            api_key=self._api_key,
-            api_key_env=self._api_key_env,
-            placeholder=_NO_KEY_PLACEHOLDER,
-        )
-        self._sent_key = key
+    def _make_client(self, key: str) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=self._base_url,

@@ -34,13 +34,12 @@ from reverie.core.messages import (
 )
 from reverie.errors import ModelError
 from reverie.models.errors import (
-    ClientHolder,
     auth_failed,
     classify_api_error,
     detail,
     key_source,
-    resolve_api_key,
 )
+from reverie.models.sdk_model import SDKModel
 
 __all__ = ["OpenAIChatModel", "loads_strict", "parse_tool_arguments"]
 
@@ -104,7 +103,7 @@ class _CallAccumulator:
     arguments: str = ""
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
     """A chat model behind the Chat Completions API, via the official ``openai`` SDK.
 
     Example::
@@ -120,6 +119,9 @@ class OpenAIChatModel:
     block exits; used without it, each request gets its own client, closed when the request
     ends, so a model nobody closes leaks nothing.
     """
+
+    _placeholder_key = _NO_KEY_PLACEHOLDER
+    _prefix = "openai"
 
     def __init__(
         self,
@@ -141,51 +143,16 @@ class OpenAIChatModel:
             timeout_s: Connect/read/write timeout of each request, in seconds.
             name: The label for telemetry and price lookup; default ``openai:<model>``.
         """
-        self._model = model
-        self._base_url = base_url
-        self._api_key_env = api_key_env
-        self._api_key = api_key
-        self._timeout_s = timeout_s
-        self._name = name or f"openai:{model}"
-        self._sent_key: str | None = None
-        self._clients: ClientHolder[openai.AsyncOpenAI] = ClientHolder(
-            self._new_client, lambda client: client.close()
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            name=name,
         )
 
-    @property
-    def name(self) -> str:
-        """A stable label, e.g. ``openai:gpt-4.1-mini``."""
-        return self._name
-
-    @property
-    def model(self) -> str:
-        """The provider's model id."""
-        return self._model
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel(name={self._name!r}, base_url={self._base_url!r})"
-
-    async def __aenter__(self) -> OpenAIChatModel:
-        """Keep one SDK client (and its connections) until exit; unentered, each request
-        uses its own client, closed when the request ends."""
-        self._clients.enter()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._clients.exit()
-
-    async def aclose(self) -> None:
-        """Close the kept SDK client and its connections (see :meth:`__aenter__`)."""
-        await self._clients.aclose()
-
-    def _new_client(self) -> openai.AsyncOpenAI:
-        key = resolve_api_key(
-            self._name,
-            api_key=self._api_key,
-            api_key_env=self._api_key_env,
-            placeholder=_NO_KEY_PLACEHOLDER,
-        )
-        self._sent_key = key
+    def _make_client(self, key: str) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
             api_key=key,
             base_url=self._base_url,

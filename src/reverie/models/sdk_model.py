@@ -1,0 +1,83 @@
+"""What the SDK-backed providers share: key handling, client lifetime, naming."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Generic, Self
+
+from reverie.models.errors import ClientHolder, ClientT, resolve_api_key
+
+
+class SDKModel(ABC, Generic[ClientT]):
+    """Base of the providers that wrap an official SDK client.
+
+    Subclasses set ``_placeholder_key`` and implement :meth:`_make_client`; they inherit the
+    lifetime rules of :class:`ClientHolder`: entered (``async with model:``) one client is kept
+    until exit, otherwise each request gets its own client, closed when the request ends.
+    """
+
+    _placeholder_key = "no-key-required"
+    _prefix = "model"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key_env: str | None,
+        api_key: str | None,
+        timeout_s: float,
+        name: str | None,
+    ) -> None:
+        self._model = model
+        self._base_url = base_url
+        self._api_key_env = api_key_env
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._name = name or f"{self._prefix}:{model}"
+        self._sent_key: str | None = None
+        self._clients: ClientHolder[ClientT] = ClientHolder(self._new_client, self._close_client)
+
+    @property
+    def name(self) -> str:
+        """A stable label for telemetry and price lookup, e.g. ``openai:gpt-4.1-mini``."""
+        return self._name
+
+    @property
+    def model(self) -> str:
+        """The provider's model id."""
+        return self._model
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self._name!r}, base_url={self._base_url!r})"
+
+    async def __aenter__(self) -> Self:
+        """Keep one SDK client (and its connections) until exit."""
+        self._clients.enter()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._clients.exit()
+
+    async def aclose(self) -> None:
+        """Close the kept SDK client and its connections (see :meth:`__aenter__`)."""
+        await self._clients.aclose()
+
+    def _new_client(self) -> ClientT:
+        key = resolve_api_key(
+            self._name,
+            api_key=self._api_key,
+            api_key_env=self._api_key_env,
+            placeholder=self._placeholder_key,
+        )
+        self._sent_key = key
+        return self._make_client(key)
+
+    @staticmethod
+    async def _close_client(client: Any) -> None:
+        # Both SDKs' async clients have an awaitable close().
+        await client.close()
+
+    @abstractmethod
+    def _make_client(self, key: str) -> ClientT:
+        """Build the SDK client (with ``max_retries=0``: our recovery strategy retries)."""
