@@ -15,13 +15,14 @@ MODE picks how ``memory_search`` answers:
 - ``crash``: the process exits mid-call.
 
 ``memory_add_session`` fails in ``crash``/``error`` modes and records to a file named by the
-``FAKE_MEMORY_LOG`` environment variable otherwise. ``FAKE_MEMORY_TOKEN`` (when set) is
-compared with ``EXPECTED_TOKEN`` and the result reported as ``token_ok`` in the echo.
+``FAKE_MEMORY_LOG`` environment variable otherwise. The echo reports a digest of
+``FAKE_MEMORY_TOKEN`` (the credential, when the client passed it) as ``token_sha``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -59,7 +60,7 @@ async def memory_search(
             "project": project,
             "query": query,
             "limit": limit,
-            "token_ok": token is not None and token == os.environ.get("EXPECTED_TOKEN"),
+            "token_sha": hashlib.sha256(token.encode()).hexdigest()[:16] if token else None,
         }
         return {"rows": [_row("echo " + json.dumps(echo), tenant, user, **me)]}
     if MODE == "foreign":
@@ -99,7 +100,7 @@ async def memory_search(
 
 
 @server.tool()
-async def memory_add_session(
+def memory_add_session(
     tenant: str,
     user: str,
     messages: list[dict[str, str]],
