@@ -11,14 +11,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
 from memory_support import ANA, BOB, FAKE_SERVER, memory_message, prompt_text, tool_results
+
 from reverie import Agent, Runtime
 from reverie.core.scope import Scope
-from reverie.memory import EMPTY, MCPMemory, Snippets, Unavailable
+from reverie.memory import MCPMemory, Snippets, Unavailable
 from reverie.memory.sanitize import utf8_len
 from reverie.testing import ScriptedModel, call, reply
-
 
 
 @pytest.fixture
@@ -72,7 +71,9 @@ async def test_every_call_carries_the_trusted_scope_and_the_query_is_the_only_mo
 
 async def test_a_model_cannot_pass_scope_fields(fake: type[MCPMemory]) -> None:
     provider = fake(**serve("honest"))  # type: ignore[arg-type]
-    model = ScriptedModel([call("memory_search", query="x", tenant="evil", user="bob"), reply("ok")])
+    model = ScriptedModel(
+        [call("memory_search", query="x", tenant="evil", user="bob"), reply("ok")]
+    )
     async with Runtime.open(":memory:", memory=provider) as rt:
         await rt.run(Agent(name="a", model=model), "hi", scope=ANA)
     [result] = tool_results(model.requests[1])
@@ -137,8 +138,7 @@ async def test_a_five_megabyte_row_is_bounded_before_host_budgeting(
 async def test_broken_answers_are_unavailable_never_empty(fake: type[MCPMemory], mode: str) -> None:
     provider = fake(**serve(mode))  # type: ignore[arg-type]
     result = await search(provider)
-    assert isinstance(result, Unavailable), result
-    assert result != EMPTY
+    assert isinstance(result, Unavailable), result  # broken is not EMPTY
 
 
 async def test_no_answer_within_the_timeout_is_unavailable(fake: type[MCPMemory]) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from memory_support import ANA, BOB, EVE, MEMORY_SERVER, memory_message, prompt_text
+
 from reverie import Agent, Runtime
 from reverie.memory import MCPMemory, Snippets, Unavailable
 from reverie.testing import ScriptedModel, call, reply
@@ -45,7 +45,9 @@ async def recall_scenario(memory: MCPMemory) -> None:
             scope=ANA,
         )
         later = ScriptedModel([call("memory_search", query="favourite colour"), reply("Teal.")])
-        again = await rt.run(Agent(name="a", model=later), "What is my favourite colour?", scope=ANA)
+        again = await rt.run(
+            Agent(name="a", model=later), "What is my favourite colour?", scope=ANA
+        )
         others = []
         for scope in (BOB, EVE):
             model = ScriptedModel([call("memory_search", query="favourite colour"), reply("?")])

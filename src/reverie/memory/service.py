@@ -37,7 +37,13 @@ from reverie.memory.provider import (
 )
 from reverie.memory.tools import memory_tools
 from reverie.store.base import Store
-from reverie.store.documents import Document, DocumentStore, MemoryPassRecord, SearchHit
+from reverie.store.documents import (
+    Document,
+    DocumentStore,
+    DocumentVersion,
+    MemoryPassRecord,
+    SearchHit,
+)
 
 __all__ = ["RECORD_HOOK_NAME", "MemoryService", "RunMemory", "RuntimeMemory", "memory_service"]
 
@@ -273,9 +279,11 @@ class RuntimeMemory:
         """
         return await self._documents().write_document(_scope(scope), path, text, expected_version)
 
-    async def history(self, scope: Scope, path: str = STANDING_DOCUMENT) -> list[Any]:
+    async def history(
+        self, scope: Scope, path: str = STANDING_DOCUMENT, *, limit: int = 50
+    ) -> list[DocumentVersion]:
         """Versions of a document, newest first."""
-        return list(await self._documents().history(_scope(scope), path))
+        return await self._documents().history(_scope(scope), path, limit=limit)
 
     async def search(self, scope: Scope, query: str, *, limit: int = 5) -> list[SearchHit]:
         """Search the scope's memory: full-text in the store, or the provider's search.
