@@ -7,6 +7,7 @@ The same recall scenario as the native provider, end to end through the MCP cont
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import sys
@@ -105,11 +106,13 @@ async def http_server(store_url: str) -> AsyncIterator[str]:
 
 
 async def test_mcp_provider_recalls_over_streamable_http_with_a_bearer_credential(
-    http_server: str, monkeypatch: pytest.MonkeyPatch
+    http_server: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("CLIENT_TOKEN", "http-secret-123")
     memory = MCPMemory(url=http_server, credential_env="CLIENT_TOKEN", timeout_s=20)
     await recall_scenario(memory)
+    assert "http-secret-123" not in caplog.text
 
 
 async def test_http_server_refuses_requests_without_the_token(

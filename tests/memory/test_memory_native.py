@@ -67,6 +67,19 @@ async def test_record_interaction_writes_todays_log_cleaned(native: NativeMemory
     assert entry.text == "user: my password=[redacted] ok\nassistant: noted"
 
 
+async def test_one_provider_follows_the_runtime_it_is_opened_with() -> None:
+    memory = NativeMemory()
+    async with Runtime.open(":memory:", memory=memory) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", "first runtime", expected_version=0)
+    async with Runtime.open(":memory:", memory=memory) as rt:
+        assert (await rt.memory.read(ANA, "MEMORY.md")).version == 0
+    fixed_store = MemoryStore()
+    pinned = NativeMemory(store=fixed_store)
+    async with Runtime.open(":memory:", memory=pinned) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", "pinned", expected_version=0)
+    assert await fixed_store.read_document(ANA, "MEMORY.md") is not None
+
+
 async def test_unbound_native_memory_says_so() -> None:
     with pytest.raises(UsageError, match="not bound"):
         NativeMemory().documents  # noqa: B018

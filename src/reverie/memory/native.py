@@ -81,6 +81,8 @@ class NativeMemory:
         self._budget = document_budget_bytes
         self._max_log = max_log_entry_bytes
         self._store = store
+        self._fixed = store is not None
+        """Bound at construction: the runtime's store does not replace it."""
         self._manifest = native_manifest()
 
     def __repr__(self) -> str:
@@ -108,12 +110,14 @@ class NativeMemory:
         return self._budget
 
     async def bind(self, store: Store) -> None:
-        """Use the runtime's store (unless bound to one already).
+        """Use the runtime's store (unless one was given to the constructor).
+
+        Binding again (the same provider, a new runtime) moves it to the new store.
 
         Raises:
             ConfigError: The store keeps no memory documents.
         """
-        if self._store is not None:
+        if self._fixed:
             return
         if not isinstance(store, DocumentStore):
             raise ConfigError(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
@@ -55,8 +55,6 @@ RECORD_HOOK_NAME: Final = "reverie.memory.record"
 DEFAULT_LANE_TIMEOUT_S: Final = 10.0
 _RECENT_ITEMS: Final = 200
 """How far back a turn's messages are looked for in its thread."""
-
-T = TypeVar("T")
 
 
 class MemoryService:
