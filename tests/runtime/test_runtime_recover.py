@@ -1,0 +1,84 @@
+"""``Runtime.recover()``: runs whose worker died are resumed (DESIGN §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from reverie import Agent, Runtime, Scope, tool
+from reverie.core.messages import ModelRequest
+from reverie.store.memory import MemoryStore
+from reverie.testing import ScriptedModel, call, reply
+
+SCOPE = Scope(tenant="acme", user="ana")
+
+
+@tool(effects=set())
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+async def strand_a_run(store: MemoryStore) -> str:
+    """Start a run, let it reach a model call, then stop its worker without cleanup."""
+    in_call = asyncio.Event()
+    never = asyncio.Event()
+
+    async def stuck(request: ModelRequest) -> Any:
+        if not any(m.role == "tool" for m in request.messages):
+            return call("add", a=1, b=2)
+        in_call.set()
+        await never.wait()
+        return reply("unreachable")
+
+    rt = Runtime(store)
+    await rt.__aenter__()
+    handle = await rt.start(
+        Agent(name="calc", model=ScriptedModel(stuck), tools=[add]), "go", scope=SCOPE
+    )
+    await in_call.wait()
+    await rt.aclose()
+    return handle.run_id
+
+
+async def test_recover_resumes_a_run_whose_worker_process_is_gone() -> None:
+    store = MemoryStore()
+    run_id = await strand_a_run(store)
+    # The lease now belongs to a process of this host that no longer exists (unexpired).
+    owner = f"{socket.gethostname()}:{dead_pid()}:deadbeef"
+    await store.acquire_lease(run_id, owner, ttl_s=300, now=time.time(), force=True)
+    agent = Agent(name="calc", model=ScriptedModel([reply("3")]), tools=[add])
+    async with Runtime(store, agents=[agent]) as rt:
+        results = await rt.recover()
+    assert [(r.run_id, r.status, r.text) for r in results] == [(run_id, "completed", "3")]
+
+
+async def test_recover_resumes_a_run_whose_lease_expired() -> None:
+    store = MemoryStore()
+    run_id = await strand_a_run(store)
+    # A worker on another machine took it and vanished: its lease ran out an hour ago.
+    await store.acquire_lease(run_id, "elsewhere:1:x", ttl_s=1, now=time.time() - 3600, force=True)
+    agent = Agent(name="calc", model=ScriptedModel([reply("3")]), tools=[add])
+    async with Runtime(store, agents=[agent]) as rt:
+        results = await rt.recover()
+    assert [r.status for r in results] == ["completed"]
+
+
+async def test_recover_leaves_runs_held_by_a_live_worker_alone() -> None:
+    store = MemoryStore()
+    run_id = await strand_a_run(store)
+    await store.acquire_lease(run_id, "elsewhere:1:x", ttl_s=300, now=time.time(), force=True)
+    agent = Agent(name="calc", model=ScriptedModel([reply("3")]), tools=[add])
+    async with Runtime(store, agents=[agent]) as rt:
+        assert await rt.recover() == []
+    assert (await store.get_run(run_id)).status == "running"
