@@ -1,4 +1,4 @@
-"""Whole runs through the official openai SDK against the local fake server (DESIGN §10)."""
+"""Whole runs through the official openai and anthropic SDKs against local fake servers."""
 
 from __future__ import annotations
 
@@ -60,3 +60,33 @@ async def test_401_fails_the_run_naming_the_key_variable_without_its_value(
     summary = r.exit.safe_summary  # type: ignore[union-attr]
     assert "OPENAI_API_KEY" in summary
     assert "sk-secret-value-987" not in summary
+
+
+async def test_tool_call_and_reply_through_the_anthropic_sdk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reverie.models.anthropic import AnthropicModel
+    from reverie.testing import FakeAnthropicServer
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    script = [
+        FakeReply(tool_calls=(FakeToolCall("add", {"a": 2, "b": 3}),)),
+        FakeError(529),
+        FakeReply("Five.", input_tokens=7, output_tokens=2),
+    ]
+    async with FakeAnthropicServer(script) as srv:
+        model = AnthropicModel("claude-test", base_url=srv.base_url)
+        agent = Agent(name="calc", model=model, tools=[add])
+        async with Runtime.open(":memory:") as rt:
+            r = await rt.run(agent, "2+3?", scope=SCOPE)
+    assert r.status == "completed" and r.text == "Five."
+    assert len(srv.requests) == 3  # the 529 was retried by reverie's recovery, not the SDK
+    last = srv.requests[-1]["messages"]
+    results = [
+        b
+        for m in last
+        if m["role"] == "user"
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
+    assert results and "5" in str(results[0]["content"])
