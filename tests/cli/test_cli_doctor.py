@@ -30,7 +30,7 @@ def test_doctor_passes_on_a_good_config_and_never_prints_the_key(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-very-secret")
 
-    result = cli("doctor")
+    result = cli("doctor", "--offline")
 
     assert result.exit_code == 0, result.output
     assert "OPENAI_API_KEY is set" in result.stdout
@@ -44,7 +44,7 @@ def test_doctor_json_reports_each_check(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-very-secret")
 
-    report = json.loads(cli("doctor", "--json").stdout)
+    report = json.loads(cli("doctor", "--offline", "--json").stdout)
 
     assert report["ok"] is True
     names = [c["name"] for c in report["checks"]]
@@ -94,3 +94,57 @@ def test_doctor_on_a_broken_config_exits_2(
 
     assert result.exit_code == 2
     assert f"{path}: line 1" in result.stderr
+
+
+def test_doctor_contacts_each_model_endpoint(
+    cli: Callable[..., Result],
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reverie.testing import FakeOpenAIServer
+
+    monkeypatch.setenv("FAKE_KEY", "sk-fake-secret")
+    with FakeOpenAIServer([]) as srv:
+        write_config(
+            f"""
+[models.local]
+base_url = "{srv.base_url}"
+api_key_env = "FAKE_KEY"
+
+[agents.helper]
+model = "local:fake-model"
+"""
+        )
+        result = cli("doctor")
+    assert result.exit_code == 0, result.output
+    assert "answers and accepts the key" in result.stdout
+    assert "sk-fake-secret" not in result.output
+
+
+def test_doctor_fails_when_a_model_endpoint_is_unreachable(
+    cli: Callable[..., Result],
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("FAKE_KEY", "sk-fake-secret")
+    write_config(
+        f"""
+[models.local]
+base_url = "http://127.0.0.1:{port}/v1"
+api_key_env = "FAKE_KEY"
+
+[agents.helper]
+model = "local:fake-model"
+"""
+    )
+    result = cli("doctor", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert failed and failed[0]["name"] == "agent helper endpoint"
+    assert "sk-fake-secret" not in result.output

@@ -2,16 +2,20 @@
 
 Checks, in order: the configuration loads; the store opens; every agent's model spec resolves
 and the environment variable its key comes from is set (the value is never read out, let alone
-printed); the ``[[hooks]]`` import. Nothing contacts a model provider. Exit 0 when every check
+printed); the ``[[hooks]]`` import; then, unless ``--offline`` or something already failed,
+each agent's model endpoint is asked to list its models (proving it answers and accepts the
+key; a scripted model has no endpoint and is skipped). Exit 0 when every check
 passes (warnings allowed), 1 when one fails, 2 when the configuration itself is broken.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
+import typer
 from rich.markup import escape
 from rich.table import Table
 
@@ -33,11 +37,15 @@ from reverie.config import (
     register_hooks,
     store_url,
 )
-from reverie.errors import ConfigError, ReverieError
+from reverie.errors import ConfigError, ModelError, ReverieError
 from reverie.hooks import HookRegistry
 from reverie.store import open_store
 
 __all__ = ["doctor_command"]
+
+ENDPOINT_TIMEOUT_S = 10.0
+"""How long ``doctor`` waits for a model endpoint to list its models."""
+
 
 CheckStatus = Literal["ok", "warn", "fail"]
 
@@ -97,6 +105,33 @@ def _agent_checks(config: ReverieConfig) -> list[Check]:
     return checks
 
 
+async def _endpoint_checks(config: ReverieConfig) -> list[Check]:
+    """Ask each agent's model endpoint to list its models (skipped for offline models)."""
+    checks: list[Check] = []
+    for agent in build_agents(config):
+        model = agent.model
+        probe = getattr(model, "check_endpoint", None)
+        if probe is None:
+            continue
+        label = f"agent {agent.name} endpoint"
+        try:
+            async with asyncio.timeout(ENDPOINT_TIMEOUT_S):
+                await probe()
+        except ModelError as exc:
+            checks.append(Check(name=label, status="fail", detail=f"{exc.kind}: {exc}"))
+        except TimeoutError:
+            checks.append(
+                Check(
+                    name=label,
+                    status="fail",
+                    detail=f"no answer within {ENDPOINT_TIMEOUT_S:g}s",
+                )
+            )
+        else:
+            checks.append(Check(name=label, status="ok", detail="answers and accepts the key"))
+    return checks
+
+
 def _hook_check(config: ReverieConfig) -> Check | None:
     if not config.hooks:
         return None
@@ -132,8 +167,11 @@ def doctor_command(
     as_json: JsonOption = False,
     config: ConfigOption = None,
     store: StoreOption = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Do not contact the model endpoints.")
+    ] = False,
 ) -> None:
-    """Check the configuration, the store, each agent's model and key, and the hooks.
+    """Check the configuration, the store, each agent's model, key and endpoint, and the hooks.
 
     Exit code: 0 all good (warnings allowed), 1 a check failed, 2 the configuration is broken.
     Key values are never printed.
@@ -150,6 +188,8 @@ def doctor_command(
         checks = [Check(name="config", status="ok", detail=f"{where} loads")]
         checks.append(await _store_check(cfg, store))
         checks.extend(_agent_checks(cfg))
+        if not offline and not any(c.status == "fail" for c in checks):
+            checks.extend(await _endpoint_checks(cfg))
         hook_check = _hook_check(cfg)
         if hook_check is not None:
             checks.append(hook_check)
