@@ -14,6 +14,7 @@ EXPECTED = {
     "PHASES",
     "TRUST_CLASSES",
     "AfterTurnContext",
+    "AgentHook",
     "AfterTurnResult",
     "Allow",
     "CapabilityHookContext",

@@ -243,3 +243,37 @@ async def test_event_hooks_observe_the_kinds_they_asked_for() -> None:
         )
         await rt.run(agent, "1+2", scope=SCOPE)
     assert kinds == ["tool_started"]
+
+
+async def test_hooks_declared_on_an_agent_apply_to_its_runs_only() -> None:
+    from reverie.hooks import AgentHook
+
+    log: list[str] = []
+    turns: list[str] = []
+
+    async def no_deletes(ctx: CapabilityHookContext) -> Deny | None:
+        return Deny("deletes are off") if ctx.tool.startswith("delete") else None
+
+    async def audit(ctx: AfterTurnContext) -> None:
+        turns.append(ctx.run_id)
+
+    guarded = Agent(
+        name="guarded",
+        model=ScriptedModel([call("delete_file", path="/a"), reply("no")]),
+        tools=[make_delete(log)],
+        hooks=[
+            AgentHook(point="before_capability", fn=no_deletes, name="no-deletes"),
+            AgentHook(point="after_turn", fn=audit, name="audit"),
+        ],
+    )
+    free = Agent(
+        name="free",
+        model=ScriptedModel([call("delete_file", path="/b"), reply("yes")]),
+        tools=[make_delete(log)],
+    )
+    async with Runtime.open(":memory:") as rt:
+        r1 = await rt.run(guarded, "delete", scope=SCOPE)
+        await rt.run(free, "delete", scope=SCOPE)
+        assert len(rt.hooks) == 0  # the runtime's registry is untouched
+    assert log == ["/b"]
+    assert turns == [r1.run_id]

@@ -66,6 +66,7 @@ from reverie.hooks.points import (
 )
 from reverie.hooks.registry import (
     MAX_RESTRICTED_TIMEOUT_S,
+    AgentHook,
     HookFn,
     HookRegistration,
     HookRegistrationError,
@@ -83,6 +84,7 @@ __all__ = [
     "TRUST_CLASSES",
     "AfterTurnContext",
     "AfterTurnResult",
+    "AgentHook",
     "Allow",
     "CapabilityHookContext",
     "CapabilityResultContext",

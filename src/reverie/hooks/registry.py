@@ -106,6 +106,24 @@ class HookRegistration:
         return self.trust not in FIRST_PARTY_TRUST
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentHook:
+    """A hook declared on an ``Agent`` (trusted: it comes from the application's code).
+
+    Example::
+
+        Agent(..., hooks=[AgentHook(point="before_capability", fn=no_deletes, name="no-deletes")])
+    """
+
+    point: HookPoint
+    fn: Callable[..., Any]
+    name: str
+    phase: Phase = "policy"
+    priority: int = 0
+    event_kinds: Iterable[str] | None = None
+    timeout_s: float | None = None
+
+
 class HookRegistry:
     """Every hook of a runtime, by point, in dispatch order.
 
@@ -257,6 +275,27 @@ class HookRegistry:
 
     def __len__(self) -> int:
         return len(self._by_name)
+
+    def extended(self, hooks: Iterable[AgentHook]) -> HookRegistry:
+        """A new registry with every hook of this one plus ``hooks`` registered as trusted.
+
+        Used for hooks declared on an ``Agent``: they apply to that agent's runs only, and the
+        runtime's own registry is left untouched.
+        """
+        child = HookRegistry()
+        child._by_name = dict(self._by_name)
+        child._by_point = dict(self._by_point)
+        for h in hooks:
+            child.register(
+                h.point,
+                h.fn,
+                name=h.name,
+                phase=h.phase,
+                priority=h.priority,
+                event_kinds=h.event_kinds,
+                timeout_s=h.timeout_s,
+            )
+        return child
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from reverie.core.limits import Limits
 from reverie.errors import UsageError
+from reverie.hooks import AgentHook
 
 if TYPE_CHECKING:
     from reverie.models.base import Model
@@ -27,6 +28,8 @@ class Agent:
     on_limit: Literal["finalize", "fail"] = "finalize"
     family: str = "default"
     """Loop family id for interactive runs."""
+    hooks: Sequence[AgentHook] = ()
+    """Hooks for this agent's runs only (trusted), on top of the runtime's."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():

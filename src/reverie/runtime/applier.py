@@ -89,6 +89,7 @@ class ExitApplier:
         *,
         fence: int | None,
         bus: EventBus | None = None,
+        hooks: HookDispatcher | None = None,
     ) -> RunResult:
         """Validate, write the status, announce it, fire ``after_turn``; return the result."""
         exit_ = await self.validate(run, exit_)
@@ -103,16 +104,18 @@ class ExitApplier:
         if bus is not None:
             bus.emit(RunFinished(run_id=run.run_id, status=status, exit=exit_to_dict(exit_)))
         if status in TERMINAL_STATUSES:
-            await self._after_turn(record, status, bus)
+            await self._after_turn(record, status, bus, hooks or self.hooks)
         return result
 
-    async def _after_turn(self, run: RunRecord, status: str, bus: EventBus | None) -> None:
+    async def _after_turn(
+        self, run: RunRecord, status: str, bus: EventBus | None, hooks: HookDispatcher
+    ) -> None:
         # Only user turns: never unbound, scheduled-trigger or actorless runs.
         if run.profile not in INTERACTIVE_PROFILES or not run.has_actor:
             return
-        if not self.hooks.registry.hooks("after_turn"):
+        if not hooks.registry.hooks("after_turn"):
             return
-        outcome = await self.hooks.after_turn(
+        outcome = await hooks.after_turn(
             AfterTurnContext(
                 scope=run.scope,
                 run_id=run.run_id,

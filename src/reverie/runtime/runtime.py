@@ -426,6 +426,12 @@ class Runtime:
             run = await self.store.set_run_status(run_id, "running", fence=fence)
             await self.store.unseal_inputs(run_id)
             family = self._families.get(run.family_id)
+            # The agent's own hooks apply to its runs only, on top of the runtime's.
+            dispatcher = (
+                HookDispatcher(self.hooks.extended(agent.hooks))
+                if agent.hooks
+                else self._dispatcher
+            )
             active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
             loaded = await self._load_state(run, family, fence)
             if not isinstance(loaded, LoopExecutionState):
@@ -437,7 +443,7 @@ class Runtime:
                 scope=run.scope,
                 fence=fence,
                 store=self.store,
-                hooks=self._dispatcher,
+                hooks=dispatcher,
                 bus=active.bus,
                 token=active.token,
                 family_digest=family.identity.digest,
@@ -467,7 +473,9 @@ class Runtime:
                         safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
                     )
             await ctx.drain_observers()
-            return await self._applier.apply(run, exit_, fence=fence, bus=active.bus)
+            return await self._applier.apply(
+                run, exit_, fence=fence, bus=active.bus, hooks=dispatcher
+            )
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(run_id, fence))
