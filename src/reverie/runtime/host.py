@@ -50,6 +50,7 @@ from reverie.hooks import (
     EventHookContext,
     HookDispatcher,
     HookFailure,
+    HookPoint,
     ModelHookContext,
     PromptHookContext,
 )
@@ -117,6 +118,10 @@ class RunContext:
         while self.observers:
             await asyncio.gather(*list(self.observers), return_exceptions=True)
 
+    def hooked(self, point: HookPoint) -> bool:
+        """Whether any hook is bound to ``point`` (a dispatch with none is skipped)."""
+        return bool(self.hooks.registry.hooks(point))
+
     def record_hook_failures(
         self, failures: Sequence[HookFailure], newly_poisoned: frozenset[str]
     ) -> None:
@@ -148,15 +153,16 @@ class StorePrompt:
         messages: list[Message] = []
         if self.instructions:
             messages.append(Message(role="system", content=self.instructions))
-        result = await ctx.hooks.before_prompt(
-            PromptHookContext(scope=ctx.scope, run_id=ctx.run_id, iteration=state.iteration),
-            poisoned=ctx.poisoned,
-        )
-        ctx.record_hook_failures(result.failures, result.newly_poisoned)
-        # Snippets are context, never instructions: they go in a user-role message.
-        if result.snippets:
-            body = "\n\n".join(s.text for s in result.snippets)
-            messages.append(Message(role="user", content=f"[context from hooks]\n{body}"))
+        if ctx.hooked("before_prompt"):
+            result = await ctx.hooks.before_prompt(
+                PromptHookContext(scope=ctx.scope, run_id=ctx.run_id, iteration=state.iteration),
+                poisoned=ctx.poisoned,
+            )
+            ctx.record_hook_failures(result.failures, result.newly_poisoned)
+            # Snippets are context, never instructions: they go in a user-role message.
+            if result.snippets:
+                body = "\n\n".join(s.text for s in result.snippets)
+                messages.append(Message(role="user", content=f"[context from hooks]\n{body}"))
         # Memory is data, never instructions: enveloped blocks in a user-role message (§12).
         if self.memory is not None:
             remembered = await self.memory.message(state.transcript_seq)
@@ -212,6 +218,8 @@ class StreamingModel:
                 final = event.response
         if final is None:
             raise ModelError("internal", f"model {model.name} ended without a response")
+        if not self.ctx.hooked("after_model"):
+            return final
         result = await self.ctx.hooks.observe(
             "after_model",
             ModelHookContext(
@@ -299,26 +307,26 @@ class ToolPort:
         if gate is not None and gate.status == "pending":
             return CallGated(gate_kind=gate.kind, reason="waiting for approval")
 
-        verdict = await ctx.hooks.gate(
-            CapabilityHookContext(
-                tool=call.name,
-                arguments=dict(call.arguments),
-                scope=ctx.scope,
-                run_id=ctx.run_id,
-                call_id=key,
-            ),
-            poisoned=ctx.poisoned,
-        )
-        ctx.record_hook_failures(verdict.failures, verdict.newly_poisoned)
-        if verdict.decision == "deny":
-            return CallDenied(reason=verdict.reason_for_model or "denied by policy")
-        if not approved:
-            if verdict.decision == "pause_auth":
+        if ctx.hooked("before_capability"):
+            verdict = await ctx.hooks.gate(
+                CapabilityHookContext(
+                    tool=call.name,
+                    arguments=dict(call.arguments),
+                    scope=ctx.scope,
+                    run_id=ctx.run_id,
+                    call_id=key,
+                ),
+                poisoned=ctx.poisoned,
+            )
+            ctx.record_hook_failures(verdict.failures, verdict.newly_poisoned)
+            if verdict.decision == "deny":
+                return CallDenied(reason=verdict.reason_for_model or "denied by policy")
+            if not approved and verdict.decision == "pause_auth":
                 return CallGated(gate_kind="auth", reason=verdict.reason or "authorisation needed")
-            if verdict.decision == "pause_approval":
+            if not approved and verdict.decision == "pause_approval":
                 return CallGated(reason=verdict.reason or "approval required")
-            if descriptor.requires_approval(call.arguments):
-                return CallGated(reason=f"{call.name} needs approval")
+        if not approved and descriptor.requires_approval(call.arguments):
+            return CallGated(reason=f"{call.name} needs approval")
 
         await ctx.store.journal_started(ctx.run_id, key, call.name, fence=ctx.fence)
         tool = self.tools[call.name]
@@ -339,6 +347,8 @@ class ToolPort:
             await ctx.store.journal_finished(
                 ctx.run_id, key, outcome_to_dict(outcome), fence=ctx.fence
             )
+        if not ctx.hooked("after_capability"):
+            return outcome
         observed = await ctx.hooks.observe(
             "after_capability",
             CapabilityResultContext(
