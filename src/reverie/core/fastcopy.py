@@ -13,35 +13,44 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_FIELDS: dict[type, tuple[str, ...] | None] = {}
+_COPIERS: dict[type, Any] = {}
 
 
-def _names(cls: type) -> tuple[str, ...] | None:
+def _copier(cls: type) -> Any:
+    """A function ``(obj, changes) -> copy`` specialised for ``cls`` (``None``: use stdlib)."""
     try:
-        return _FIELDS[cls]
+        return _COPIERS[cls]
     except KeyError:
-        names: tuple[str, ...] | None = None
-        if (
-            dataclasses.is_dataclass(cls)
-            and "__slots__" in cls.__dict__
-            and not hasattr(cls, "__post_init__")
-        ):
-            names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
-        _FIELDS[cls] = names
-        return names
+        pass
+    copier: Any = None
+    if (
+        dataclasses.is_dataclass(cls)
+        and "__slots__" in cls.__dict__
+        and not hasattr(cls, "__post_init__")
+    ):
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        lines = ["def copy(obj, changes):", "    new = new_(cls)"]
+        for name in names:
+            lines.append(
+                f"    set_(new, {name!r}, changes.pop({name!r}) if {name!r} in changes "
+                f"else obj.{name})"
+            )
+        lines += [
+            "    if changes:",
+            "        raise TypeError(f'{cls.__name__} has no field {next(iter(changes))!r}')",
+            "    return new",
+        ]
+        namespace: dict[str, Any] = {"new_": object.__new__, "set_": object.__setattr__, "cls": cls}
+        exec("\n".join(lines), namespace)  # generated from the class's own field names
+        copier = namespace["copy"]
+    _COPIERS[cls] = copier
+    return copier
 
 
 def replace(obj: T, /, **changes: Any) -> T:
     """Like :func:`dataclasses.replace`, without re-running ``__init__`` when that is safe."""
-    cls = type(obj)
-    names = _names(cls)
-    if names is None:
+    copier = _copier(type(obj))
+    if copier is None:
         return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
-    for key in changes:
-        if key not in names:
-            raise TypeError(f"{cls.__name__} has no field {key!r}")
-    new = object.__new__(cls)
-    setter = object.__setattr__
-    for name in names:
-        setter(new, name, changes[name] if name in changes else getattr(obj, name))
-    return new
+    result: T = copier(obj, changes)
+    return result

@@ -1,0 +1,35 @@
+"""The fast ``replace`` used for loop state equals ``dataclasses.replace``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from reverie.core.fastcopy import replace
+from reverie.core.limits import Limits
+from reverie.loop.state import BudgetLedger, LoopExecutionState
+
+
+def test_fast_replace_equals_dataclasses_replace() -> None:
+    state = LoopExecutionState(iteration=2, recent_call_signatures=("a",))
+    changes = {"iteration": 3, "budget": BudgetLedger(model_calls=4)}
+    assert replace(state, **changes) == dataclasses.replace(state, **changes)  # type: ignore[arg-type]
+
+
+def test_fast_replace_keeps_the_copy_frozen() -> None:
+    copy = replace(LoopExecutionState(), iteration=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.iteration = 2  # type: ignore[misc]
+
+
+def test_fast_replace_rejects_unknown_fields() -> None:
+    with pytest.raises(TypeError, match="nope"):
+        replace(LoopExecutionState(), nope=1)
+
+
+def test_classes_with_post_init_still_validate() -> None:
+    from reverie.errors import UsageError
+
+    with pytest.raises(UsageError):
+        replace(Limits(), max_iterations=0)
