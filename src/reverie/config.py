@@ -24,12 +24,21 @@ Full reference: ``docs/configuration.md``. In short::
     input_per_mtok = 0.9
     output_per_mtok = 0.9
 
+    [memory]                                    # memory and curation (docs/memory.md)
+    provider = "native"
+    curation_interval_turns = 10                # tidy each owner's memory every 10th turn
+
     [[hooks]]                                   # trusted hooks (reverie.hooks.manifest)
     point = "before_capability"
     callable = "mypolicy:no_deletes"
     name = "no-deletes"
 
-    [auth.tokens]                               # reserved for ``reverie serve``
+    [serve]                                     # ``reverie serve`` (docs/http.md)
+    host = "127.0.0.1"
+    port = 8400
+
+    [auth.tokens]                               # bearer tokens of ``reverie serve`` → scopes
+    ana = { token_env = "API_TOKEN_ANA", tenant = "acme", user = "ana" }
 
 Loading validates everything and imports every tool, so a mistake surfaces before any run starts.
 Every problem is a :class:`~reverie.errors.ConfigError` whose message names the file, the key as
@@ -56,9 +65,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from reverie.capabilities import tool
 from reverie.capabilities.tool import Capability
 from reverie.core.limits import Limits
+from reverie.core.scope import Scope
 from reverie.errors import ConfigError, UsageError
 from reverie.hooks.manifest import read_hook_specs, register_config_hooks
 from reverie.hooks.registry import HookRegistration, HookRegistry
+from reverie.memory.config import MemoryConfig, memory_from_config
 from reverie.models.base import Model
 from reverie.models.pricing import PriceTable
 from reverie.models.registry import EndpointConfig, resolve_model
@@ -71,15 +82,21 @@ __all__ = [
     "LimitsConfig",
     "PriceConfig",
     "ReverieConfig",
+    "ServeConfig",
     "StoreConfig",
+    "TokenConfig",
+    "auth_tokens",
     "build_agents",
     "config_error",
+    "curation_model",
     "default_config_path",
     "key_env_for",
     "load_config",
+    "memory_settings",
     "register_hooks",
     "resolve_model_spec",
     "reverie_home",
+    "serve_settings",
     "store_url",
 ]
 
@@ -175,13 +192,15 @@ class ReverieConfig(_Section):
     """``[[hooks]]`` tables, validated here and registered as ``trusted`` by
     :func:`register_hooks`."""
     auth: dict[str, Any] = Field(default_factory=dict)
-    """Reserved for ``reverie serve`` (``[auth.tokens]``); passed through unread."""
+    """``[auth.tokens]``: bearer tokens of ``reverie serve``, read (and checked) by
+    :func:`auth_tokens` when the server starts."""
     mcp: dict[str, Any] = Field(default_factory=dict)
     """Reserved for MCP servers (``[mcp.servers.NAME]``); passed through unread."""
     memory: dict[str, Any] = Field(default_factory=dict)
-    """Reserved for the memory subsystem; passed through unread."""
+    """``[memory]``: the provider and curation settings, validated by
+    :func:`reverie.memory.memory_from_config` (see :func:`memory_settings`)."""
     serve: dict[str, Any] = Field(default_factory=dict)
-    """Reserved for ``reverie serve``; passed through unread."""
+    """``[serve]``: where ``reverie serve`` listens, read by :func:`serve_settings`."""
 
     _source: str = PrivateAttr(default=CONFIG_FILE_NAME)
     _base_dir: Path | None = PrivateAttr(default=None)
@@ -412,8 +431,10 @@ def _check(config: ReverieConfig) -> None:
             )
     if config.hooks:
         read_hook_specs({"hooks": config.hooks}, source=source)
+    memory_settings(config)
     _extend_path(config)
     build_agents(config)
+    curation_model(config)
     prices = config.price_table()
     for name, agent in config.agents.items():
         if agent.limits.max_usd is not None and prices.price_for(agent.model) is None:
@@ -589,6 +610,42 @@ def _under(base: Path, path: str) -> Path:
     return candidate if candidate.is_absolute() else base / candidate
 
 
+def memory_settings(config: ReverieConfig) -> MemoryConfig:
+    """What ``[memory]`` asks for: a fresh provider (``None``: memory off) and its settings.
+
+    Raises:
+        ConfigError: A key of ``[memory]`` is invalid (names the file and the key).
+    """
+    return memory_from_config(config.memory, source=config.source)
+
+
+def curation_model(config: ReverieConfig) -> Model | None:
+    """The model ``[memory] curation_model`` names (``None``: passes use the triggering
+    agent's model). Resolved like an agent's model: endpoints, ``scripted:`` paths relative
+    to the file.
+
+    Raises:
+        ConfigError: The spec is invalid (names ``memory.curation_model``).
+    """
+    spec = memory_settings(config).curation_model
+    if spec is None:
+        return None
+    try:
+        return resolve_model_spec(spec, config=config, base_dir=config.base_dir)
+    except ConfigError as exc:
+        problem, _, fix = str(exc).partition(". Fix: ")
+        raise config_error(
+            config.source, "memory.curation_model", problem, fix or _MODEL_FIX
+        ) from None
+    except ImportError as exc:
+        raise config_error(
+            config.source,
+            "memory.curation_model",
+            f"the provider's package is not installed ({exc.name or exc})",
+            "pip install 'reverie[anthropic]' (or the extra the provider needs)",
+        ) from None
+
+
 def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookRegistration, ...]:
     """Register the file's ``[[hooks]]`` as ``trusted`` hooks (all or nothing).
 
@@ -619,3 +676,138 @@ def key_env_for(spec: str, config: ReverieConfig | None = None) -> str | None:
         return None
     # ollama (no key unless an endpoint re-points it) and configured endpoints.
     return endpoint.api_key_env if endpoint else None
+
+
+# ---------------------------------------------------------------------------------- serve
+class ServeConfig(_Section):
+    """``[serve]``: where ``reverie serve`` listens (``--host``/``--port`` win)."""
+
+    host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8400, ge=0, le=65535)
+
+
+class TokenConfig(_Section):
+    """One entry of ``[auth.tokens]``: the scope a bearer token acts for.
+
+    The entry's key is the token itself, unless ``token_env`` names the environment variable
+    that holds it (then the key is only a label)::
+
+        [auth.tokens]
+        "tok-3f9a…" = { tenant = "acme", user = "ana" }
+        bob = { token_env = "API_TOKEN_BOB", tenant = "acme", user = "bob" }
+    """
+
+    tenant: str = Field(min_length=1)
+    user: str = Field(min_length=1)
+    token_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    """The *name* of the environment variable holding the token; the key is then a label."""
+
+
+_TOKEN_FIX: Final = (
+    'write each token as "<token>" = { tenant = "acme", user = "ana" }, or keep the secret out '
+    'of the file: label = { token_env = "API_TOKEN_ANA", tenant = "acme", user = "ana" }'
+)
+_TOKEN_FIELD_FIXES: Final[Mapping[str, str]] = {
+    "tenant": 'set tenant = "acme" (a non-empty string)',
+    "user": 'set user = "ana" (a non-empty string)',
+    "token_env": (
+        'set token_env = "VARIABLE_NAME": the name of the environment variable that holds the '
+        "token, never the token itself"
+    ),
+}
+
+
+def serve_settings(config: ReverieConfig) -> ServeConfig:
+    """``[serve]``, validated.
+
+    Raises:
+        ConfigError: A key of ``[serve]`` is invalid (names the file and the key).
+    """
+    try:
+        return ServeConfig.model_validate(config.serve)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False, include_input=False)[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(table)"
+        if err["type"] == "extra_forbidden":
+            problem, fix = "unknown key", "remove it; [serve] takes host and port"
+        else:
+            msg = str(err["msg"])
+            problem = msg[:1].lower() + msg[1:]
+            fix = (
+                "set port = 8400 (0 to 65535)"
+                if field == "port"
+                else 'set host = "127.0.0.1" (or "0.0.0.0" to listen on every interface)'
+            )
+        raise config_error(config.source, f"serve.{field}", problem, fix) from None
+
+
+def auth_tokens(
+    config: ReverieConfig, environ: Mapping[str, str] | None = None
+) -> dict[str, Scope]:
+    """The bearer tokens of ``[auth.tokens]`` and the scope each acts for.
+
+    Tokens given by ``token_env`` are read from ``environ`` (default: the process environment)
+    now. Messages never quote a token: an entry whose key is a token is named by its position
+    (``auth.tokens.<entry 2>``), an entry with ``token_env`` by its label.
+
+    Raises:
+        ConfigError: The table is malformed, an entry lacks ``tenant`` or ``user``, a
+            ``token_env`` variable is not set, or two entries have the same token.
+    """
+    env = os.environ if environ is None else environ
+    source = config.source
+    unknown = sorted(set(config.auth) - {"tokens"})
+    if unknown:
+        raise config_error(
+            source, _dotted(["auth", unknown[0]]), "unknown key", "remove it; [auth] takes tokens"
+        )
+    table = config.auth.get("tokens", {})
+    if not isinstance(table, dict):
+        raise config_error(source, "auth.tokens", "not a table", _TOKEN_FIX)
+    tokens: dict[str, Scope] = {}
+    owners: dict[str, str] = {}
+    for index, (key, entry) in enumerate(table.items(), start=1):
+        labelled = isinstance(entry, dict) and "token_env" in entry
+        # The key of an inline entry is the secret itself: never print it.
+        name = _dotted(["auth", "tokens", key]) if labelled else f"auth.tokens.<entry {index}>"
+        if not isinstance(entry, dict):
+            raise config_error(source, name, "not a table", _TOKEN_FIX)
+        try:
+            spec = TokenConfig.model_validate(entry)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False, include_input=False)[0]
+            field = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "missing":
+                problem = "missing"
+            elif err["type"] == "extra_forbidden":
+                problem = "unknown key"
+            else:
+                msg = str(err["msg"])
+                problem = msg[:1].lower() + msg[1:]
+            fix = _TOKEN_FIELD_FIXES.get(field, "an entry takes tenant, user and token_env")
+            raise config_error(source, f"{name}.{field}", problem, fix) from None
+        if spec.token_env is not None:
+            token = env.get(spec.token_env, "").strip()
+            if not token:
+                raise config_error(
+                    source,
+                    f"{name}.token_env",
+                    f"the environment variable {spec.token_env} is not set",
+                    f"export {spec.token_env}=<token> before starting reverie serve",
+                )
+        else:
+            token = key
+            if not token.strip() or token != token.strip() or any(c.isspace() for c in token):
+                raise config_error(
+                    source, name, "a token cannot be empty or contain whitespace", _TOKEN_FIX
+                )
+        if token in tokens:
+            raise config_error(
+                source,
+                name,
+                f"the same token is already given by {owners[token]}",
+                "give every caller a token of their own",
+            )
+        tokens[token] = Scope(tenant=spec.tenant, user=spec.user)
+        owners[token] = name
+    return tokens

@@ -440,7 +440,9 @@ def _chat(
     with asyncio.Runner() as runner:
         stack = contextlib.AsyncExitStack()
         session = runner.run(
-            stack.enter_async_context(open_session(cfg, store, agents=[chosen], hooks=True))
+            stack.enter_async_context(
+                open_session(cfg, store, agents=[chosen], hooks=True, memory=True)
+            )
         )
         try:
             chat = _Chat(runner, session, chosen, scope, thread)

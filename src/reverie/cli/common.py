@@ -19,7 +19,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from reverie.config import ReverieConfig, load_config, register_hooks, store_url
+from reverie.config import (
+    ReverieConfig,
+    curation_model,
+    load_config,
+    memory_settings,
+    register_hooks,
+    store_url,
+)
 from reverie.errors import (
     ConfigError,
     GateResolvedError,
@@ -32,8 +39,10 @@ from reverie.errors import (
 )
 from reverie.runtime.agent import Agent
 from reverie.runtime.runtime import Runtime
+from reverie.store import open_store
 
 __all__ = [
+    "PASS_WAIT_S",
     "ConfigOption",
     "ExitCode",
     "JsonOption",
@@ -51,6 +60,10 @@ __all__ = [
     "reported_errors",
     "unknown_agent",
 ]
+
+
+PASS_WAIT_S = 120.0
+"""How long a command waits, after its own work, for curation passes its turns started."""
 
 
 class ExitCode(IntEnum):
@@ -182,15 +195,20 @@ class Session:
         self.config = config
         """The loaded configuration."""
         self._agents: list[Agent] = []
+        self._models: list[Any] = []
 
     def register(self, agent: Agent) -> None:
         """Make ``agent`` available to this process; its model is closed with the session."""
         self.rt.register(agent)
         self._agents.append(agent)
 
+    def close_with(self, model: object) -> None:
+        """Close ``model`` (if it has ``aclose``) when the session ends."""
+        self._models.append(model)
+
     async def _close_models(self) -> None:
-        for agent in self._agents:
-            close = getattr(agent.model, "aclose", None)
+        for model in [agent.model for agent in self._agents] + self._models:
+            close = getattr(model, "aclose", None)
             if callable(close):
                 with contextlib.suppress(Exception):
                     await close()
@@ -203,33 +221,57 @@ async def open_session(
     *,
     agents: Iterable[Agent] = (),
     hooks: bool = False,
+    memory: bool = False,
 ) -> AsyncIterator[Session]:
     """Open a :class:`Runtime` on the configured store with ``agents`` registered.
 
     Args:
-        config: The loaded configuration (prices, hooks, store URL).
+        config: The loaded configuration (prices, hooks, store URL, memory).
         store: The ``--store`` override, if any.
         agents: Agents this process may run, resume and approve for.
         hooks: Register the file's ``[[hooks]]`` (commands that advance runs need them).
+        memory: Give the runtime the ``[memory]`` provider and curation settings (commands
+            that advance runs or read memory need them).
 
-    The agents' models are closed when the session ends.
+    The agents' models are closed when the session ends. When the block ends normally, the
+    session first waits (up to :data:`PASS_WAIT_S`) for curation passes its turns started,
+    so a one-shot command does not cut them off.
     """
     url = store_url(config, store)
+    settings = memory_settings(config) if memory else None
+    provider = settings.provider if settings is not None else None
+    curator_model = curation_model(config) if provider is not None else None
     try:
-        opener = Runtime.open(url, prices=config.price_table())
+        backend = open_store(url)
     except ConfigError as exc:
         where = "--store" if store else f"{config.source}: store.url"
         raise ConfigError(
             f"{where}: {exc}. Fix: set a supported store URL, e.g. sqlite:///path/to/reverie.db"
         ) from None
-    async with opener as rt:
+    try:
+        runtime = Runtime(
+            backend,
+            prices=config.price_table(),
+            memory=provider,
+            memory_budget_bytes=settings.budget_bytes if settings is not None else None,
+            curation_interval_turns=settings.curation_interval_turns if settings else None,
+            curation_model=curator_model,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{config.source}: [memory]: {exc}") from None
+    async with runtime as rt:
         session = Session(rt, config)
+        if curator_model is not None:
+            session.close_with(curator_model)
         try:
             for agent in agents:
                 session.register(agent)
             if hooks:
                 register_hooks(config, rt.hooks)
             yield session
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PASS_WAIT_S):
+                    await rt.memory.wait_for_passes()
         finally:
             # Models are closed after the runtime stopped its tasks (the opener's exit runs
             # after this block only for the store, so stop local work first).

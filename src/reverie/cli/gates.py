@@ -96,7 +96,7 @@ def _resolve(
 ) -> None:
     async def main() -> int:
         cfg = load(config)
-        async with open_session(cfg, store, hooks=True) as session:
+        async with open_session(cfg, store, hooks=True, memory=True) as session:
             gate = await session.rt.store.get_gate(ref)
             run = await session.rt.store.get_run(gate.run_id)
             for agent in agents_with_model(cfg, run.agent_name, model):

@@ -90,7 +90,7 @@ def run_command(
             err_console().print(str(exc), markup=False)
             return ExitCode.USAGE
         scope = Scope(tenant=tenant, user=user or default_user())
-        async with open_session(cfg, store, agents=[chosen], hooks=True) as session:
+        async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
             handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread)
             result = await wait_for(session, handle)
             return show_result(result, as_json=as_json)

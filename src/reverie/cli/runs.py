@@ -140,7 +140,7 @@ def resume(
 
     async def main() -> int:
         cfg = load(config)
-        async with open_session(cfg, store, hooks=True) as session:
+        async with open_session(cfg, store, hooks=True, memory=True) as session:
             run = await session.rt.store.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
                 # Nothing to continue, so no agent is needed: show the stored result.

@@ -14,7 +14,9 @@
 With memory on, every interactive run gets the standing document ``MEMORY.md`` and what the
 provider recalls for the user's message in its prompt (enveloped, in a user-role message), the
 tools ``memory_read``/``memory_write``/``memory_search``, and its turn recorded afterwards. The
-scope is always the host's. See ``docs/memory.md``.
+scope is always the host's. ``Runtime.open(..., curation_interval_turns=N)`` also tidies each
+owner's ``MEMORY.md`` in the background every N completed turns (:mod:`reverie.memory.curation`,
+DESIGN §13); ``rt.memory.passes(scope)`` lists the passes. See ``docs/memory.md``.
 """
 
 from __future__ import annotations

@@ -16,8 +16,11 @@
     max_rows = 50
     max_bytes = 64000
 
-``curation_interval_turns`` and ``curation_model`` are accepted here and read by curation
-(DESIGN §13).
+    curation_interval_turns = 10     # curation (DESIGN §13): a pass every 10th turn (>= 2)
+    curation_model = "openai:gpt-4.1-mini"   # default: the model of the triggering agent
+
+``curation_interval_turns`` is checked here (a whole number >= 2); whether the provider
+declares a curation pass is checked when the runtime opens.
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ class _MemoryTable(BaseModel):
     budget_bytes: int | None = Field(default=None, ge=1)
     document_budget_bytes: int = Field(default=8_000, ge=1)
     mcp: _MCPTable | None = None
-    curation_interval_turns: int | None = Field(default=None, ge=2)
-    curation_model: str | None = None
+    # Strict: `true` or "10" for a number of turns is a mistake to report, not to coerce.
+    curation_interval_turns: int | None = Field(default=None, ge=2, strict=True)
+    curation_model: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _mcp_table(self) -> _MemoryTable:
@@ -81,7 +85,18 @@ class MemoryConfig:
     budget_bytes: int | None
     """``memory_budget_bytes=``."""
     curation_interval_turns: int | None = None
+    """``Runtime.open(curation_interval_turns=...)`` (``None``: curation off)."""
     curation_model: str | None = None
+    """The model spec of curation passes (``None``: the triggering agent's model)."""
+
+
+_FIXES = {
+    "curation_interval_turns": (
+        "set curation_interval_turns = 10 (a pass after every 10th completed turn; at least "
+        "2), or remove it to keep curation off"
+    ),
+    "curation_model": 'set curation_model = "openai:gpt-4.1-mini" (a model spec), or remove it',
+}
 
 
 def memory_from_config(
@@ -102,7 +117,9 @@ def memory_from_config(
         error = exc.errors(include_url=False, include_input=False)[0]
         loc = ".".join(str(part) for part in error["loc"])
         where = f"[memory] {loc}" if loc else "[memory]"
-        raise ConfigError(f"{source}: {where}: {error['msg']}") from None
+        fix = _FIXES.get(loc)
+        tail = f". Fix: {fix}" if fix else ""
+        raise ConfigError(f"{source}: {where}: {error['msg']}{tail}") from None
     provider: MemoryProvider | None = None
     if table.provider == "native":
         provider = NativeMemory(document_budget_bytes=table.document_budget_bytes)

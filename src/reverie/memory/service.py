@@ -26,6 +26,7 @@ from reverie.memory.context import (
     assemble_context,
     prepare_snippets,
 )
+from reverie.memory.curation import CurationRunner
 from reverie.memory.manifest import Lane
 from reverie.memory.native import STANDING_DOCUMENT
 from reverie.memory.provider import (
@@ -35,7 +36,7 @@ from reverie.memory.provider import (
     Unavailable,
     document_provider,
 )
-from reverie.memory.tools import memory_tools
+from reverie.memory.tools import WriteGuard, memory_tools
 from reverie.store.base import Store
 from reverie.store.documents import (
     Document,
@@ -114,6 +115,11 @@ class MemoryService:
         """The memory tools to add to an agent's (an agent's own tool of the same name wins)."""
         taken = {getattr(getattr(t, "descriptor", None), "name", None) for t in agent_tools}
         return [t for t in self._tools if t.name not in taken]
+
+    def pass_tools(self, names: Sequence[str], guard: WriteGuard) -> list[Any]:
+        """Fresh memory tools for one curation pass: only ``names``, bound to ``guard``."""
+        tools = memory_tools(self.provider, snippet_bytes=self.budgets.snippet_bytes, guard=guard)
+        return [t for t in tools if t.name in names]
 
     def for_run(self, *, scope: Scope, thread_id: str, run_id: str, store: Store) -> RunMemory:
         """The memory context source of one run segment."""
@@ -245,9 +251,12 @@ class RuntimeMemory:
     budgeted by ``memory_write``), but every write is still a compare-and-swap.
     """
 
-    def __init__(self, service: MemoryService | None, store: Store) -> None:
+    def __init__(
+        self, service: MemoryService | None, store: Store, curation: CurationRunner | None = None
+    ) -> None:
         self._service = service
         self._store = store
+        self._curation = curation
 
     @property
     def provider(self) -> MemoryProvider | None:
@@ -320,6 +329,38 @@ class RuntimeMemory:
         if not isinstance(self._store, DocumentStore):
             return []
         return await self._store.list_memory_passes(_scope(scope), limit=limit)
+
+    async def curate(self, scope: Scope, *, model: Any = None) -> MemoryPassRecord:
+        """Run one curation pass over the scope's memory now and wait for its record.
+
+        Args:
+            scope: The owner whose memory is tidied.
+            model: A model (or spec) for the pass; default the runtime's ``curation_model``.
+
+        Raises:
+            UsageError: Memory is off, the provider declares no curation pass, or there is no
+                model (neither ``model`` nor ``curation_model``).
+        """
+        scope = _scope(scope)
+        if self._service is None:
+            raise UsageError("memory is off: open the runtime with memory=NativeMemory()")
+        if self._curation is None:
+            raise UsageError(
+                f"memory provider {self._service.provider.manifest.name!r} declares no "
+                "curation pass"
+            )
+        return await self._curation.run_now(scope, model=model)
+
+    async def wait_for_passes(self) -> list[MemoryPassRecord]:
+        """Wait for the curation passes running in this process; the records kept for them.
+
+        Bound it with ``asyncio.timeout(...)``: a timeout stops the waiting, never the passes.
+        Closing the runtime does not wait: a pass still running then is stopped like any
+        other run.
+        """
+        if self._curation is None:
+            return []
+        return await self._curation.wait()
 
 
 def _scope(scope: Scope) -> Scope:

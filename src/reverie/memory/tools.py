@@ -16,12 +16,16 @@
 
 The scope is never an argument: every tool takes a :class:`~reverie.capabilities.ToolContext`
 parameter, which the host fills with the run's scope and hides from the model.
+
+A :class:`WriteGuard` (``memory_tools(..., guard=...)``) puts rules of its own around the
+document tools: curation passes (DESIGN §13) use one to allow a single ``memory_write``,
+conditional on the version their ``memory_read`` saw (:class:`reverie.memory.curation.PassGuard`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Protocol
 
 from pydantic import Field
 
@@ -40,7 +44,7 @@ from reverie.memory.provider import (
 from reverie.memory.sanitize import clean, utf8_len
 from reverie.store.documents import Document, DocumentStore
 
-__all__ = ["MAX_SEARCH_LIMIT", "memory_tools", "validate_path"]
+__all__ = ["MAX_SEARCH_LIMIT", "WriteGuard", "memory_tools", "validate_path"]
 
 MAX_SEARCH_LIMIT: Final = 20
 """``memory_search`` returns at most this many results."""
@@ -58,6 +62,31 @@ _WRITE_DESCRIPTION: Final = (
     "'conflict' and writes nothing. Documents have a byte budget: a write that would exceed "
     "it is refused, so tidy (merge, remove) instead of growing the document."
 )
+
+
+class WriteGuard(Protocol):
+    """Rules a caller puts around ``memory_read``/``memory_write`` (e.g. a curation pass).
+
+    The tools call it in this order: :meth:`read` after every successful read;
+    :meth:`admit` before a write touches the provider (it may refuse by raising, and it
+    returns the ``expected_version`` the write must use); :meth:`wrote` with the outcome.
+    """
+
+    def read(self, path: str, version: int) -> None:
+        """``path`` was read at ``version`` (0: it does not exist)."""
+        ...
+
+    def admit(self, path: str, expected_version: int | None) -> int:
+        """Let a write of ``path`` through, returning the version it is conditional on.
+
+        Raises:
+            CapabilityError: The write is refused; it never reaches the provider.
+        """
+        ...
+
+    def wrote(self, path: str, status: str) -> None:
+        """The admitted write ended ``written``, ``patched``, ``conflict`` or ``refused``."""
+        ...
 
 
 def validate_path(path: str) -> str:
@@ -167,7 +196,9 @@ class _Writer:
             return _conflict(self.path, exc.current_version or 0, expected)
 
 
-def _document_tools(provider: DocumentProvider) -> list[Tool[Any, Any]]:
+def _document_tools(
+    provider: DocumentProvider, guard: WriteGuard | None = None
+) -> list[Tool[Any, Any]]:
     @tool(
         name="memory_read",
         effects={"read"},
@@ -187,10 +218,13 @@ def _document_tools(provider: DocumentProvider) -> list[Tool[Any, Any]]:
         """
         validate_path(path)
         doc = await provider.documents.read_document(ctx.scope, path)
+        version = doc.version if doc is not None else 0
+        if guard is not None:
+            guard.read(path, version)
         return {
             "path": path,
             "exists": doc is not None,
-            "version": doc.version if doc is not None else 0,
+            "version": version,
             "content": clean(doc.text) if doc is not None else "",
             "note": _DATA_NOTE,
         }
@@ -216,28 +250,42 @@ def _document_tools(provider: DocumentProvider) -> list[Tool[Any, Any]]:
             new_string: Its replacement (defaults to content).
         """
         path = validate_path(target)
-        writer = _Writer(provider.documents, provider.document_budget_bytes, ctx, path)
+        # Malformed calls are refused before a guard sees them: they are no write at all.
         if old_string is not None:
             if append:
                 raise CapabilityError("input_invalid", "use either append or old_string, not both")
             if not old_string:
                 raise CapabilityError("input_invalid", "old_string must not be empty")
-            replacement = new_string if new_string is not None else content
-            return await writer.patch(old_string, replacement, expected_version)
-        if new_string is not None:
+        elif new_string is not None:
             raise CapabilityError("input_invalid", "new_string needs old_string")
-        if append:
-            if not content:
-                raise CapabilityError("input_invalid", "append needs non-empty content")
-            return await writer.append(content, expected_version)
-        if expected_version is None:
+        elif append and not content:
+            raise CapabilityError("input_invalid", "append needs non-empty content")
+        if guard is not None:
+            expected_version = guard.admit(path, expected_version)
+        elif old_string is None and not append and expected_version is None:
             raise CapabilityError(
                 "input_invalid",
                 "refused: replacing a document needs expected_version (no blind overwrite). "
                 "Read it with memory_read and pass its version, use append=true to add to it, "
                 "or old_string/new_string to change one passage.",
             )
-        return await writer.replace(content, expected_version)
+        writer = _Writer(provider.documents, provider.document_budget_bytes, ctx, path)
+        try:
+            if old_string is not None:
+                replacement = new_string if new_string is not None else content
+                result = await writer.patch(old_string, replacement, expected_version)
+            elif append:
+                result = await writer.append(content, expected_version)
+            else:
+                assert expected_version is not None  # refused above without one
+                result = await writer.replace(content, expected_version)
+        except CapabilityError:
+            if guard is not None:
+                guard.wrote(path, "refused")
+            raise
+        if guard is not None:
+            guard.wrote(path, str(result["status"]))
+        return result
 
     return [memory_read, memory_write]
 
@@ -274,12 +322,16 @@ def _search_tool(provider: MemoryProvider, snippet_bytes: int) -> Tool[Any, Any]
     return memory_search
 
 
-def memory_tools(provider: MemoryProvider, *, snippet_bytes: int = 1_500) -> list[Tool[Any, Any]]:
+def memory_tools(
+    provider: MemoryProvider, *, snippet_bytes: int = 1_500, guard: WriteGuard | None = None
+) -> list[Tool[Any, Any]]:
     """The memory tools the provider's manifest declares, bound to it.
 
     Args:
         provider: The runtime's memory provider.
         snippet_bytes: Each ``memory_search`` result is cut to this.
+        guard: Rules around the document tools (a curation pass's write-once and
+            compare-and-swap); ``None`` for a run's ordinary tools.
 
     Raises:
         UsageError: The manifest declares ``memory_read``/``memory_write`` but the provider
@@ -294,7 +346,7 @@ def memory_tools(provider: MemoryProvider, *, snippet_bytes: int = 1_500) -> lis
                 f"memory provider {provider.manifest.name!r} declares memory_read/memory_write "
                 "but has no documents"
             )
-        tools += [t for t in _document_tools(documents) if t.name in declared]
+        tools += [t for t in _document_tools(documents, guard) if t.name in declared]
     if "memory_search" in declared:
         tools.append(_search_tool(provider, snippet_bytes))
     return tools

@@ -42,6 +42,7 @@ from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
 from reverie.models.base import Model
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
+from reverie.runtime.curation import curator_for
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.host import (
@@ -130,6 +131,8 @@ class Runtime:
         families: Iterable[LoopFamily] | None = None,
         memory: MemoryProvider | None = None,
         memory_budget_bytes: int | None = None,
+        curation_interval_turns: int | None = None,
+        curation_model: str | Model | None = None,
     ) -> None:
         self.store = store
         self.hooks = HookRegistry()
@@ -159,7 +162,11 @@ class Runtime:
         self._opened = False
         self._owner: str | None = None
         self._memory = memory_service(memory, budget_bytes=memory_budget_bytes)
-        self.memory = RuntimeMemory(self._memory, store)
+        # Checked here, so a bad curation setting fails Runtime.open, not a later turn.
+        self._curator = curator_for(
+            self, self._memory, interval=curation_interval_turns, model=curation_model
+        )
+        self.memory = RuntimeMemory(self._memory, store, self._curator)
         """Read, write and search memory: ``await rt.memory.read(scope, "MEMORY.md")``."""
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -175,6 +182,8 @@ class Runtime:
         families: Iterable[LoopFamily] | None = None,
         memory: MemoryProvider | None = None,
         memory_budget_bytes: int | None = None,
+        curation_interval_turns: int | None = None,
+        curation_model: str | Model | None = None,
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
@@ -182,6 +191,15 @@ class Runtime:
         (then ``await rt.aclose()``). URLs: ``":memory:"``, ``"sqlite:///path.db"``,
         ``"postgresql://..."``. ``memory=NativeMemory()`` (or ``MCPMemory(...)``) gives every
         agent memory (DESIGN §12); ``memory_budget_bytes`` bounds recalled text per prompt.
+
+        ``curation_interval_turns=N`` (N >= 2) turns on memory curation (DESIGN §13): after
+        every Nth completed turn of an owner a background pass tidies their memory, with the
+        triggering agent's model unless ``curation_model`` names another. It needs a provider
+        whose manifest declares a curation pass (``NativeMemory`` does).
+
+        Raises:
+            ConfigError: A bad store URL; ``curation_interval_turns`` below 2, or set while the
+                provider declares no curation pass (the message names the provider).
         """
         from reverie.store import default_store_url
 
@@ -195,6 +213,8 @@ class Runtime:
             families=families,
             memory=memory,
             memory_budget_bytes=memory_budget_bytes,
+            curation_interval_turns=curation_interval_turns,
+            curation_model=curation_model,
         )
         return _Opener(rt)
 
@@ -206,6 +226,8 @@ class Runtime:
             except BaseException:
                 await self.store.close()
                 raise
+            if self._curator is not None:
+                self._curator.open(self.hooks)
         self._opened = True
         self._owner = _owner()
 

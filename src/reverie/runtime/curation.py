@@ -1,0 +1,340 @@
+"""The curation hook and passes: memory that tidies itself, under hard bounds (DESIGN §13).
+
+:class:`Curator` is what a runtime holds when its memory provider declares an ``after_turn``
+curation pass. With ``curation_interval_turns = N`` it registers the builtin ``after_turn``
+hook :data:`~reverie.memory.curation.CURATION_HOOK_NAME`, which
+
+1. counts each owner's (tenant, user) completed interactive turns in a bounded LRU
+   (:class:`~reverie.memory.curation.TurnCounter`) — failed, cancelled, blocked turns do not
+   count, and the applier never fires ``after_turn`` for unbound, actorless or
+   scheduled-trigger runs, so a pass can never count towards (or trigger) another pass;
+2. on every Nth submits one unbound structured pass through ``rt.unbound.submit`` and returns
+   at once — the user's turn never waits for it. The pass acts as the owner (the triggering
+   run's scope), sees only the manifest's declared memory tools (guarded by a
+   :class:`~reverie.memory.curation.PassGuard`: one write, conditional on the version read)
+   plus ``structured_result``, runs under :func:`~reverie.memory.curation.pass_limits`, uses the
+   triggering agent's model unless ``curation_model`` names another, and is keyed by
+   ``memory-curation-{tenant}-{user}-{triggering_run_id}``;
+3. when the pass ends (in a task the runtime owns), keeps its record and report with
+   ``save_memory_pass`` — failed passes too, so every pass is listable.
+
+Failures of the hook and of a pass are logged at debug and never affect the user's turn.
+Without an interval the hook is never registered; ``rt.memory.curate(scope)`` still runs a pass
+on demand when the provider declares one.
+
+Counts live in this process's bounded LRU. When an owner is not in it (a new process, as with
+one-shot ``reverie run`` commands, or an owner evicted earlier), their count is seeded from the
+store: their completed interactive turns since their latest pass run, newest first and bounded
+— one query per owner newly seen. A pass's write budget lives with the process that submitted
+it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from reverie.core.exits import Cancelled, Failed
+from reverie.core.ids import new_id
+from reverie.core.scope import Scope
+from reverie.errors import UsageError
+from reverie.hooks import AfterTurnContext, HookRegistry
+from reverie.memory.curation import (
+    CURATION_HOOK_NAME,
+    DEFAULT_MAX_OWNERS,
+    PASS_OPENING,
+    REPORT_NAME,
+    REPORT_SCHEMA,
+    PassGuard,
+    TurnCounter,
+    check_interval,
+    curation_op,
+    load_pass_prompt,
+    pass_id,
+    pass_limits,
+    pass_prefix,
+    pass_report,
+)
+from reverie.memory.manifest import ScheduledOp
+from reverie.memory.service import MemoryService
+from reverie.models.base import Model
+from reverie.runtime.applier import INTERACTIVE_PROFILES
+from reverie.runtime.structured import OutputContract
+from reverie.store.documents import DocumentStore, MemoryPassRecord
+
+if TYPE_CHECKING:
+    from reverie.runtime.agent import Agent
+    from reverie.runtime.result import RunResult
+    from reverie.runtime.runtime import Runtime
+
+__all__ = ["Curator", "curator_for"]
+
+log = logging.getLogger("reverie.memory.curation")
+
+REPORT_CONTRACT = OutputContract.json_schema(REPORT_NAME, REPORT_SCHEMA)
+"""The output contract of every pass."""
+
+
+class Curator:
+    """Curation for one runtime: the after-turn counter and the passes it submits.
+
+    Build it with :func:`curator_for`; the runtime calls :meth:`open` once it is open.
+
+    Args:
+        runtime: The runtime whose unbound service runs the passes.
+        service: The runtime's memory service (provider and memory tools).
+        op: The provider's ``after_turn`` scheduled op.
+        interval: Every Nth completed turn of an owner (``None``: no hook, on demand only).
+        model: The model of every pass (``curation_model``); ``None`` uses the model of the
+            agent whose turn made the pass due.
+        max_owners: Owners whose counts are kept (the counter's bound).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        service: MemoryService,
+        op: ScheduledOp,
+        *,
+        interval: int | None,
+        model: Model | None = None,
+        max_owners: int = DEFAULT_MAX_OWNERS,
+    ) -> None:
+        self._rt = runtime
+        self._service = service
+        self.op = op
+        self.interval = interval
+        self.model = model
+        self.counter = TurnCounter(interval or op.interval_turns, max_owners=max_owners)
+        """Completed turns per owner since their last pass."""
+        self._prompt: str | None = None
+        if interval is not None:
+            self._load_prompt()  # enabled: a missing prompt is a start-up error, not a pass error
+        self._inflight: dict[str, asyncio.Future[MemoryPassRecord]] = {}
+        # Enough rows to find N turns among some failed, unbound and scheduled runs.
+        self._history_rows = min(4 * self.counter.interval + 16, 1_000)
+
+    def _load_prompt(self) -> str:
+        if self._prompt is None:
+            manifest = self._service.provider.manifest
+            self._prompt = load_pass_prompt(
+                self.op, provider=manifest.name, base_dir=manifest.base_dir
+            )
+        return self._prompt
+
+    def open(self, hooks: HookRegistry) -> None:
+        """Register the builtin ``after_turn`` hook (only when an interval is set)."""
+        if self.interval is not None and CURATION_HOOK_NAME not in hooks:
+            # Telemetry phase, after the recording hook: it observes, it never decides.
+            hooks.register_builtin(
+                "after_turn",
+                self.after_turn,
+                name=CURATION_HOOK_NAME,
+                phase="telemetry",
+                priority=10,
+            )
+
+    # ------------------------------------------------------------------------------ the hook
+    async def after_turn(self, ctx: AfterTurnContext) -> None:
+        """Count a completed interactive turn; on every Nth, submit a pass. Never raises."""
+        try:
+            # The applier fires after_turn only for interactive turns with a human actor;
+            # checked again here so nothing but a user's completed turn is ever counted.
+            if not ctx.completed or ctx.profile not in INTERACTIVE_PROFILES:
+                return
+            owner = (ctx.scope.tenant, ctx.scope.user)
+            if owner not in self.counter:
+                seeded = await self._turns_since_last_pass(ctx)
+                if owner not in self.counter:  # another turn of theirs may have seeded it
+                    self.counter.seed(owner, seeded)
+            if not self.counter.count(owner):
+                return
+            agent: Agent | None = None
+            if self.model is None:
+                run = await self._rt.store.get_run(ctx.run_id)
+                agent = self._rt._agents.get(run.agent_name)
+                if agent is None:
+                    log.debug("curation: agent of run %s is not registered; no pass", ctx.run_id)
+                    return
+            await self.submit(ctx.scope, trigger=ctx.run_id, agent=agent)
+        except Exception as exc:
+            log.debug(
+                "curation: submitting a pass after run %s failed (%s); the turn is unaffected",
+                ctx.run_id,
+                type(exc).__name__,
+            )
+
+    async def _turns_since_last_pass(self, ctx: AfterTurnContext) -> int:
+        """The owner's completed interactive turns before this one since their last pass,
+        from the store (newest first, bounded), for an owner this process has not counted."""
+        owner = Scope(tenant=ctx.scope.tenant, user=ctx.scope.user)
+        prefix = pass_prefix(owner)
+        runs = await self._rt.store.list_runs(scope=owner, limit=self._history_rows)
+        turns = 0
+        for run in runs:
+            if (run.idempotency_key or "").startswith(prefix):
+                break  # the owner's latest pass: counting starts after it
+            if (
+                run.run_id != ctx.run_id
+                and run.status == "completed"
+                and run.profile in INTERACTIVE_PROFILES
+                and run.has_actor
+            ):
+                turns += 1
+        return turns
+
+    # ------------------------------------------------------------------------------ passes
+    async def submit(
+        self,
+        scope: Scope,
+        *,
+        trigger: str,
+        agent: Agent | None = None,
+        model: Model | str | None = None,
+    ) -> asyncio.Future[MemoryPassRecord]:
+        """Submit one pass for ``scope`` and return a future of its record at once.
+
+        Args:
+            scope: The owner the pass acts for.
+            trigger: What made it due (the triggering run id): names the pass.
+            agent: Use this agent's model (when no ``curation_model`` is set).
+            model: Use this model (over ``curation_model`` and ``agent``).
+
+        Raises:
+            UsageError: No model to run the pass with.
+        """
+        key = pass_id(scope, trigger)
+        inflight = self._inflight.get(key)
+        if inflight is not None:
+            return inflight
+        chosen = model if model is not None else self.model
+        if chosen is None and agent is None:
+            raise UsageError(
+                "a curation pass needs a model: pass model=..., or set curation_model "
+                "(Runtime.open(..., curation_model=...) or [memory] curation_model)"
+            )
+        # In flight from here on, so a repeated submit joins this pass even while it starts.
+        done: asyncio.Future[MemoryPassRecord] = asyncio.get_running_loop().create_future()
+        # Read by wait()/run_now() or by nobody: never "exception was never retrieved".
+        done.add_done_callback(lambda f: None if f.cancelled() else f.exception())
+        self._inflight[key] = done
+        spec = self.op.pass_
+        guard = PassGuard()
+        try:
+            run_id = await self._rt.unbound.submit(
+                system_prompt=self._load_prompt(),
+                messages=[PASS_OPENING],
+                tools=self._service.pass_tools(spec.tools, guard),
+                output_contract=REPORT_CONTRACT,
+                limits=pass_limits(spec),
+                idempotency_key=key,
+                scope=scope,
+                model=chosen,
+                agent=agent if chosen is None else None,
+            )
+        except BaseException as exc:
+            del self._inflight[key]
+            if isinstance(exc, Exception):
+                done.set_exception(exc)
+            else:
+                done.cancel()
+            raise
+        self._rt._spawn(self._finish(key, run_id, scope, guard, done))
+        return done
+
+    async def _finish(
+        self,
+        key: str,
+        run_id: str,
+        scope: Scope,
+        guard: PassGuard,
+        done: asyncio.Future[MemoryPassRecord],
+    ) -> None:
+        """Wait for the pass's run, keep its record; failures are logged at debug."""
+        try:
+            result = await self._rt.unbound.result(run_id)
+            record = MemoryPassRecord(
+                pass_id=key, scope=scope, run_id=run_id, report=_report(result, guard)
+            )
+            store = self._rt.store
+            if isinstance(store, DocumentStore):
+                record = await store.save_memory_pass(record)
+            log.debug("curation: pass %s ended %s", key, result.status)
+            if not done.done():
+                done.set_result(record)
+        except asyncio.CancelledError:
+            done.cancel()
+            raise
+        except Exception as exc:
+            log.debug("curation: pass %s failed (%s)", key, type(exc).__name__)
+            if not done.done():
+                done.set_exception(exc)
+        finally:
+            if self._inflight.get(key) is done:
+                del self._inflight[key]
+
+    async def run_now(self, scope: Scope, *, model: Any = None) -> MemoryPassRecord:
+        """Run one pass for ``scope`` now (``reverie memory curate --now``) and wait for it.
+
+        Args:
+            scope: The owner.
+            model: A model or spec; default ``curation_model``.
+
+        Raises:
+            UsageError: No model was given and no ``curation_model`` is set.
+        """
+        done = await self.submit(scope, trigger=new_id("now"), model=model)
+        return await asyncio.shield(done)
+
+    async def wait(self) -> list[MemoryPassRecord]:
+        """Wait for the passes in flight; the records kept for those that ended.
+
+        Cancelling the wait (e.g. ``asyncio.timeout``) never cancels a pass: ``asyncio.wait``
+        leaves what it waits for alone.
+        """
+        pending = list(self._inflight.values())
+        if not pending:
+            return []
+        await asyncio.wait(pending)
+        return [f.result() for f in pending if not f.cancelled() and f.exception() is None]
+
+
+def _report(result: RunResult, guard: PassGuard) -> dict[str, Any]:
+    error: str | None = None
+    if isinstance(result.exit, Failed):
+        error = f"{result.exit.kind}: {result.exit.safe_summary}"
+    elif isinstance(result.exit, Cancelled):
+        error = "cancelled"
+    return pass_report(result.output, status=result.status, guard=guard, error=error)
+
+
+def curator_for(
+    runtime: Runtime,
+    service: MemoryService | None,
+    *,
+    interval: object = None,
+    model: Model | str | None = None,
+) -> Curator | None:
+    """The runtime's curation, checked at start-up (``Runtime.open``).
+
+    Returns:
+        A :class:`Curator` when the provider declares an ``after_turn`` pass (its hook
+        registered only when ``interval`` is set), else ``None``.
+
+    Raises:
+        ConfigError: ``interval`` is not a whole number >= 2; it is set while memory is off or
+            the provider declares no pass (names the provider); the prompt file is missing;
+            ``model`` is not a valid model spec.
+    """
+    checked = check_interval(interval)
+    provider = service.provider if service is not None else None
+    op = curation_op(provider, checked)
+    if op is None or service is None:
+        return None
+    resolved: Model | None = None
+    if model is not None:
+        from reverie.models.registry import resolve_model
+
+        resolved = resolve_model(model)
+    return Curator(runtime, service, op, interval=checked, model=resolved)

@@ -1,0 +1,173 @@
+"""Write-once and compare-and-swap, enforced in code (DESIGN §13), and how a pass fails."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from curation_support import (
+    ANA,
+    DUPLICATES,
+    TIDY,
+    curating,
+    curator,
+    settled_passes,
+    tidy_curator,
+    tool_payloads,
+    turns,
+    user_agent,
+)
+
+from reverie import Runtime
+from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.core.scope import Scope
+from reverie.errors import CapabilityError
+from reverie.memory.curation import PassGuard
+from reverie.store import Document
+from reverie.testing import ScriptedModel, call, reply
+
+
+def spy_writes(rt: Runtime) -> list[tuple[Scope, str, str]]:
+    """Record every write that reaches the store under the provider."""
+    calls: list[tuple[Scope, str, str]] = []
+    real = rt.store.write_document  # type: ignore[attr-defined]
+
+    async def spy(scope: Scope, path: str, text: str, expected_version: int) -> Document:
+        calls.append((scope, path, text))
+        return await real(scope, path, text, expected_version)  # type: ignore[no-any-return]
+
+    rt.store.write_document = spy  # type: ignore[attr-defined]
+    return calls
+
+
+async def test_a_second_write_in_a_pass_gets_a_tool_error_and_never_reaches_the_provider() -> None:
+    model = curator(writes=2)
+    async with curating(model) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        writes = spy_writes(rt)
+        await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+        doc = await rt.memory.read(ANA)
+    assert writes == [(ANA, "MEMORY.md", TIDY)]  # the second write never reached the store
+    results = tool_payloads(model.requests[-1])
+    assert results[1]["status"] == "written"
+    second = results[2]
+    assert isinstance(second, str) and second.startswith("error (policy_denied)")
+    assert "may write once" in second
+    assert doc == Document(TIDY, 2)
+    assert record.report["write"] == "written" and record.report["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        None,  # replace with the version read
+        {"content": TIDY},  # replace, version omitted: the host fills in the version read
+        {"content": "- Ana likes jazz.", "append": True},
+        {"old_string": "- Ana is a vegetarian.\n", "new_string": ""},
+    ],
+    ids=["replace", "replace-without-version", "append", "patch"],
+)
+async def test_a_user_write_between_the_passs_read_and_write_wins_and_the_pass_reports_conflict(
+    write: dict[str, Any] | None,
+) -> None:
+    read_done = asyncio.Event()
+    user_done = asyncio.Event()
+    inner = tidy_curator(write=write)
+
+    async def racing(request: ModelRequest) -> ModelResponse:
+        if len(tool_payloads(request)) == 1:  # the pass has read; the user writes now
+            read_done.set()
+            await user_done.wait()
+        return inner(request)
+
+    async with curating(ScriptedModel(racing)) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        await turns(rt, user_agent(), ANA, 2)
+        await read_done.wait()
+        mine = await rt.memory.read(ANA)
+        users = mine.text + "- Ana moved to Porto.\n"
+        await rt.memory.write(ANA, "MEMORY.md", users, expected_version=mine.version)
+        user_done.set()
+        (record,) = await settled_passes(rt, ANA)
+        doc = await rt.memory.read(ANA)
+        history = await rt.memory.history(ANA)
+    assert doc == Document(users, 2)  # the user's text survives, untouched
+    assert [v.text for v in history] == [users, DUPLICATES]  # the pass wrote no version
+    report = record.report
+    assert report["write"] == "conflict" and report["changed"] is False
+    assert report["conflicts"] and any("MEMORY.md" in c for c in report["conflicts"])
+    assert report["status"] == "completed"
+
+
+def writer(**arguments: Any) -> Callable[[ModelRequest], ModelResponse]:
+    """A curator that writes ``arguments`` once (reading first iff it has ``path`` to read)."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        done = tool_payloads(request)
+        if not done:
+            return call("memory_write", target="MEMORY.md", **arguments)
+        return call("structured_result", changed=False, summary="tried")
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"content": "blind", "expected_version": 1},
+        {"content": "- appended", "append": True},
+        {"old_string": "vegetarian", "new_string": "vegan"},
+    ],
+)
+async def test_a_pass_cannot_write_what_it_did_not_read(arguments: dict[str, Any]) -> None:
+    model = ScriptedModel(writer(**arguments))
+    async with curating(model) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        writes = spy_writes(rt)
+        await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+    assert writes == []
+    (refusal,) = tool_payloads(model.requests[-1])
+    assert "read MEMORY.md with memory_read first" in refusal
+    assert record.report["write"] == "none"
+
+
+def test_pass_guard_holds_a_write_to_the_version_read() -> None:
+    guard = PassGuard()
+    guard.read("MEMORY.md", 3)
+    with pytest.raises(CapabilityError) as stale:
+        guard.admit("MEMORY.md", 4)  # a version the pass did not read
+    assert stale.value.kind == "input_invalid" and guard.writes == 0
+    assert guard.admit("MEMORY.md", None) == 3  # omitted: the version read is filled in
+    with pytest.raises(CapabilityError) as twice:
+        guard.admit("MEMORY.md", 3)
+    assert twice.value.kind == "policy_denied"
+    guard.wrote("MEMORY.md", "conflict")
+    assert guard.outcome == "conflict" and not guard.changed
+
+
+async def test_a_structured_pass_answering_in_plain_text_gets_one_repair_then_fails_cleanly() -> (
+    None
+):
+    model = ScriptedModel(lambda request: reply("I tidied it, all good."))
+    async with curating(model) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        results = [await rt.run(user_agent(), f"turn {i}", scope=ANA) for i in range(2)]
+        (record,) = await settled_passes(rt, ANA)
+        pass_run = await rt.get_result(record.run_id)
+        doc = await rt.memory.read(ANA)
+        later = await rt.run(user_agent(), "and now?", scope=ANA)
+    assert [r.status for r in results] == ["completed", "completed"]
+    assert later.status == "completed"  # the user's turns are unaffected
+    assert len(model.requests) == 2  # the answer, and one repair prompt
+    repair = model.requests[1].messages[-1]
+    assert repair.role == "user" and "structured_result" in repair.content
+    assert pass_run.status == "failed"
+    assert pass_run.exit.kind == "output_contract_violation"  # type: ignore[union-attr]
+    assert record.report["status"] == "failed"
+    assert "output_contract_violation" in record.report["error"]
+    assert record.report["changed"] is False and record.report["write"] == "none"
+    assert doc == Document(DUPLICATES, 1)

@@ -1,0 +1,317 @@
+"""The curation hook through the runtime (DESIGN §13): what counts, when a pass is submitted,
+what a pass gets, and that the user's turn never depends on it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import pytest
+from curation_support import (
+    ANA,
+    BOB,
+    DUPLICATES,
+    TIDY,
+    curating,
+    curator,
+    is_pass,
+    settled_passes,
+    tidy_curator,
+    turns,
+    user_agent,
+)
+
+from reverie import Agent, Runtime, Scope, tool
+from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.hooks import AfterTurnContext
+from reverie.memory import NativeMemory
+from reverie.memory.curation import CURATION_HOOK_NAME, pass_id, pass_limits
+from reverie.memory.native import native_manifest
+from reverie.testing import ScriptedModel, call, error, reply
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return ":memory:" if request.param == "memory" else f"sqlite:///{tmp_path / 'rt.db'}"
+
+
+async def test_n_minus_one_completed_turns_submit_no_pass_and_the_nth_exactly_one(url: str) -> None:
+    model = curator()
+    async with curating(model, url=url, interval=3) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        agent = user_agent()
+        await turns(rt, agent, ANA, 2)
+        assert await settled_passes(rt, ANA) == []
+        assert model.requests == []
+        (third,) = await turns(rt, agent, ANA, 1)
+        passes = await settled_passes(rt, ANA)
+        doc = await rt.memory.read(ANA)
+    assert [p.pass_id for p in passes] == [pass_id(ANA, third)]
+    assert passes[0].report["status"] == "completed" and passes[0].report["write"] == "written"
+    assert doc.text == TIDY
+
+
+async def test_the_2nth_turn_submits_a_second_pass_with_a_different_id() -> None:
+    async with curating(curator()) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        ids = await turns(rt, user_agent(), ANA, 4)
+        passes = await settled_passes(rt, ANA)
+        runs = {p.run_id for p in passes}
+    assert [p.pass_id for p in passes] == [pass_id(ANA, ids[1]), pass_id(ANA, ids[3])]
+    assert passes[0].pass_id == f"memory-curation-acme-ana-{ids[1]}"
+    assert len(runs) == 2
+
+
+async def test_turns_are_counted_per_owner() -> None:
+    async with curating(curator()) as rt:
+        agent = user_agent()
+        await turns(rt, agent, ANA, 1)
+        await turns(rt, agent, BOB, 1)
+        assert await settled_passes(rt, ANA) == await settled_passes(rt, BOB) == []
+        await turns(rt, agent, BOB, 1)
+        assert await settled_passes(rt, ANA) == []
+        assert len(await settled_passes(rt, BOB)) == 1
+
+
+@tool(effects={"write"}, needs_approval=True)
+def send(to: str) -> str:
+    """Send something."""
+    return "sent"
+
+
+async def test_failed_cancelled_blocked_unbound_actorless_and_scheduled_runs_never_count() -> None:
+    async with curating(curator()) as rt:
+
+        def broken(request: ModelRequest) -> ModelResponse:
+            raise error("internal")
+
+        failing = Agent(name="failing", model=ScriptedModel(broken))
+        for _ in range(2):
+            assert (await rt.run(failing, "hi", scope=ANA)).status == "failed"
+        gated = Agent(
+            name="gated", model=ScriptedModel(lambda r: call("send", to="x")), tools=[send]
+        )
+        for _ in range(2):
+            blocked = await rt.run(gated, "send it", scope=ANA)
+            assert blocked.status == "blocked"
+            await rt.cancel(blocked.run_id)
+            assert (await rt.get_result(blocked.run_id)).status == "cancelled"
+        agent = user_agent()
+        for profile, actor in (("interactive", False), ("scheduled_trigger", True)):
+            for _ in range(2):
+                handle = await rt.start(agent, "tick", scope=ANA, profile=profile, has_actor=actor)
+                assert (await handle.result()).status == "completed"
+        for i in range(2):
+            done = await rt.unbound.run(
+                system_prompt="Work.",
+                messages=["go"],
+                scope=ANA,
+                agent=agent,
+                idempotency_key=f"u{i}",
+            )
+            assert done.status == "completed"
+        assert await settled_passes(rt, ANA) == []
+        # None of them counted: one completed interactive turn is still one short of a pass.
+        await turns(rt, agent, ANA, 1)
+        assert await settled_passes(rt, ANA) == []
+        await turns(rt, agent, ANA, 1)
+        assert len(await settled_passes(rt, ANA)) == 1
+
+
+async def test_the_pass_never_fires_another_pass_even_when_its_own_run_completes() -> None:
+    seen: list[AfterTurnContext] = []
+    async with curating(curator()) as rt:
+        rt.hooks.register("after_turn", seen.append, name="audit")
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        ids = await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+        pass_run = await rt.store.get_run(record.run_id)
+        # Give anything the pass's completion might have set off every chance to run.
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert await rt.memory.wait_for_passes() == []
+        again = await settled_passes(rt, ANA)
+    assert pass_run.status == "completed" and pass_run.profile == "unbound_structured"
+    assert not pass_run.has_actor
+    assert [c.run_id for c in seen] == ids  # after_turn never fired for the pass's run
+    assert again == [record]
+
+
+async def test_a_pass_acts_as_the_owner_with_the_declared_tools_prompt_and_report_contract() -> (
+    None
+):
+    model = curator()
+    async with curating(model) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+        run = await rt.store.get_run(record.run_id)
+        other = await rt.memory.read(BOB)
+    first = model.requests[0]
+    op = native_manifest().op_for("after_turn")
+    assert op is not None
+    prompt = (Path(str(native_manifest().base_dir)) / op.pass_.prompt).read_text(encoding="utf-8")
+    assert (run.scope.tenant, run.scope.user) == ("acme", "ana") and record.scope == ANA
+    assert run.idempotency_key == record.pass_id
+    assert sorted(t.name for t in first.tools or ()) == [
+        "memory_read",
+        "memory_write",
+        "structured_result",
+    ]
+    assert first.messages[0].role == "system" and first.messages[0].content == prompt
+    assert first.output_schema is not None
+    assert first.output_schema["required"] == ["changed", "summary"]
+    assert first.output_schema["properties"]["summary"]["maxLength"] == 500
+    assert other.version == 0  # acting as ana touched nobody else's memory
+
+
+async def test_a_pass_is_bounded_by_the_declared_limits() -> None:
+    op = native_manifest().op_for("after_turn")
+    assert op is not None
+    limits = pass_limits(op.pass_)
+    assert limits.max_model_calls == op.pass_.max_model_calls == 10
+    assert limits.max_capability_calls == max(4 * len(op.pass_.tools), 4) == 8
+    assert limits.wall_clock_s == 90
+
+    def read_forever(request: ModelRequest) -> ModelResponse:
+        return call("memory_read", path="MEMORY.md")
+
+    model = ScriptedModel(read_forever)
+    async with curating(model) as rt:
+        await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+    reads = sum(1 for r in model.requests[-1].messages if r.role == "tool")
+    assert record.report["status"] == "failed"
+    assert reads <= 8 and len(model.requests) <= 10
+
+
+async def test_a_pass_uses_the_triggering_agents_model_unless_curation_model_names_another() -> (
+    None
+):
+    def assistant(request: ModelRequest) -> ModelResponse:
+        return tidy_curator()(request) if is_pass(request) else reply("ok")
+
+    own = ScriptedModel(assistant, name="own")
+    async with Runtime.open(":memory:", memory=NativeMemory(), curation_interval_turns=2) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        await turns(rt, Agent(name="assistant", model=own), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+        assert (await rt.memory.read(ANA)).text == TIDY
+    assert record.report["status"] == "completed"
+    assert sum(1 for r in own.requests if is_pass(r)) == 3
+
+    named = curator()
+    other = ScriptedModel(lambda r: reply("ok"), name="other")
+    async with curating(named) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        await turns(rt, Agent(name="assistant", model=other), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+    assert record.report["status"] == "completed"
+    assert not any(is_pass(r) for r in other.requests) and len(named.requests) == 3
+
+
+async def test_the_hook_submits_and_returns_without_waiting_for_the_pass() -> None:
+    release = asyncio.Event()
+    inner = tidy_curator()
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        await release.wait()
+        return inner(request)
+
+    async with curating(ScriptedModel(slow)) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        agent = user_agent()
+        await turns(rt, agent, ANA, 2)  # returns while the pass is still waiting on its model
+        assert await rt.memory.passes(ANA) == []
+        later = await rt.run(agent, "still here?", scope=ANA)
+        assert later.status == "completed"
+        release.set()
+        (record,) = await settled_passes(rt, ANA)
+    assert record.report["status"] == "completed"
+
+
+async def test_hook_failures_are_logged_at_debug_and_never_affect_the_users_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="reverie.memory.curation")
+    async with curating(curator()) as rt:
+
+        async def broken_submit(*args: object, **kwargs: object) -> str:
+            raise RuntimeError("queue is down")
+
+        rt.unbound.submit = broken_submit  # type: ignore[method-assign]
+        results = [await rt.run(user_agent(), f"turn {i}", scope=ANA) for i in range(2)]
+        assert await settled_passes(rt, ANA) == []
+    assert [r.status for r in results] == ["completed", "completed"]
+    records = [r for r in caplog.records if r.name == "reverie.memory.curation"]
+    assert records and all(r.levelno == logging.DEBUG for r in records)
+    assert "RuntimeError" in records[0].getMessage()
+    assert "queue is down" not in caplog.text
+
+
+async def test_many_owners_keep_the_counter_map_bounded() -> None:
+    async with curating(curator(), interval=5) as rt:
+        registration = rt.hooks.get(CURATION_HOOK_NAME)
+        assert registration is not None and registration.trust == "builtin"
+        hook = registration.fn
+        counter = rt._curator.counter  # type: ignore[union-attr]
+        cap = counter.max_owners
+        for i in range(cap + 2_000):
+            scope = Scope(tenant="acme", user=f"user-{i}")
+            await hook(  # type: ignore[misc]
+                AfterTurnContext(
+                    scope=scope,
+                    run_id=f"run-{i}",
+                    profile="interactive",
+                    completed=True,
+                    status="completed",
+                )
+            )
+        assert len(counter) == cap
+        assert counter.get(("acme", "user-0")) == 0  # the least recently active was dropped
+        assert counter.get(("acme", f"user-{cap + 1_999}")) == 1
+        assert await rt.memory.wait_for_passes() == []
+
+
+async def test_a_new_process_continues_each_owners_count_from_the_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'rt.db'}"
+
+    def opened() -> contextlib.AbstractAsyncContextManager[Runtime]:
+        return curating(curator(), url=url, interval=3)
+
+    agent = user_agent()
+    async with opened() as rt:
+        await turns(rt, agent, ANA, 2)
+        assert await settled_passes(rt, ANA) == []
+    async with opened() as rt:
+        (third,) = await turns(rt, agent, ANA, 1)  # the 3rd turn, in a new process
+        (first,) = await settled_passes(rt, ANA)
+    assert first.pass_id == pass_id(ANA, third)
+    async with opened() as rt:
+        ids = await turns(rt, agent, ANA, 2)  # counting starts after the latest pass
+        assert await settled_passes(rt, ANA) == [first]
+        ids += await turns(rt, agent, ANA, 1)
+        passes = await settled_passes(rt, ANA)
+    assert [p.pass_id for p in passes] == [first.pass_id, pass_id(ANA, ids[2])]
+
+
+async def test_a_retried_submit_for_the_same_turn_returns_the_same_pass() -> None:
+    model = curator()
+    async with Runtime.open(":memory:", memory=NativeMemory(), curation_model=model) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        curation = rt._curator
+        assert curation is not None
+        first, twin = await asyncio.gather(  # two submits racing: one pass
+            curation.submit(ANA, trigger="run_x"), curation.submit(ANA, trigger="run_x")
+        )
+        again = await curation.submit(ANA, trigger="run_x")  # while it runs: the same pass
+        assert twin is first and again is first
+        record = await first
+        later = await curation.submit(ANA, trigger="run_x")  # after it ended: still the same
+        assert await later == record
+        runs = [r for r in await rt.store.list_runs(scope=ANA) if r.idempotency_key]
+    assert record.pass_id == "memory-curation-acme-ana-run_x"
+    assert [r.run_id for r in runs] == [record.run_id]
+    assert len(model.requests) == 3  # one pass's read, write and report
