@@ -6,6 +6,8 @@ Commands::
     reverie run "message" [--agent NAME] [--model SPEC] [--json] [--tenant T] [--user U]
     reverie runs list|show|resume|cancel
     reverie gates list|approve|deny
+    reverie memory show|edit|search|history|passes|curate   (one owner's memory, docs/memory.md)
+    reverie serve [--host H] [--port P]   (the HTTP API, docs/http.md)
     reverie doctor
     reverie mcp-memory [--http PORT] [--token-env NAME]   (memory over MCP, docs/memory-over-mcp.md)
 
@@ -20,10 +22,11 @@ from typing import Annotated
 
 import typer
 
-from reverie.cli import gates, runs
+from reverie.cli import gates, memory, runs
 from reverie.cli.chat import chat_command
 from reverie.cli.doctor import doctor_command
 from reverie.cli.run import run_command
+from reverie.cli.serve import serve_command
 
 __all__ = ["app", "main"]
 
@@ -38,6 +41,8 @@ app.command("chat")(chat_command)
 app.command("run")(run_command)
 app.add_typer(runs.app, name="runs")
 app.add_typer(gates.app, name="gates")
+app.add_typer(memory.app, name="memory")
+app.command("serve")(serve_command)
 app.command("doctor")(doctor_command)
 
 

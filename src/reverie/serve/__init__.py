@@ -1,0 +1,26 @@
+"""The HTTP surface (DESIGN §16): OpenAI-compatible chat completions and reverie's runs API.
+
+Needs the ``serve`` extra (Starlette, uvicorn, sse-starlette)::
+
+    pip install 'reverie[serve]'
+
+Build the app with :func:`create_app` and serve it with uvicorn, or run ``reverie serve``.
+``docs/http.md`` is the user's guide. ``import reverie`` never imports this package.
+"""
+
+from __future__ import annotations
+
+try:
+    import sse_starlette  # noqa: F401
+    import starlette  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
+    raise ImportError(
+        f"reverie.serve needs the 'serve' extra ({exc.name or exc} is missing): "
+        "pip install 'reverie[serve]'"
+    ) from exc
+
+from reverie.serve.app import create_app
+from reverie.serve.server import background_server, run_server
+
+__all__ = ["background_server", "create_app", "run_server"]

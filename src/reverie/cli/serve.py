@@ -1,0 +1,87 @@
+"""``reverie serve``: the HTTP API (docs/http.md) over the configured agents and store.
+
+Agents come from ``[agents.*]``, bearer tokens from ``[auth.tokens]``, the address from
+``--host``/``--port``, else ``[serve]``, else ``127.0.0.1:8400``. The server needs the ``serve``
+extra; it is imported only when the command runs, so the rest of the CLI works without it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from reverie.cli.common import (
+    ConfigOption,
+    ExitCode,
+    StoreOption,
+    err_console,
+    execute,
+    fail,
+    load,
+    open_session,
+)
+from reverie.config import auth_tokens, build_agents, serve_settings
+
+__all__ = ["serve_command"]
+
+
+def serve_command(
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            help="Interface to listen on (default: serve.host of the config, else 127.0.0.1).",
+            show_default=False,
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            min=0,
+            max=65535,
+            help="Port to listen on (default: serve.port of the config, else 8400).",
+            show_default=False,
+        ),
+    ] = None,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Serve the configured agents over HTTP: OpenAI-compatible chat completions and the
+    runs API. Every request needs a bearer token from [auth.tokens] (docs/http.md)."""
+
+    async def main() -> int:
+        cfg = load(config)
+        settings = serve_settings(cfg)
+        tokens = auth_tokens(cfg)
+        if not tokens:
+            fail(
+                f"no bearer tokens are configured, so every request would be refused. Fix: add "
+                f'[auth.tokens] to {cfg.source}, e.g. ana = {{ token_env = "API_TOKEN_ANA", '
+                'tenant = "acme", user = "ana" }'
+            )
+        agents = build_agents(cfg)
+        if not agents:
+            fail(
+                f"no agents are configured in {cfg.source}, so there is nothing to serve. Fix: "
+                'add [agents.NAME] with a model, e.g. model = "openai:gpt-4.1-mini"'
+            )
+        try:
+            from reverie.serve import create_app, run_server
+        except ImportError as exc:
+            fail(str(exc))
+        where_host = host or settings.host
+        where_port = settings.port if port is None else port
+        async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
+            app = create_app(session.rt, agents={a.name: a for a in agents}, tokens=tokens)
+            names = ", ".join(sorted(a.name for a in agents))
+            err_console().print(
+                f"reverie serve: agents {names}; {len(tokens)} token(s); "
+                f"http://{where_host}:{where_port}/v1",
+                markup=False,
+            )
+            await run_server(app, host=where_host, port=where_port)
+        return ExitCode.OK
+
+    execute(main)

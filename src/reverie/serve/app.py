@@ -1,0 +1,80 @@
+"""``create_app``: the Starlette application behind ``reverie serve``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from reverie.core.scope import Scope
+from reverie.errors import UsageError
+from reverie.runtime.agent import Agent
+from reverie.runtime.runtime import Runtime
+from reverie.serve.auth import BearerAuth, TokenTable
+from reverie.serve.chat import ChatRoutes
+from reverie.serve.context import ServeContext
+from reverie.serve.errors import Redactor, exception_handlers
+from reverie.serve.runs import RunRoutes
+
+__all__ = ["create_app"]
+
+
+def create_app(
+    runtime: Runtime,
+    *,
+    agents: Mapping[str, Agent],
+    tokens: Mapping[str, Scope],
+) -> Starlette:
+    """The HTTP API of ``runtime``: OpenAI-compatible chat completions and reverie's runs API.
+
+    Args:
+        runtime: An open runtime. The app does not close it: its owner does, after the server
+            stopped.
+        agents: The agents clients may use, by the name they use (``model`` in chat
+            completions, ``agent`` in ``POST /v1/runs``). They are registered with the runtime,
+            so runs blocked on a gate can be approved and resumed here.
+        tokens: Bearer tokens and the scope each acts for. Every route needs one; a token's
+            scope is the only identity a request has.
+
+    Returns:
+        A Starlette app; serve it with uvicorn (``reverie serve`` does). Its lifespan cancels
+        the app's background work on shutdown.
+
+    Raises:
+        UsageError: an empty agent name, a value that is not an :class:`Agent`, or a token that
+            is empty, contains whitespace or does not map to a :class:`Scope`.
+
+    Example::
+
+        async with Runtime.open("sqlite:///reverie.db") as rt:
+            app = create_app(rt, agents={"assistant": agent},
+                             tokens={"s3cret": Scope(tenant="acme", user="ana")})
+            await uvicorn.Server(uvicorn.Config(app, port=8400)).serve()
+    """
+    for name, agent in agents.items():
+        if not isinstance(agent, Agent):
+            raise UsageError(f"agents[{name!r}] is a {type(agent).__name__}, not a reverie.Agent")
+        if not name or not name.strip():
+            raise UsageError("served agent names must be non-empty")
+        runtime.register(agent)
+    table = TokenTable(tokens)
+    ctx = ServeContext(runtime, agents, redact=Redactor(tokens))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await ctx.tasks.aclose()
+
+    app = Starlette(
+        routes=[*ChatRoutes(ctx).routes(), *RunRoutes(ctx).routes()],
+        middleware=[Middleware(BearerAuth, tokens=table)],
+        exception_handlers=exception_handlers(),
+        lifespan=lifespan,
+    )
+    app.state.reverie = ctx
+    app.state.redact = ctx.redact
+    return app

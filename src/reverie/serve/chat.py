@@ -1,0 +1,456 @@
+"""The OpenAI-compatible surface: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+``model`` names a served agent. Each request is one **unbound turn** (DESIGN §14) of that agent:
+its instructions (then the request's ``system``/``developer`` messages) as the system prompt, the
+request's other messages as the conversation, the agent's tools run on the server, its limits
+bound the turn, and ``response_format`` becomes the turn's
+:class:`~reverie.runtime.OutputContract`. The run is durable and belongs to the caller's scope,
+so ``GET /v1/runs/{id}`` shows it too (its id is in the ``x-reverie-run-id`` header).
+
+Not supported, and refused with 400 rather than ignored: request-side ``tools`` (the agent's
+tools are the server's), ``n`` other than 1, non-text content parts. Sampling settings
+(``temperature``, ``max_tokens``, …) are accepted and ignored: the agent's model settings apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from reverie.core.events import AssistantMessage, TextDeltaEvent
+from reverie.core.messages import Message, ToolCall
+from reverie.errors import ReverieError, UsageError
+from reverie.runtime.agent import Agent
+from reverie.runtime.result import RunResult
+from reverie.runtime.structured import OutputContract
+from reverie.serve.auth import owner_of
+from reverie.serve.bodies import parse_body
+from reverie.serve.context import ServeContext
+from reverie.serve.errors import APIError, error_body, failure_error, from_reverie_error
+
+__all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn"]
+
+log = logging.getLogger("reverie.serve")
+
+SSE_PING_S = 15.0
+"""Keep-alive comment interval on streams (proxies drop idle connections)."""
+
+
+# ---------------------------------------------------------------------------------- bodies
+class _Lenient(BaseModel):
+    # OpenAI clients send fields we do not use (user, seed, metadata, …): ignore those.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class FunctionBody(_Lenient):
+    """``tool_calls[].function`` of an assistant message."""
+
+    name: str = Field(min_length=1)
+    arguments: str = "{}"
+    """The arguments as a JSON text, as OpenAI sends them."""
+
+
+class ToolCallBody(_Lenient):
+    """One tool call an earlier assistant message made."""
+
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionBody
+
+
+class ChatMessageBody(_Lenient):
+    """One message of ``messages``."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    """Text, or a list of content parts (only ``{"type": "text"}`` parts are supported)."""
+    name: str | None = None
+    tool_calls: list[ToolCallBody] | None = None
+    tool_call_id: str | None = None
+
+
+class JsonSchemaBody(_Lenient):
+    """``response_format.json_schema``."""
+
+    name: str = Field(min_length=1)
+    json_schema: dict[str, Any] = Field(alias="schema")
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ResponseFormatBody(_Lenient):
+    """``response_format``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaBody | None = None
+
+
+class StreamOptionsBody(_Lenient):
+    """``stream_options``."""
+
+    include_usage: bool = False
+
+
+class ChatCompletionBody(_Lenient):
+    """``POST /v1/chat/completions`` (the fields reverie reads)."""
+
+    model: str = Field(min_length=1)
+    messages: list[ChatMessageBody] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptionsBody | None = None
+    response_format: ResponseFormatBody | None = None
+    tools: list[dict[str, Any]] | None = None
+    n: int | None = None
+
+
+# ---------------------------------------------------------------------------------- mapping
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Turn:
+    """What one chat completion runs: the unbound turn's prompt, messages and contract."""
+
+    system_prompt: str
+    messages: list[Message]
+    contract: OutputContract
+
+
+def _text(content: str | list[dict[str, Any]] | None, param: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    pieces: list[str] = []
+    for index, part in enumerate(content):
+        kind = part.get("type")
+        if kind != "text" or not isinstance(part.get("text"), str):
+            raise APIError(
+                400,
+                f"{param}[{index}]: content parts of type {str(kind)[:40]!r} are not supported; "
+                "send text",
+                code="unsupported_content",
+                param=f"{param}[{index}]",
+            )
+        pieces.append(part["text"])
+    return "".join(pieces)
+
+
+def _arguments(call: ToolCallBody, param: str) -> dict[str, Any]:
+    try:
+        value = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise APIError(
+            400,
+            f"{param}: function.arguments must be a JSON object encoded as a string",
+            code="invalid_request",
+            param=param,
+        )
+    return value
+
+
+def _contract(body: ChatCompletionBody) -> OutputContract:
+    fmt = body.response_format
+    if fmt is None or fmt.type == "text":
+        return OutputContract.assistant_message()
+    if fmt.type == "json_object":
+        return OutputContract.json_object()
+    if fmt.json_schema is None:
+        raise APIError(
+            400,
+            "response_format.json_schema: required when type is 'json_schema'",
+            code="invalid_request",
+            param="response_format.json_schema",
+        )
+    try:
+        return OutputContract.json_schema(fmt.json_schema.name, fmt.json_schema.json_schema)
+    except UsageError as exc:
+        raise APIError(
+            400, str(exc), code="invalid_schema", param="response_format.json_schema.schema"
+        ) from None
+
+
+def to_turn(body: ChatCompletionBody, agent: Agent) -> Turn:
+    """Map a chat completion request onto an unbound turn of ``agent``.
+
+    The agent's instructions come first in the system prompt; the request's ``system`` and
+    ``developer`` messages follow them (they add to the operator's instructions, never replace
+    them).
+
+    Raises:
+        APIError: 400 for what the mapping cannot represent.
+    """
+    if body.tools:
+        raise APIError(
+            400,
+            "request-side tools are not supported: the agent's own tools run on the server",
+            code="unsupported_parameter",
+            param="tools",
+        )
+    if body.n not in (None, 1):
+        raise APIError(400, "only n=1 is supported", code="unsupported_parameter", param="n")
+    system: list[str] = [agent.instructions] if agent.instructions.strip() else []
+    messages: list[Message] = []
+    call_names: dict[str, str] = {}
+    for index, item in enumerate(body.messages):
+        param = f"messages[{index}]"
+        text = _text(item.content, f"{param}.content")
+        if item.role in ("system", "developer"):
+            if text.strip():
+                system.append(text)
+        elif item.role == "user":
+            messages.append(Message(role="user", content=text))
+        elif item.role == "assistant":
+            calls = tuple(
+                ToolCall(
+                    id=c.id,
+                    name=c.function.name,
+                    arguments=_arguments(c, f"{param}.tool_calls[{i}]"),
+                )
+                for i, c in enumerate(item.tool_calls or ())
+            )
+            call_names.update({c.id: c.name for c in calls})
+            messages.append(Message(role="assistant", content=text, tool_calls=calls))
+        else:
+            if not item.tool_call_id:
+                raise APIError(
+                    400,
+                    f"{param}.tool_call_id: required for role 'tool'",
+                    code="invalid_request",
+                    param=f"{param}.tool_call_id",
+                )
+            messages.append(
+                Message(
+                    role="tool",
+                    content=text,
+                    tool_call_id=item.tool_call_id,
+                    name=call_names.get(item.tool_call_id, item.name),
+                )
+            )
+    if not messages:
+        raise APIError(
+            400,
+            "messages: at least one user message is needed besides system messages",
+            code="invalid_request",
+            param="messages",
+        )
+    return Turn(system_prompt="\n\n".join(system), messages=messages, contract=_contract(body))
+
+
+def _usage(result: RunResult) -> dict[str, int]:
+    prompt, completion = result.usage.input_tokens, result.usage.output_tokens
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def completion_body(result: RunResult, *, model: str, created: int) -> dict[str, Any]:
+    """The ``chat.completion`` object of a completed run."""
+    return {
+        "id": f"chatcmpl-{result.run_id}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.text or "", "refusal": None},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": _usage(result),
+    }
+
+
+# ---------------------------------------------------------------------------------- routes
+class ChatRoutes:
+    """``/v1/chat/completions`` and ``/v1/models``."""
+
+    def __init__(self, ctx: ServeContext) -> None:
+        self.ctx = ctx
+
+    def routes(self) -> list[Route]:
+        """The routes, for the app's router."""
+        return [
+            Route("/v1/chat/completions", self.completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+        ]
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: the served agents, as OpenAI model objects."""
+        owner_of(request)
+        return JSONResponse(
+            {"object": "list", "data": [_model_object(name) for name in sorted(self.ctx.agents)]}
+        )
+
+    async def model(self, request: Request) -> Response:
+        """``GET /v1/models/{model}``."""
+        owner_of(request)
+        name = request.path_params["model"]
+        self.ctx.agent(name, param="model")
+        return JSONResponse(_model_object(name))
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``: run one unbound turn; answer or stream its reply."""
+        owner = owner_of(request)
+        body = await parse_body(request, ChatCompletionBody, invalid_status=400)
+        agent = self.ctx.agent(body.model, param="model")
+        if agent.hooks:
+            # Unbound turns run an ephemeral agent that does not carry the agent's own hooks:
+            # serving this agent here would bypass its policies, so refuse (fail closed).
+            raise APIError(
+                501,
+                f"agent {body.model!r} declares its own hooks, which unbound turns do not apply "
+                "yet; use POST /v1/runs for this agent",
+                code="unsupported_agent",
+                param="model",
+            )
+        turn = to_turn(body, agent)
+        rt = self.ctx.rt
+        run_id = await rt.unbound.submit(
+            system_prompt=turn.system_prompt,
+            messages=turn.messages,
+            tools=list(agent.tools),
+            output_contract=turn.contract,
+            limits=agent.limits,
+            scope=owner,
+            agent=agent,
+        )
+        created = int(time.time())
+        headers = {"x-reverie-run-id": run_id}
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            stream = _Stream(
+                self.ctx,
+                run_id,
+                model=body.model,
+                created=created,
+                structured=turn.contract.structured,
+                include_usage=include_usage,
+            )
+            return EventSourceResponse(stream.events(), headers=headers, ping=SSE_PING_S, sep="\n")
+        result = await rt.unbound.result(run_id)
+        if result.status != "completed":
+            raise failure_error(result.exit, run_id)
+        return JSONResponse(
+            completion_body(result, model=body.model, created=created), headers=headers
+        )
+
+
+def _model_object(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "reverie"}
+
+
+class _Stream:
+    """One streamed completion: Chat Completions chunks, then ``data: [DONE]``.
+
+    Text is streamed as the model produces it (every model call of the turn; text written
+    alongside server-side tool calls too). A structured turn streams its JSON once, at the end.
+    A run that fails mid-stream ends the stream with an ``{"error": …}`` event, as OpenAI does.
+    If the client goes away, the run is cancelled.
+    """
+
+    def __init__(
+        self,
+        ctx: ServeContext,
+        run_id: str,
+        *,
+        model: str,
+        created: int,
+        structured: bool,
+        include_usage: bool,
+    ) -> None:
+        self.ctx = ctx
+        self.run_id = run_id
+        self.structured = structured
+        self.include_usage = include_usage
+        self._base = {
+            "id": f"chatcmpl-{run_id}",
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": None,
+        }
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> ServerSentEvent:
+        data: dict[str, Any] = {
+            **self._base,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+        if self.include_usage:
+            data["usage"] = None
+        return _sse(data)
+
+    def _error(self, error: APIError) -> ServerSentEvent:
+        message = self.ctx.redact(error.message)
+        return _sse(error_body(error.status, message, code=error.code))
+
+    async def _text(self) -> AsyncIterator[str]:
+        """The turn's text pieces, live."""
+        handle = self.ctx.rt.attach(self.run_id)
+        if handle is None:
+            return
+        streamed = False  # text deltas seen since the last assistant message
+        wrote = False  # any text sent yet (later messages are set apart by a blank line)
+        async for event in handle.events():
+            text = ""
+            if isinstance(event, TextDeltaEvent):
+                text = event.text
+                if text and not streamed and wrote:
+                    text = "\n\n" + text
+                streamed = streamed or bool(event.text)
+            elif isinstance(event, AssistantMessage):
+                if not streamed and event.text.strip():  # a model that does not stream
+                    text = ("\n\n" if wrote else "") + event.text
+                streamed = False
+            if text:
+                wrote = True
+                yield text
+
+    async def events(self) -> AsyncIterator[ServerSentEvent]:
+        """The SSE events of the response."""
+        done = False
+        try:
+            yield self._chunk({"role": "assistant", "content": ""})
+            async for text in self._text():
+                if not self.structured:
+                    yield self._chunk({"content": text})
+            result = await self.ctx.rt.unbound.result(self.run_id)
+            done = True
+            if result.status != "completed":
+                error = failure_error(result.exit, self.run_id)
+                yield self._error(error)
+                return
+            if self.structured:
+                yield self._chunk({"content": result.text or ""})
+            yield self._chunk({}, "stop")
+            if self.include_usage:
+                yield _sse({**self._base, "choices": [], "usage": _usage(result)})
+            yield ServerSentEvent(data="[DONE]")
+        except ReverieError as exc:
+            done = True
+            error = from_reverie_error(exc)
+            yield self._error(error)
+        finally:
+            if not done:
+                # The client went away (or the server is stopping): nobody will read the answer.
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await self.ctx.rt.cancel(self.run_id, reason="client disconnected")
+
+
+def _sse(data: dict[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(data=json.dumps(data, ensure_ascii=False, separators=(",", ":")))

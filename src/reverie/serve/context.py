@@ -1,0 +1,115 @@
+"""What every route shares: the runtime, the served agents, owned background tasks, and the
+scope checks that make another owner's runs and gates look like they do not exist."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+from reverie.core.scope import Scope
+from reverie.errors import NotFoundError, ReverieError
+from reverie.runtime.agent import Agent
+from reverie.runtime.runtime import Runtime
+from reverie.serve.errors import APIError, Redactor
+from reverie.store.base import GateRecord, RunRecord
+
+__all__ = ["ServeContext", "TaskOwner", "same_owner"]
+
+log = logging.getLogger("reverie.serve")
+
+T = TypeVar("T")
+
+
+def same_owner(a: Scope, b: Scope) -> bool:
+    """Runs, threads and gates belong to a tenant and user (as the runtime compares them)."""
+    return (a.tenant, a.user) == (b.tenant, b.user)
+
+
+class TaskOwner:
+    """Owns the server's background tasks (gate resolutions that resume runs).
+
+    The one place the server creates tasks; :meth:`aclose` cancels and awaits what is left when
+    the app shuts down, so no task outlives it.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, work: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+        """Run ``work`` in the background; failures are logged, never lost."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, ReverieError):
+            log.info("%s ended with %s: %s", task.get_name(), type(exc).__name__, exc)
+        elif exc is not None:
+            log.error("%s failed", task.get_name(), exc_info=exc)
+
+    async def aclose(self) -> None:
+        """Cancel the tasks still running and wait for them."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class ServeContext:
+    """The state behind one app created by :func:`reverie.serve.create_app`."""
+
+    def __init__(
+        self, runtime: Runtime, agents: Mapping[str, Agent], *, redact: Redactor | None = None
+    ) -> None:
+        self.rt = runtime
+        self.agents = dict(agents)
+        """Served agents by the name clients use (``model`` / ``agent``)."""
+        self.tasks = TaskOwner()
+        self.redact = redact or Redactor()
+        """Masks secrets in every error message that leaves the server."""
+        self.resolving = asyncio.Lock()
+        """Held while a gate is checked and its resolution launched: a second resolution of the
+        same gate in this server then sees it resolved and gets 409."""
+
+    def agent(self, name: str, *, param: str) -> Agent:
+        """The served agent called ``name``, else a 404 naming the agents there are."""
+        agent = self.agents.get(name)
+        if agent is None:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise APIError(
+                404,
+                f"no agent named {name!r} is served here (agents: {known}); GET /v1/models "
+                "lists them",
+                code="model_not_found",
+                param=param,
+            )
+        return agent
+
+    async def owned_run(self, owner: Scope, run_id: str) -> RunRecord:
+        """The run if it belongs to ``owner``; another owner's run is 404, as a missing one."""
+        try:
+            run = await self.rt.store.get_run(run_id)
+        except NotFoundError:
+            run = None
+        if run is None or not same_owner(run.scope, owner):
+            raise APIError(404, f"run {run_id} not found", code="run_not_found")
+        return run
+
+    async def owned_gate(self, owner: Scope, ref: str) -> GateRecord:
+        """The gate if it belongs to ``owner``; otherwise 404."""
+        try:
+            gate = await self.rt.store.get_gate(ref)
+        except NotFoundError:
+            gate = None
+        if gate is None or not same_owner(gate.scope, owner):
+            raise APIError(404, f"gate {ref} not found", code="gate_not_found")
+        return gate

@@ -1,0 +1,248 @@
+"""HTTP errors: one OpenAI-style body for every failure the server reports.
+
+Every error response, on every route, has the body OpenAI clients already parse::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": null, "code": "..."}}
+
+``type`` is ``invalid_request_error`` for 4xx statuses and ``server_error`` for 5xx. Messages
+are safe by construction: they come from :class:`APIError` raised here, from the safe messages
+of reverie's typed errors, or from a run's ``safe_summary`` — never from a stack trace, a
+credential or memory content. Unexpected exceptions are logged on the server and answered with
+a generic 500. As a second line of defence, :class:`Redactor` masks every value the process
+holds that looks like a secret (bearer tokens, ``*_KEY``/``*_TOKEN``/… environment variables)
+in each message before it leaves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from reverie.core.exits import Cancelled, Failed, LoopExit
+from reverie.errors import (
+    ConfigError,
+    ConflictError,
+    GateResolvedError,
+    ModelError,
+    NotFoundError,
+    ReverieError,
+    RunBusy,
+    RunEndedError,
+    UnknownAgentError,
+    UsageError,
+)
+
+__all__ = [
+    "APIError",
+    "Redactor",
+    "error_body",
+    "error_response",
+    "exception_handlers",
+    "failure_error",
+    "from_reverie_error",
+]
+
+log = logging.getLogger("reverie.serve")
+
+_GENERIC_500 = "the server failed to handle the request; its log has the details"
+
+
+class APIError(Exception):
+    """An error to answer with: status, safe message, and the OpenAI ``code``/``param``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        """Shown to the client: must hold no secret."""
+        self.code = code
+        self.param = param
+        self.headers = dict(headers or {})
+
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
+_MIN_SECRET_CHARS = 8
+"""Shorter values are not masked: they would mangle ordinary words."""
+
+
+class Redactor:
+    """Masks known secret values in text that is about to leave the server."""
+
+    def __init__(
+        self, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None
+    ) -> None:
+        env = os.environ if environ is None else environ
+        found = {v for k, v in env.items() if _SECRET_NAME.search(k)}
+        found.update(secrets)
+        # Longest first, so a secret that contains another is masked whole.
+        self._secrets = sorted(
+            (v for v in found if len(v) >= _MIN_SECRET_CHARS), key=len, reverse=True
+        )
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, "***")
+        return text
+
+
+def error_body(
+    status: int, message: str, *, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """The OpenAI-style error object for ``status``."""
+    return {
+        "error": {
+            "message": message,
+            "type": "server_error" if status >= 500 else "invalid_request_error",
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+def error_response(error: APIError, redact: Redactor | None = None) -> JSONResponse:
+    """The response for an :class:`APIError` (its message passed through ``redact``)."""
+    message = redact(error.message) if redact is not None else error.message
+    return JSONResponse(
+        error_body(error.status, message, code=error.code, param=error.param),
+        status_code=error.status,
+        headers=error.headers,
+    )
+
+
+def from_reverie_error(exc: ReverieError) -> APIError:
+    """The HTTP error for one of reverie's typed errors (their messages are safe)."""
+    # Order matters: the more specific classes first (UnknownAgentError is a UsageError).
+    if isinstance(exc, UnknownAgentError):
+        # The run's agent is not served here: the operator's configuration, not the caller.
+        log.error("request needs an agent this server does not serve: %s", exc)
+        return APIError(
+            500,
+            f"agent {exc.agent_name!r} is not served by this server",
+            code="agent_not_served",
+        )
+    if isinstance(exc, NotFoundError):
+        return APIError(404, str(exc), code="not_found")
+    if isinstance(exc, RunEndedError):
+        return APIError(409, str(exc), code="run_ended")
+    if isinstance(exc, GateResolvedError):
+        return APIError(409, str(exc), code="gate_resolved")
+    if isinstance(exc, RunBusy):
+        return APIError(
+            409, "the run is being advanced by another worker; try again later", code="run_busy"
+        )
+    if isinstance(exc, ConflictError):
+        return APIError(409, str(exc), code="conflict")
+    if isinstance(exc, UsageError):
+        return APIError(400, str(exc), code="invalid_request")
+    if isinstance(exc, ModelError):
+        return APIError(502, f"the model call failed ({exc.kind})", code="model_error")
+    if isinstance(exc, ConfigError):
+        # Configuration messages name files and keys of the operator: keep them server-side.
+        log.error("configuration problem while handling a request: %s", exc)
+        return APIError(500, "the server is misconfigured; its log has the details")
+    log.error("request failed: %s: %s", type(exc).__name__, exc)
+    return APIError(500, _GENERIC_500, code=type(exc).__name__)
+
+
+_FAILURE_STATUS: Mapping[str, int] = {
+    # The model misbehaved or was unreachable: a bad gateway from the caller's point of view.
+    "model_error": 502,
+    "invalid_model_output": 502,
+    "output_contract_violation": 502,
+    # The run was stopped by one of its budgets or safety nets.
+    "wall_clock_limit": 504,
+    "iteration_limit": 422,
+    "no_progress_detected": 422,
+    "model_call_limit": 422,
+    "capability_call_limit": 422,
+    "budget_usd": 422,
+    "token_limit": 422,
+    "host_stop": 422,
+    # Policy: a hook or policy refused, or a tool needs a person's approval.
+    "policy_denied": 403,
+    "gate_not_supported": 403,
+    # Ours.
+    "tool_error": 500,
+    "driver_bug": 500,
+    "checkpoint_unavailable": 500,
+}
+"""HTTP status for each ``Failed.kind`` when a request waited for its run."""
+
+
+def failure_error(exit_: LoopExit, run_id: str) -> APIError:
+    """The error for a run that did not complete (``Failed``, ``Cancelled``, ``Blocked``)."""
+    headers = {"x-reverie-run-id": run_id}
+    if isinstance(exit_, Failed):
+        status = _FAILURE_STATUS.get(exit_.kind, 500)
+        message = f"run {run_id} failed ({exit_.kind}): {exit_.safe_summary}"
+        if exit_.kind == "gate_not_supported":
+            message += (
+                "; a tool of this agent needs a person's approval: use POST /v1/runs, which "
+                "can wait for POST /v1/gates/{ref}/approve"
+            )
+        return APIError(status, message, code=exit_.kind, headers=headers)
+    if isinstance(exit_, Cancelled):
+        return APIError(
+            409, f"run {run_id} was cancelled ({exit_.reason})", code="cancelled", headers=headers
+        )
+    return APIError(409, f"run {run_id} is {exit_.status}", code=exit_.status, headers=headers)
+
+
+# ---------------------------------------------------------------------------------- handlers
+def _redactor(request: Request) -> Redactor | None:
+    redact = getattr(request.app.state, "redact", None)
+    return redact if isinstance(redact, Redactor) else None
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return error_response(exc, _redactor(request))
+
+
+async def _reverie_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ReverieError)
+    return error_response(from_reverie_error(exc), _redactor(request))
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"no route {request.method} {request.url.path}"
+        code = "not_found"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+        code = "method_not_allowed"
+    else:
+        message, code = str(exc.detail), None
+    return error_response(APIError(exc.status_code, message, code=code, headers=exc.headers))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    # Starlette logs the traceback (server side) after this answer; the client gets no trace.
+    return error_response(APIError(500, _GENERIC_500, code="internal_error"))
+
+
+def exception_handlers() -> dict[Any, Any]:
+    """Starlette ``exception_handlers`` turning every failure into an error body."""
+    return {
+        APIError: _api_error,
+        ReverieError: _reverie_error,
+        HTTPException: _http_exception,
+        Exception: _unexpected,
+    }

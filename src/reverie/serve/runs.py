@@ -1,0 +1,280 @@
+"""reverie's own API: ``/v1/runs`` (start, list, get, events, steer, follow up, cancel) and
+``/v1/gates`` (list, approve, deny).
+
+Every route acts for the caller's scope only. A run, thread or gate of another scope answers
+404 exactly as a missing one does, so existence never leaks across owners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from reverie.core.scope import Scope
+from reverie.core.transcript import InputKind
+from reverie.errors import NotFoundError
+from reverie.runtime.result import RunResult
+from reverie.runtime.runtime import Runtime
+from reverie.serve.auth import owner_of
+from reverie.serve.bodies import FollowUpBody, ResolveBody, StartRunBody, SteerBody, parse_body
+from reverie.serve.chat import SSE_PING_S
+from reverie.serve.context import ServeContext
+from reverie.serve.errors import APIError
+from reverie.serve.views import (
+    event_json,
+    finished_event,
+    gate_view,
+    listing,
+    run_detail,
+    run_summary,
+    settled,
+)
+from reverie.store.base import TERMINAL_STATUSES, GateStatus
+
+__all__ = ["RunRoutes"]
+
+EVENTS_POLL_S = 0.25
+"""How often an event stream re-checks a run that is advanced by another process."""
+
+LAUNCH_POLL_S = 0.002
+"""How often a gate resolution checks whether the resumed segment has started."""
+
+LAUNCH_WAIT_S = 10.0
+"""Longest a gate resolution waits for the run to resume before answering anyway."""
+
+MAX_LIST = 500
+_RUN_STATUSES = ("queued", "running", "completed", "blocked", "failed", "cancelled")
+_GATE_STATUSES: dict[str, GateStatus | None] = {
+    "pending": "pending",
+    "approved": "approved",
+    "denied": "denied",
+    "all": None,
+}
+
+
+class RunRoutes:
+    """``/v1/runs`` and ``/v1/gates``."""
+
+    def __init__(self, ctx: ServeContext) -> None:
+        self.ctx = ctx
+
+    def routes(self) -> list[Route]:
+        """The routes, for the app's router."""
+        return [
+            Route("/v1/runs", self.start, methods=["POST"]),
+            Route("/v1/runs", self.list_runs, methods=["GET"]),
+            Route("/v1/runs/{run_id}", self.get, methods=["GET"]),
+            Route("/v1/runs/{run_id}/events", self.events, methods=["GET"]),
+            Route("/v1/runs/{run_id}/steer", self.steer, methods=["POST"]),
+            Route("/v1/runs/{run_id}/follow_up", self.follow_up, methods=["POST"]),
+            Route("/v1/runs/{run_id}/cancel", self.cancel, methods=["POST"]),
+            Route("/v1/gates", self.list_gates, methods=["GET"]),
+            Route("/v1/gates/{ref}/approve", self.approve, methods=["POST"]),
+            Route("/v1/gates/{ref}/deny", self.deny, methods=["POST"]),
+        ]
+
+    # ------------------------------------------------------------------------------ runs
+    async def start(self, request: Request) -> Response:
+        """``POST /v1/runs`` {agent, input, thread_id?} → 201 {run_id, thread_id, status}."""
+        owner = owner_of(request)
+        body = await parse_body(request, StartRunBody)
+        agent = self.ctx.agent(body.agent, param="agent")
+        try:
+            handle = await self.ctx.rt.start(
+                agent, body.input, scope=owner, thread_id=body.thread_id
+            )
+        except NotFoundError:
+            # A missing thread and another owner's thread answer alike.
+            raise APIError(
+                404,
+                f"thread {body.thread_id} not found",
+                code="thread_not_found",
+                param="thread_id",
+            ) from None
+        run = await self.ctx.rt.store.get_run(handle.run_id)
+        return JSONResponse(
+            {"run_id": run.run_id, "thread_id": run.thread_id, "status": run.status},
+            status_code=201,
+            headers={"location": f"/v1/runs/{run.run_id}"},
+        )
+
+    async def list_runs(self, request: Request) -> Response:
+        """``GET /v1/runs?status=…&limit=…``: the caller's runs, newest first."""
+        owner = owner_of(request)
+        limit = _limit(request)
+        statuses = [s for v in request.query_params.getlist("status") for s in v.split(",") if s]
+        unknown = sorted(set(statuses) - set(_RUN_STATUSES))
+        if unknown:
+            raise APIError(
+                422,
+                f"status: unknown run status {unknown[0][:40]!r}; use {', '.join(_RUN_STATUSES)}",
+                code="invalid_request",
+                param="status",
+            )
+        runs = await self.ctx.rt.store.list_runs(
+            scope=owner, statuses=statuses or None, limit=limit
+        )
+        return JSONResponse(listing([run_summary(r) for r in runs]))
+
+    async def get(self, request: Request) -> Response:
+        """``GET /v1/runs/{id}``: status, text, output, exit, usage, gate."""
+        run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
+        return JSONResponse(await run_detail(self.ctx.rt, run))
+
+    async def events(self, request: Request) -> Response:
+        """``GET /v1/runs/{id}/events``: SSE of typed run events until it ends or blocks."""
+        run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
+        return EventSourceResponse(self._events(run.run_id), ping=SSE_PING_S, sep="\n")
+
+    async def _events(self, run_id: str) -> AsyncIterator[ServerSentEvent]:
+        """The segment this process advances, replayed from its start then live; a settled run
+        gets ``run_finished`` from its stored exit; a run advanced elsewhere is polled."""
+        rt = self.ctx.rt
+        while True:
+            handle = rt.attach(run_id)
+            if handle is not None:
+                async for event in handle.events():
+                    yield ServerSentEvent(data=event_json(event))
+                    if event.kind == "run_finished":
+                        return
+                # The segment ended without announcing it (stopped): read what it left.
+            run = await rt.store.get_run(run_id)
+            if settled(run) and rt.attach(run_id) is None:
+                yield ServerSentEvent(data=event_json(finished_event(run)))
+                return
+            if handle is None:
+                await asyncio.sleep(EVENTS_POLL_S)
+
+    async def steer(self, request: Request) -> Response:
+        """``POST /v1/runs/{id}/steer`` {text}: seen before the run's next model call."""
+        body = await parse_body(request, SteerBody)
+        return await self._input(request, "steering", body.text)
+
+    async def follow_up(self, request: Request) -> Response:
+        """``POST /v1/runs/{id}/follow_up`` {text}: delivered when the run would finish."""
+        body = await parse_body(request, FollowUpBody)
+        return await self._input(request, "follow_up", body.text)
+
+    async def _input(self, request: Request, kind: InputKind, text: str) -> Response:
+        run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
+        if run.status in TERMINAL_STATUSES:
+            raise _ended(run.run_id, run.status, run.thread_id)
+        # The run may end between the check and the write: the runtime refuses the input then
+        # (RunEndedError → 409), it is never accepted and lost.
+        input_id = await self.ctx.rt.send_input(run.run_id, kind, text)
+        return JSONResponse(
+            {"run_id": run.run_id, "input_id": input_id, "kind": kind}, status_code=202
+        )
+
+    async def cancel(self, request: Request) -> Response:
+        """``POST /v1/runs/{id}/cancel``: durable cancel; a running run stops at once."""
+        run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
+        if run.status in TERMINAL_STATUSES:
+            raise APIError(
+                409,
+                f"run {run.run_id} has already ended ({run.status}); there is nothing to cancel",
+                code="run_ended",
+            )
+        await self.ctx.rt.cancel(run.run_id, reason="cancelled over HTTP")
+        run = await self.ctx.rt.store.get_run(run.run_id)
+        return JSONResponse(
+            {"run_id": run.run_id, "status": run.status, "cancel_requested": True},
+            status_code=202,
+        )
+
+    # ------------------------------------------------------------------------------ gates
+    async def list_gates(self, request: Request) -> Response:
+        """``GET /v1/gates?status=pending|approved|denied|all``: the caller's gates."""
+        owner = owner_of(request)
+        wanted = request.query_params.get("status", "pending")
+        if wanted not in _GATE_STATUSES:
+            raise APIError(
+                422,
+                "status: use pending, approved, denied or all",
+                code="invalid_request",
+                param="status",
+            )
+        gates = await self.ctx.rt.store.list_gates(scope=owner, status=_GATE_STATUSES[wanted])
+        return JSONResponse(listing([gate_view(g) for g in gates[: _limit(request)]]))
+
+    async def approve(self, request: Request) -> Response:
+        """``POST /v1/gates/{ref}/approve``: the call runs and the run resumes here."""
+        await parse_body(request, ResolveBody, allow_empty=True)
+        return await self._resolve(owner_of(request), request.path_params["ref"], "approved", "")
+
+    async def deny(self, request: Request) -> Response:
+        """``POST /v1/gates/{ref}/deny`` {reason?}: the model is told; the run resumes here."""
+        body = await parse_body(request, ResolveBody, allow_empty=True)
+        reason = body.reason or "denied over HTTP"
+        return await self._resolve(owner_of(request), request.path_params["ref"], "denied", reason)
+
+    async def _resolve(
+        self, owner: Scope, ref: str, decision: Literal["approved", "denied"], reason: str
+    ) -> Response:
+        """Resolve the gate once and resume its run in the background.
+
+        Answers once the resolution is recorded and the run's next segment has started (or
+        already settled), so ``GET /v1/runs/{id}/events`` right after follows that segment.
+        """
+        ctx, rt = self.ctx, self.ctx.rt
+        gate = await ctx.owned_gate(owner, ref)
+        async with ctx.resolving:
+            gate = await rt.store.get_gate(ref)
+            if gate.status != "pending":
+                raise APIError(409, f"gate {ref} was already {gate.status}", code="gate_resolved")
+            earlier = rt.attach(gate.run_id)
+            if earlier is not None:
+                # The segment that blocked may still be closing: let it finish, so the resumed
+                # segment is launched anew rather than joined.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(LAUNCH_WAIT_S):
+                        await earlier.result()
+            work = rt.approve(ref) if decision == "approved" else rt.deny(ref, reason=reason)
+            task = ctx.tasks.spawn(work, name=f"resolve gate {ref}")
+            await _launched(rt, gate.run_id, task)
+            failure = task.exception() if task.done() and not task.cancelled() else None
+            if failure is not None:
+                raise failure  # a typed error: the handlers map it (GateResolvedError → 409)
+        run = await rt.store.get_run(gate.run_id)
+        return JSONResponse(
+            {"gate": gate_view(await rt.store.get_gate(ref)), "run": run_summary(run)}
+        )
+
+
+async def _launched(rt: Runtime, run_id: str, task: asyncio.Task[RunResult]) -> None:
+    """Wait until the resumed segment runs here, or the resolution task ended."""
+    # The runtime offers no event for "segment launched"; its start is a few store writes away.
+    deadline = time.monotonic() + LAUNCH_WAIT_S
+    while not task.done() and rt.attach(run_id) is None:
+        if time.monotonic() > deadline:
+            return
+        await asyncio.sleep(LAUNCH_POLL_S)
+
+
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
+        raise APIError(
+            422,
+            f"limit: use an integer from 1 to {MAX_LIST}",
+            code="invalid_request",
+            param="limit",
+        )
+    return int(raw)
+
+
+def _ended(run_id: str, status: str, thread_id: str) -> APIError:
+    return APIError(
+        409,
+        f"run {run_id} has ended ({status}); to continue the conversation start a new run: "
+        f'POST /v1/runs {{"agent": …, "input": …, "thread_id": "{thread_id}"}}',
+        code="run_ended",
+    )

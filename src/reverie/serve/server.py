@@ -1,0 +1,113 @@
+"""Running an app with uvicorn: in the foreground (``reverie serve``) or in the background of the
+current event loop (tests, embedding)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import uvicorn
+
+__all__ = ["background_server", "run_server"]
+
+_STARTUP_TIMEOUT_S = 10.0
+
+
+def _config(app: Any, **options: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        lifespan="on",
+        ws="none",
+        # Streams end when their run ends; a client still attached at shutdown is cut after this.
+        timeout_graceful_shutdown=5,
+        **options,
+    )
+
+
+class _BackgroundServer(uvicorn.Server):
+    """uvicorn's server without signal handling (the host owns signals), stopped by an event
+    rather than the stock 0.1 s exit poll."""
+
+    stop: asyncio.Event | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def main_loop(self) -> None:
+        await self.on_tick(0)  # sets the default response headers, as the stock loop does
+        if self.stop is not None:
+            await self.stop.wait()
+
+
+class _ForegroundServer(uvicorn.Server):
+    """uvicorn's server, whose SIGINT/SIGTERM end :func:`run_server` normally.
+
+    Stock uvicorn raises the signal again once it has shut down, which would kill the process
+    (SIGTERM) or raise ``KeyboardInterrupt`` before the runtime and its store are closed.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+async def run_server(app: Any, *, host: str, port: int, log_level: str = "info") -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, then shut down gracefully and return.
+
+    Open streams get a few seconds to finish; the app's lifespan then cancels its background
+    work. The caller closes the runtime afterwards.
+    """
+    server = _ForegroundServer(_config(app, host=host, port=port, log_level=log_level))
+    await server.serve()
+
+
+@contextlib.asynccontextmanager
+async def background_server(app: Any, *, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` on a free port of ``host`` in this event loop; yields the base URL.
+
+    For tests and embedding: the app runs in the same loop as the caller's runtime, so a test
+    can drive it over real HTTP while holding the runtime::
+
+        async with background_server(create_app(rt, agents=..., tokens=...)) as url:
+            async with httpx.AsyncClient(base_url=url) as client: ...
+    """
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP,
+    # and accepted sockets inherit it. With proto 0, Nagle + delayed ACKs add ~40 ms a request.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    server = _BackgroundServer(
+        _config(app, log_config=None, log_level="warning", access_log=False, http="h11")
+    )
+    server.stop = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(_STARTUP_TIMEOUT_S):
+            while not server.started:
+                if task.done():
+                    task.result()  # startup failed: raise its error
+                    raise RuntimeError("the server stopped during startup")
+                await asyncio.sleep(0.005)
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        server.stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        sock.close()

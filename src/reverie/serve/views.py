@@ -1,0 +1,108 @@
+"""JSON views of runs, gates and run events (what the HTTP API returns)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from reverie.core.events import RunEvent, RunFinished
+from reverie.core.exits import exit_to_dict
+from reverie.runtime.result import Gate
+from reverie.store.base import TERMINAL_STATUSES, GateRecord, RunRecord
+
+if TYPE_CHECKING:
+    from reverie.runtime.runtime import Runtime
+
+__all__ = [
+    "event_json",
+    "finished_event",
+    "gate_view",
+    "listing",
+    "run_detail",
+    "run_summary",
+    "settled",
+]
+
+
+def settled(run: RunRecord) -> bool:
+    """Whether the run has a stored result: it ended, or it waits on a gate."""
+    return run.status in TERMINAL_STATUSES or run.status == "blocked"
+
+
+def listing(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"object": "list", "data": [...]}``, the OpenAI list envelope."""
+    return {"object": "list", "data": items}
+
+
+def run_summary(run: RunRecord) -> dict[str, Any]:
+    """What ``GET /v1/runs`` lists for a run."""
+    return {
+        "object": "run",
+        "run_id": run.run_id,
+        "thread_id": run.thread_id,
+        "agent": run.agent_name,
+        "profile": run.profile,
+        "status": run.status,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+    }
+
+
+async def run_detail(rt: Runtime, run: RunRecord) -> dict[str, Any]:
+    """``GET /v1/runs/{id}``: the summary, plus text, output, exit, usage and gate once settled.
+
+    A queued or running run has ``null`` for those: its stored exit (if any) belongs to an
+    earlier segment, e.g. the block it was resumed from.
+    """
+    out = run_summary(run)
+    out.update(text=None, output=None, exit=None, usage=None, gate=None)
+    if settled(run):
+        result = await rt.get_result(run.run_id)
+        out.update(
+            text=result.text,
+            output=result.output,
+            exit=exit_to_dict(result.exit),
+            usage=result.usage.to_dict(),
+            gate=_result_gate(result.gate),
+        )
+    return out
+
+
+def _result_gate(gate: Gate | None) -> dict[str, Any] | None:
+    if gate is None:
+        return None
+    return {
+        "ref": gate.ref,
+        "kind": gate.kind,
+        "tool": gate.tool,
+        "arguments": dict(gate.arguments),
+    }
+
+
+def gate_view(gate: GateRecord) -> dict[str, Any]:
+    """A gate as ``GET /v1/gates`` lists it (arguments are sanitised by the runtime)."""
+    return {
+        "object": "gate",
+        "ref": gate.ref,
+        "run_id": gate.run_id,
+        "kind": gate.kind,
+        "tool": gate.tool,
+        "arguments": dict(gate.arguments),
+        "status": gate.status,
+        "reason": gate.reason,
+        "created_at": gate.created_at,
+        "resolved_at": gate.resolved_at,
+    }
+
+
+def event_json(event: RunEvent) -> str:
+    """A typed run event as one line of JSON (its fields, ``kind`` first)."""
+    fields = dataclasses.asdict(event)
+    ordered = {"kind": fields.pop("kind"), **fields}
+    return json.dumps(ordered, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def finished_event(run: RunRecord) -> RunFinished:
+    """The ``run_finished`` event of a settled run, rebuilt from its stored exit."""
+    return RunFinished(run_id=run.run_id, status=run.status, exit=dict(run.exit or {}))
