@@ -319,13 +319,14 @@ async def test_a_malformed_request_is_4xx_with_a_clear_message(
     assert model.requests == []  # nothing ran
 
 
-async def test_agents_with_their_own_hooks_are_refused_rather_than_run_without_them() -> None:
-    from reverie.hooks import AgentHook
+async def test_an_agents_own_hooks_apply_to_its_chat_completions() -> None:
+    from reverie.hooks import AgentHook, Deny
 
-    async def deny_all(ctx: Any) -> None:
-        return None
+    async def deny_all(ctx: Any) -> Deny:
+        return Deny("tools are off for this agent")
 
-    agent, model = calculator([])
+    log: list[str] = []
+    agent, model = calculator(log)
     hooked = Agent(
         name="calc",
         model=model,
@@ -333,9 +334,9 @@ async def test_agents_with_their_own_hooks_are_refused_rather_than_run_without_t
         hooks=[AgentHook(point="before_capability", fn=deny_all, name="policy")],
     )
     async with serving(hooked) as srv, srv.openai() as client:
-        with pytest.raises(openai.APIStatusError) as caught:
-            await client.chat.completions.create(
-                model="calc", messages=[{"role": "user", "content": "hi"}]
-            )
-    assert caught.value.status_code == 501
-    assert model.requests == []
+        await client.chat.completions.create(
+            model="calc", messages=[{"role": "user", "content": "add 1 and 2"}]
+        )
+    assert log == []  # the tool never ran: the agent's policy applied to the unbound turn
+    tool_results = [m for m in model.requests[-1].messages if m.role == "tool"]
+    assert tool_results and tool_results[0].content.startswith("denied: tools are off")

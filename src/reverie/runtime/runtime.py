@@ -672,9 +672,19 @@ class Runtime:
         if run.status in TERMINAL_STATUSES:
             return await self._applier.result_of(run)
         self._agent(run.agent_name)
-        active = self._active.get(run_id)
-        if active is not None:
-            return await asyncio.shield(active.done)
+        # A segment of this run still advancing (or still closing) here: let it finish first,
+        # then decide from what it left in the store.
+        while (active := self._active.get(run_id)) is not None:
+            if active.task is None:
+                return await asyncio.shield(active.done)
+            await asyncio.wait({active.task})
+            run = await self.store.get_run(run_id)
+            if run.status in TERMINAL_STATUSES:
+                return await self._applier.result_of(run)
+        if run.status == "blocked" and run.exit is not None:
+            ref = run.exit.get("gate_ref")
+            if ref is not None and (await self.store.get_gate(str(ref))).status == "pending":
+                return await self._applier.result_of(run)  # still waiting for a person
         leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
         if leased and not _owner_gone(run.lease_owner) and run.lease_owner != self._owner:
             raise RunBusy(f"run {run_id} is leased by a live worker")

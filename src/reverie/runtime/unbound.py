@@ -88,7 +88,8 @@ class UnboundTurnService:
                 run id and never starts a second run.
             scope: Who the run acts for, set by the host.
             model: The model (spec or instance). Exactly one of ``model`` and ``agent``.
-            agent: Use this agent's model (only its model: not its tools or instructions).
+            agent: Use this agent's model and its hooks (its policies travel with it), not its
+                tools or instructions.
 
         Raises:
             UsageError: neither or both of ``model``/``agent``; a system-role message; a tool
@@ -119,6 +120,7 @@ class UnboundTurnService:
             # A structured run's answer is its structured_result: a text summary cannot stand in.
             on_limit="fail" if contract.structured else "finalize",
             family=profile,
+            hooks=tuple(agent.hooks) if agent is not None else (),
         )
         if idempotency_key is None:
             handle = await rt.start(

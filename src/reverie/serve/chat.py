@@ -309,16 +309,6 @@ class ChatRoutes:
         owner = owner_of(request)
         body = await parse_body(request, ChatCompletionBody, invalid_status=400)
         agent = self.ctx.agent(body.model, param="model")
-        if agent.hooks:
-            # Unbound turns run an ephemeral agent that does not carry the agent's own hooks:
-            # serving this agent here would bypass its policies, so refuse (fail closed).
-            raise APIError(
-                501,
-                f"agent {body.model!r} declares its own hooks, which unbound turns do not apply "
-                "yet; use POST /v1/runs for this agent",
-                code="unsupported_agent",
-                param="model",
-            )
         turn = to_turn(body, agent)
         rt = self.ctx.rt
         run_id = await rt.unbound.submit(
