@@ -369,7 +369,9 @@ class _Executor:
             self._boundary()
             if s.input_cursor == before:
                 break
-        s = await self._commit("Final", s)
+        # The Final checkpoint says what completed, so a resume after a crash here knows.
+        done = Completion(kind="reply", refs=s.assistant_refs)
+        s = await self._commit("Final", replace(s, completion=done))
         raise _Exit(Completed(kind="reply", reply_refs=s.assistant_refs, usage=s.budget.usage()), s)
 
     # ------------------------------------------------------------------------------ waves

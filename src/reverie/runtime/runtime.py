@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections.abc import Coroutine, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
 from reverie.core.canonical import digest
 from reverie.core.events import RunStarted
-from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
+from reverie.core.exits import Cancelled, Failed
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
@@ -23,7 +21,6 @@ from reverie.core.transcript import InputKind, NewItem
 from reverie.errors import (
     ConfigError,
     ConflictError,
-    CorruptCheckpointError,
     GateResolvedError,
     LeaseLost,
     NotFoundError,
@@ -36,7 +33,7 @@ from reverie.hooks import HookDispatcher, HookRegistry
 from reverie.loop.control import CancelToken
 from reverie.loop.executor import LoopConfig, run_loop
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
-from reverie.loop.state import STATE_SCHEMA_ID, LoopExecutionState, state_from_dict
+from reverie.loop.state import LoopExecutionState
 from reverie.memory.provider import MemoryProvider
 from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
 from reverie.models.base import Model
@@ -56,42 +53,14 @@ from reverie.runtime.host import (
     StreamingModel,
     ToolPort,
 )
+from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
 from reverie.runtime.result import RunResult
+from reverie.runtime.resume import load_state
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 
 log = logging.getLogger("reverie.runtime")
-
-LEASE_TTL_S = 30.0
-"""A worker renews its lease every third of this; a dead worker's runs are free after it."""
-
-
-def _owner() -> str:
-    """``host:pid:nonce``: unique per runtime instance, so two runtimes never share a lease."""
-    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(6).hex()}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _owner_gone(owner: str | None) -> bool:
-    """Whether a lease owner is a process of this host that no longer exists."""
-    if not owner:
-        return True
-    host, _, rest = owner.partition(":")
-    pid_text = rest.split(":", 1)[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    return pid != os.getpid() and not _pid_alive(pid)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -101,14 +70,6 @@ class _Active:
     done: asyncio.Future[RunResult]
     task: asyncio.Task[None] | None = None
     thread_id: str = ""
-
-
-@dataclass(slots=True, kw_only=True)
-class _Options:
-    max_concurrent_runs: int = 256
-    lease_ttl_s: float = LEASE_TTL_S
-    prices: Any = None
-    families: tuple[LoopFamily, ...] = field(default_factory=default_families)
 
 
 class Runtime:
@@ -229,7 +190,7 @@ class Runtime:
             if self._curator is not None:
                 self._curator.open(self.hooks)
         self._opened = True
-        self._owner = _owner()
+        self._owner = new_owner()
 
     async def aclose(self) -> None:
         """Stop local work (runs stay durable and can be resumed) and close the store."""
@@ -432,13 +393,13 @@ class Runtime:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
         run = await self.store.get_run(run_id)
         agent = self._agent(run.agent_name)
-        owner = self._owner or _owner()
+        owner = self._owner or new_owner()
         fence = await self.store.acquire_lease(
             run_id,
             owner,
             ttl_s=self._lease_ttl_s,
             now=time.time(),
-            take_over=run.lease_owner if _owner_gone(run.lease_owner) else None,
+            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
         )
         try:
             # Another worker may have finished the run while we waited for the lease.
@@ -455,7 +416,7 @@ class Runtime:
                 else self._dispatcher
             )
             active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
-            loaded = await self._load_state(run, family, fence)
+            loaded = await load_state(self.store, run, family)
             if not isinstance(loaded, LoopExecutionState):
                 return await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
             state = loaded
@@ -483,7 +444,7 @@ class Runtime:
                 events=BusEvents(ctx),
             )
             config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit)
-            async with self._heartbeat(run_id, fence):
+            async with heartbeat(self.store, run_id, fence, ttl_s=self._lease_ttl_s):
                 try:
                     exit_, _ = await run_loop(host, family, state, config)
                 except LeaseLost:
@@ -515,76 +476,6 @@ class Runtime:
         if self._memory is not None and not run.profile.startswith("unbound"):
             tools += self._memory.tools(tools)
         return tools
-
-    async def _load_state(
-        self, run: RunRecord, family: LoopFamily, fence: int
-    ) -> LoopExecutionState | LoopExit:
-        """The state to continue from, or the exit a resume must end with."""
-        import json
-
-        cp = await self.store.load_checkpoint(run.run_id)
-        if cp is None:
-            items = await self.store.thread_items(run.thread_id)
-            seq = max((i.seq for i in items if i.run_id == run.run_id), default=0)
-            if seq == 0:
-                seq = items[-1].seq if items else 0
-            return LoopExecutionState(transcript_seq=seq)
-        try:
-            payload = json.loads(cp.payload)
-            schema_id = payload["schema_id"]
-            digest = payload["family_digest"]
-            raw_state = payload["state"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
-        if schema_id != STATE_SCHEMA_ID:
-            return Failed(
-                kind="checkpoint_unavailable",
-                safe_summary=f"checkpoint schema {schema_id!r} is not supported by this version",
-            )
-        if digest != family.identity.digest:
-            return Failed(
-                kind="checkpoint_unavailable",
-                safe_summary=f"loop family {family.id!r} changed since the checkpoint was taken",
-            )
-        try:
-            state = state_from_dict(raw_state)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
-        # Rows a crashed segment wrote past its last checkpoint are not replayed.
-        await self.store.supersede_items_after(run.thread_id, run.run_id, state.transcript_seq)
-        if cp.kind == "Final":
-            if state.completion is not None:  # a strategy finished the run (e.g. structured)
-                return Completed(
-                    kind=state.completion.kind,
-                    reply_refs=state.completion.refs,
-                    usage=state.budget.usage(),
-                )
-            if state.assistant_refs:
-                return Completed(
-                    kind="graceful_summary" if state.graceful_stop else "reply",
-                    reply_refs=state.assistant_refs,
-                    usage=state.budget.usage(),
-                    reason=state.graceful_stop,
-                )
-            return Cancelled(usage=state.budget.usage())
-        return state
-
-    @contextlib.asynccontextmanager
-    async def _heartbeat(self, run_id: str, fence: int) -> Any:
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(self._lease_ttl_s / 3)
-                await self.store.renew_lease(
-                    run_id, fence, ttl_s=self._lease_ttl_s, now=time.time()
-                )
-
-        task = asyncio.get_running_loop().create_task(beat())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
 
     # ------------------------------------------------------------------------------ inputs
     async def send_input(
@@ -625,10 +516,10 @@ class Runtime:
         # Not running here (blocked, or queued elsewhere): end it now under a lease.
         fence = await self.store.acquire_lease(
             run_id,
-            self._owner or _owner(),
+            self._owner or new_owner(),
             ttl_s=self._lease_ttl_s,
             now=time.time(),
-            take_over=run.lease_owner if _owner_gone(run.lease_owner) else None,
+            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
         )
         try:
             # A cancelled run's pending gates can no longer be approved: close them.
@@ -686,7 +577,7 @@ class Runtime:
             if ref is not None and (await self.store.get_gate(str(ref))).status == "pending":
                 return await self._applier.result_of(run)  # still waiting for a person
         leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
-        if leased and not _owner_gone(run.lease_owner) and run.lease_owner != self._owner:
+        if leased and not owner_gone(run.lease_owner) and run.lease_owner != self._owner:
             raise RunBusy(f"run {run_id} is leased by a live worker")
         handle = self._launch(run, resumed=True)
         return await handle.result()
@@ -699,7 +590,7 @@ class Runtime:
         candidates = await self.store.expired_leases(now)
         running = await self.store.list_runs(statuses=["running"], limit=10_000)
         seen = {r.run_id for r in candidates}
-        candidates += [r for r in running if r.run_id not in seen and _owner_gone(r.lease_owner)]
+        candidates += [r for r in running if r.run_id not in seen and owner_gone(r.lease_owner)]
         for run in candidates:
             if run.run_id in self._active or run.agent_name not in self._agents:
                 continue

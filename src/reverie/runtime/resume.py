@@ -1,0 +1,64 @@
+"""Loading a run's state on resume: checkpoint checks, superseding, finished segments."""
+
+from __future__ import annotations
+
+import json
+
+from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
+from reverie.errors import CorruptCheckpointError
+from reverie.loop.family import LoopFamily
+from reverie.loop.state import STATE_SCHEMA_ID, LoopExecutionState, state_from_dict
+from reverie.store.base import RunRecord, Store
+
+
+async def load_state(
+    store: Store, run: RunRecord, family: LoopFamily
+) -> LoopExecutionState | LoopExit:
+    """The state to continue from, or the exit a resume must end with."""
+
+    cp = await store.load_checkpoint(run.run_id)
+    if cp is None:
+        items = await store.thread_items(run.thread_id)
+        seq = max((i.seq for i in items if i.run_id == run.run_id), default=0)
+        if seq == 0:
+            seq = items[-1].seq if items else 0
+        return LoopExecutionState(transcript_seq=seq)
+    try:
+        payload = json.loads(cp.payload)
+        schema_id = payload["schema_id"]
+        digest = payload["family_digest"]
+        raw_state = payload["state"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
+    if schema_id != STATE_SCHEMA_ID:
+        return Failed(
+            kind="checkpoint_unavailable",
+            safe_summary=f"checkpoint schema {schema_id!r} is not supported by this version",
+        )
+    if digest != family.identity.digest:
+        return Failed(
+            kind="checkpoint_unavailable",
+            safe_summary=f"loop family {family.id!r} changed since the checkpoint was taken",
+        )
+    try:
+        state = state_from_dict(raw_state)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
+    # Rows a crashed segment wrote past its last checkpoint are not replayed.
+    await store.supersede_items_after(run.thread_id, run.run_id, state.transcript_seq)
+    if cp.kind == "Final":
+        if state.completion is not None:  # a strategy finished the run (e.g. structured)
+            return Completed(
+                kind=state.completion.kind,
+                reply_refs=state.completion.refs,
+                usage=state.budget.usage(),
+            )
+        if state.assistant_refs:
+            return Completed(
+                kind="graceful_summary" if state.graceful_stop else "reply",
+                reply_refs=state.assistant_refs,
+                usage=state.budget.usage(),
+                reason=state.graceful_stop,
+            )
+        return Cancelled(usage=state.budget.usage())
+    return state
