@@ -17,10 +17,10 @@ seconds, flags are INTEGER 0/1 and checkpoint payloads are BLOBs.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from dataclasses import dataclass
-
-import aiosqlite
 
 from reverie.errors import StoreError
 
@@ -255,11 +255,12 @@ CREATE TABLE IF NOT EXISTS schema_version (
 """
 
 
-async def migrate(db: aiosqlite.Connection, *, label: str) -> int:
+def migrate(db: sqlite3.Connection, *, label: str) -> int:
     """Bring the schema up to :data:`SCHEMA_VERSION` and return the version found before.
 
     ``db`` must be in autocommit mode (``isolation_level=None``) with no open transaction; the
-    whole migration is one ``BEGIN IMMEDIATE`` transaction, rolled back on any error.
+    whole migration is one ``BEGIN IMMEDIATE`` transaction, rolled back on any error. It runs
+    on the writer's thread, before the writer serves any other operation.
 
     Args:
         db: The writer connection.
@@ -271,10 +272,9 @@ async def migrate(db: aiosqlite.Connection, *, label: str) -> int:
         sqlite3.Error: The file is not a usable database; the caller wraps it.
     """
     try:
-        await db.execute("BEGIN IMMEDIATE")
-        await db.execute(_CREATE_VERSION_TABLE)
-        rows = list(await db.execute_fetchall("SELECT MAX(version) FROM schema_version"))
-        found = int(rows[0][0] or 0)
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(_CREATE_VERSION_TABLE)
+        found = int(db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0)
         if found > SCHEMA_VERSION:
             raise StoreError(
                 f"database {label} has schema version {found}, newer than the newest this "
@@ -284,13 +284,15 @@ async def migrate(db: aiosqlite.Connection, *, label: str) -> int:
             if migration.version <= found:
                 continue
             for statement in migration.statements:
-                await db.execute(statement)
-            await db.execute(
+                db.execute(statement)
+            db.execute(
                 "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.name, time.time()),
             )
-        await db.execute("COMMIT")
+        db.execute("COMMIT")
     except BaseException:
-        await db.rollback()  # only rolls back if a transaction is open
+        if db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # keep the error that got us here
+                db.execute("ROLLBACK")
         raise
     return found

@@ -2,44 +2,49 @@
 
 Layout of a :class:`SQLiteStore`:
 
-- a **writer** connection, used under an :class:`asyncio.Lock`. A write of several statements
-  is one ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction: it takes SQLite's write lock up front
-  (other processes wait up to ``busy_timeout``), so what it reads cannot change before it
-  commits. A write that is one statement runs on its own, which SQLite makes just as atomic.
-  Fenced writes are compare-and-sets on ``runs.fence``: the fence is read inside the
-  transaction, or the statement itself carries the test (``WHERE … fence = ?``). Two processes
-  racing on one file cannot both win.
-- a **reader** connection (``query_only``). Under WAL it reads the last committed state while a
-  write is in progress. Each read is one statement, so it never holds a snapshot open.
+- a **writer** connection on its own thread, with **group commit**
+  (:mod:`reverie.store.sqlite_writer`). Every write method hands that thread one synchronous
+  operation; the thread takes whatever operations are queued, runs them in one
+  ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction (an operation that fails is undone alone and
+  raises to its own caller only), and answers every caller after the ``COMMIT``. A lone caller
+  pays one thread hop per write; concurrent callers share one commit. ``BEGIN IMMEDIATE`` takes
+  SQLite's write lock up front (other processes wait up to ``busy_timeout``), so what an
+  operation reads cannot change before it commits. Fenced writes are compare-and-sets on
+  ``runs.fence`` inside that transaction: the fence is read first, or the statement itself
+  carries the test (``WHERE … fence = ?``) and, when it changed nothing, the fence is read
+  right after it, in the same transaction, to tell a stale fence (:class:`LeaseLost`) from a
+  write with nothing to change. Two processes racing on one file cannot both win.
+- a **reader** connection (``query_only``) on a second thread. Under WAL it reads the last
+  committed state while a write is in progress. Each read method is one hop; each statement
+  runs on its own, so a read never holds a snapshot open.
 
-Both connections are :mod:`aiosqlite` connections: the SQLite calls run on their own threads and
-never block the event loop. Every ``sqlite3`` error is re-raised as :class:`StoreError` (or
+Operations run on the writer thread hold the write lock: they are kept to statements, and what
+can be built before (columns, JSON) is built on the event loop. ``new_id`` is the exception:
+it reads ``os.urandom``, which releases the GIL, and a busy event loop that releases the GIL
+waits behind these threads to get it back.
+
+A write whose caller is cancelled while it waits may or may not be applied (it is never
+applied in part). Every ``sqlite3`` error is re-raised as :class:`StoreError` (or
 :class:`ConflictError` for a constraint violation) with the original kept in ``__cause__``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
+import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from sqlite3 import Row
-from typing import Any, Literal, TypeVar
-
-import aiosqlite
+from typing import Any, Literal
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.errors import (
-    ConfigError,
     ConflictError,
     GateResolvedError,
     NotFoundError,
     RunBusy,
     RunEndedError,
-    StoreError,
 )
 from reverie.store import sqlite_schema as schema
 from reverie.store.base import (
@@ -56,18 +61,14 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.sqlite_connections import SQLiteConnections
 from reverie.store.sqlite_documents import SQLiteDocuments
-from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
+from reverie.store.sqlite_schema import SYNCHRONOUS_MODES
 
 __all__ = ["SYNCHRONOUS_MODES", "SQLiteStore"]
 
-T = TypeVar("T")
 
-_CHUNK = 500
-"""Keys per ``IN (...)`` query, well under SQLite's bound-parameter limit."""
-
-
-class SQLiteStore(SQLiteDocuments):
+class SQLiteStore(SQLiteDocuments, SQLiteConnections):
     """A durable :class:`~reverie.store.base.Store` in one SQLite file.
 
     Use it as ``async with SQLiteStore(path) as store: ...`` or call :meth:`open` and
@@ -87,169 +88,21 @@ class SQLiteStore(SQLiteDocuments):
             ``synchronous`` is not one of the accepted values.
     """
 
-    def __init__(
-        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_s: float = 5.0
-    ) -> None:
-        if str(path) in ("", ":memory:"):
-            raise ConfigError("SQLiteStore needs a file path; use MemoryStore for ':memory:'")
-        mode = synchronous.upper()
-        if mode not in SYNCHRONOUS_MODES:
-            accepted = ", ".join(sorted(SYNCHRONOUS_MODES))
-            raise ConfigError(f"synchronous={synchronous!r} is not one of {accepted}")
-        self.path = Path(path).expanduser()
-        """The database file."""
-        self.synchronous = mode
-        """The ``PRAGMA synchronous`` applied to the writer."""
-        self._busy_ms = max(0, int(busy_timeout_s * 1000))
-        self._writer: aiosqlite.Connection | None = None
-        self._reader: aiosqlite.Connection | None = None
-        self._write_lock = asyncio.Lock()
-        self._items = schema.ItemCache()
-
-    async def __aenter__(self) -> SQLiteStore:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    # lifecycle ----------------------------------------------------------------------------
-    async def open(self) -> None:
-        """Create the file if needed, set WAL and the pragmas, and migrate the schema.
-
-        Raises:
-            StoreError: The file is not a SQLite database (garbage, truncated), its schema is
-                newer than this build, or it cannot be opened. Nothing is left open.
-        """
-        async with self._write_lock:  # two concurrent open() calls connect once
-            if self._writer is not None:
-                return
-            try:
-                await asyncio.to_thread(self.path.parent.mkdir, parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"cannot create the directory of {self.path}: {exc}") from exc
-            with db_errors(f"open {self.path}"):
-                self._writer, self._reader = await schema.open_connections(
-                    self.path, synchronous=self.synchronous, busy_ms=self._busy_ms
-                )
-
-    async def close(self) -> None:
-        """Close both connections (after a write in progress finishes). Safe to call twice."""
-        async with self._write_lock:
-            reader, writer = self._reader, self._writer
-            self._reader = self._writer = None
-            with db_errors(f"close {self.path}"):
-                await schema.close_all(reader, writer)
-
-    async def connection_settings(self) -> dict[str, Any]:
-        """The pragmas in force on the writer connection (for diagnostics and tests)."""
-        db = self._require(self._writer)
-        names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
-        with db_errors("read pragmas"):
-            return {name: (await schema.rows(db, f"PRAGMA {name}"))[0][0] for name in names}
-
-    def _require(self, db: aiosqlite.Connection | None) -> aiosqlite.Connection:
-        if db is None:
-            raise StoreError(f"SQLiteStore({self.path}) is not open; call open() first")
-        return db
-
-    @contextlib.asynccontextmanager
-    async def _write(self, action: str) -> AsyncIterator[aiosqlite.Connection]:
-        """The writer, under the write lock, in one BEGIN IMMEDIATE … COMMIT transaction.
-
-        A cancelled write leaves the connection clean, wherever the cancel lands (even in
-        BEGIN): a statement already handed to aiosqlite's thread still runs, but calls run in
-        the order they were queued, so the ROLLBACK queued here runs after it. A cancel during
-        COMMIT may still commit; the ROLLBACK is then a no-op.
-        """
-        async with self._write_lock:
-            db = self._require(self._writer)
-            with db_errors(action):
-                try:
-                    await schema.execute(db, "BEGIN IMMEDIATE")
-                    yield db
-                    await schema.execute(db, "COMMIT")
-                except BaseException:
-                    await db.rollback()  # only rolls back if a transaction is open
-                    raise
-
-    async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
-        """One write statement, atomic on its own; returns the number of rows it changed.
-
-        Compare-and-set writes put the fence test in the statement (``WHERE`` on
-        ``runs.fence``) and so need no BEGIN/COMMIT round trips. The write lock is still
-        taken so that no statement lands inside another coroutine's open transaction.
-        """
-        async with self._write_lock:
-            db = self._require(self._writer)
-            with db_errors(action):
-                return await schema.execute(db, sql, params)
-
-    async def _change_returning(self, action: str, sql: str, params: Sequence[Any]) -> Row | None:
-        """Like :meth:`_change` for an ``UPDATE … RETURNING`` of at most one row."""
-        async with self._write_lock:
-            db = self._require(self._writer)
-            with db_errors(action):
-                return await schema.one(db, sql, params)
-
-    async def _verify_fence(self, run_id: str, fence: int) -> None:
-        """After a fenced statement changed nothing: raise if the run or the fence is why.
-
-        Fences only grow, so a fence that is current now was current when the statement ran,
-        and one that is stale now was stale then.
-        """
-        sql = "SELECT fence FROM runs WHERE run_id = ?"
-        current = await self._select("check a fence", schema.first_int, sql, (run_id,))
-        schema.raise_if_stale(run_id, fence, current[0] if current else None)
-
-    async def _select(
-        self, action: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
-    ) -> list[T]:
-        """One read statement on the reader connection, decoded row by row."""
-        db = self._require(self._reader)
-        with db_errors(action):
-            rows = await schema.rows(db, sql, params)
-        return [decode(row) for row in rows]
-
-    async def _select_one(
-        self, what: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any]
-    ) -> T:
-        """One row, or :class:`NotFoundError` naming ``what``."""
-        rows = await self._select(f"read {what}", decode, sql, params)
-        if not rows:
-            raise NotFoundError(f"{what} not found")
-        return rows[0]
-
-    async def _select_in(
-        self,
-        action: str,
-        decode: Callable[[Row], T],
-        sql: str,
-        params: Sequence[Any],
-        keys: Sequence[str],
-    ) -> dict[str, T]:
-        """``sql`` with ``{marks}`` filled for the distinct keys, in chunks; by the first column."""
-        unique = list(dict.fromkeys(keys))
-        found: dict[str, T] = {}
-        for start in range(0, len(unique), _CHUNK):
-            chunk = unique[start : start + _CHUNK]
-            query = sql.format(marks=schema.marks(len(chunk)))
-            pairs = await self._select(
-                action, lambda row: (row[0], decode(row)), query, (*params, *chunk)
-            )
-            found.update(pairs)
-        return found
-
     # threads and transcript -------------------------------------------------------------
     async def create_thread(self, thread_id: str, scope: Scope) -> ThreadRecord:
         """Create a thread owned by ``scope``; an existing thread is returned as it is."""
-        async with self._write("create a thread") as db:
-            row = await schema.one(db, "SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
-            if row is not None:
-                return schema.row_thread(row)
-            rec = ThreadRecord(thread_id=thread_id, scope=scope, created_at=time.time())
-            await schema.insert(db, "threads", [schema.thread_columns(rec)])
-        return rec
+        rec = ThreadRecord(thread_id=thread_id, scope=scope, created_at=time.time())
+
+        columns = schema.thread_columns(rec)
+
+        def write(db: sqlite3.Connection) -> Row | None:
+            row = schema.one(db, "SELECT * FROM threads WHERE thread_id = ?", (thread_id,))
+            if row is None:
+                schema.insert(db, "threads", [columns])
+            return row
+
+        found = await self._transact("create a thread", write)
+        return rec if found is None else schema.row_thread(found)
 
     async def get_thread(self, thread_id: str) -> ThreadRecord:
         """The thread, or :class:`NotFoundError`."""
@@ -260,9 +113,17 @@ class SQLiteStore(SQLiteDocuments):
         self, thread_id: str, run_id: str | None, items: Sequence[NewItem], *, fence: int | None
     ) -> list[TranscriptItem]:
         """Append rows; ``seq`` is assigned inside the transaction, so it is gap-free."""
-        async with self._write("append transcript items") as db:
-            # One round trip for every check and the next seq, inside the transaction.
-            [head] = await schema.rows(
+        # The columns are built here; the writer only draws the refs (see below) and seqs.
+        now = time.time()
+        columns = [
+            schema.new_item_columns(thread_id, run_id, item, created_at=now) for item in items
+        ]
+        rows = [tuple(row.values()) for row in columns]
+        sql = schema.insert_sql("items", ["ref", *columns[0], "seq"]) if columns else ""
+
+        def write(db: sqlite3.Connection) -> tuple[int, list[str]]:
+            # One statement for every check and the next seq, inside the transaction.
+            [head] = schema.rows(
                 db,
                 "SELECT EXISTS (SELECT 1 FROM threads WHERE thread_id = ?),"
                 " (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?),"
@@ -273,25 +134,26 @@ class SQLiteStore(SQLiteDocuments):
                 raise NotFoundError(f"thread {thread_id} not found")
             if run_id is not None and fence is not None:
                 schema.raise_if_stale(run_id, fence, head[2])
-            now = time.time()
-            out = [
-                TranscriptItem(
-                    ref=new_id("itm"),
-                    seq=seq,
-                    thread_id=thread_id,
-                    run_id=run_id,
-                    role=item.role,
-                    content=item.content,
-                    tool_calls=item.tool_calls,
-                    tool_call_id=item.tool_call_id,
-                    name=item.name,
-                    input_id=item.input_id,
-                    meta=dict(item.meta),
+            first = int(head[1]) + 1
+            # new_id reads os.urandom, which lets go of the GIL: on the event loop that costs
+            # a wait for the GIL behind these threads, here it only delays this batch.
+            refs = [new_id("itm") for _ in rows]
+            if rows:
+                db.executemany(
+                    sql,
+                    [
+                        (ref, *row, seq)
+                        for seq, (ref, row) in enumerate(zip(refs, rows, strict=True), first)
+                    ],
                 )
-                for seq, item in enumerate(items, start=int(head[1]) + 1)
-            ]
-            rows = [schema.item_columns(rec, created_at=now) for rec in out]
-            await schema.insert(db, "items", rows)
+            return first, refs
+
+        first, refs = await self._transact("append transcript items", write)
+        out = [
+            schema.new_item(ref, seq, thread_id, run_id, item)
+            for seq, (ref, item) in enumerate(zip(refs, items, strict=True), start=first)
+        ]
+        self._items.add(out)
         return out
 
     async def get_items(self, refs: Sequence[str]) -> list[TranscriptItem]:
@@ -307,24 +169,53 @@ class SQLiteStore(SQLiteDocuments):
         self, thread_id: str, *, upto_seq: int | None = None, last: int | None = None
     ) -> list[TranscriptItem]:
         """Non-superseded rows of a thread in ``seq`` order, optionally up to a seq / last N."""
-        sql = "SELECT * FROM items WHERE thread_id = ? AND superseded = 0"
+        where = "thread_id = ? AND superseded = 0"
         params: list[Any] = [thread_id]
         if upto_seq is not None:
-            sql += " AND seq <= ?"
+            where += " AND seq <= ?"
             params.append(upto_seq)
         rows: list[TranscriptItem] = []
         if last is None:
-            rows = await self._select(
-                "read a thread", self._items.decode, sql + " ORDER BY seq", params
-            )
+            sql = f"SELECT * FROM items WHERE {where} ORDER BY seq"
+            rows = await self._select("read a thread", self._items.decode, sql, params)
         elif last > 0:
             # Newest first through the (thread_id, seq) index: a window costs O(window).
-            sql += " ORDER BY seq DESC LIMIT ?"
-            rows = await self._select("read a thread", self._items.decode, sql, [*params, last])
+            rows = await self._window(f"{where} ORDER BY seq DESC LIMIT ?", [*params, last])
             rows.reverse()
         if not rows:
             await self.get_thread(thread_id)  # an empty thread, or NotFoundError
         return rows
+
+    async def _window(self, tail: str, params: Sequence[Any]) -> list[TranscriptItem]:
+        """``SELECT … FROM items WHERE {tail}``, reading only the refs when all are cached.
+
+        The prompt window is read on every model call and its rows are almost always cached
+        (appended by this store, or read before): then only their refs cross from SQLite to
+        Python, in one statement. Otherwise the full rows are read, also in one statement,
+        so the answer is always one snapshot.
+        """
+        cache = self._items
+        narrow = f"SELECT ref FROM items WHERE {tail}"
+        full = f"SELECT * FROM items WHERE {tail}"
+
+        def read(db: sqlite3.Connection) -> tuple[list[str], list[Row] | None]:
+            refs = [row[0] for row in schema.rows(db, narrow, params)]
+            return refs, (schema.rows(db, full, params) if cache.missing(refs) else None)
+
+        refs, rows = await self._read("read a thread", read)
+        if rows is None:
+            items: list[TranscriptItem] = []
+            for ref in refs:
+                item = cache.get(ref)
+                if item is None:  # evicted since the reader looked (a full cache): read rows
+                    rows = await self._read(
+                        "read a thread", lambda db: schema.rows(db, full, params)
+                    )
+                    break
+                items.append(item)
+            else:
+                return items
+        return [cache.decode(row) for row in rows]
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:
         """Mark rows of ``run_id`` with ``seq`` greater than the given one superseded."""
@@ -342,19 +233,21 @@ class SQLiteStore(SQLiteDocuments):
         Raises:
             ConflictError: A run with the same id (and no matching idempotency key) exists.
         """
-        async with self._write("create a run") as db:
+
+        def write(db: sqlite3.Connection) -> RunRecord:
             if run.idempotency_key is not None:
                 sql = "SELECT * FROM runs WHERE idempotency_key = ?"
-                row = await schema.one(db, sql, (run.idempotency_key,))
+                row = schema.one(db, sql, (run.idempotency_key,))
                 if row is not None:
                     return schema.row_run(row)
-            sql = "SELECT 1 FROM runs WHERE run_id = ?"
-            if await schema.one(db, sql, (run.run_id,)) is not None:
+            if schema.one(db, "SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)) is not None:
                 raise ConflictError(f"run {run.run_id} already exists")
             now = time.time()
             rec = dataclasses.replace(run, created_at=now, updated_at=now)
-            await schema.insert(db, "runs", [schema.run_columns(rec)])
-        return rec
+            schema.insert(db, "runs", [schema.run_columns(rec)])
+            return rec
+
+        return await self._transact("create a run", write)
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run, or :class:`NotFoundError`."""
@@ -380,28 +273,38 @@ class SQLiteStore(SQLiteDocuments):
         exit: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         """Set the status (and exit payload); checked against the fence when given."""
-        row = await self._change_returning(
-            "set a run's status",
-            "UPDATE runs SET status = ?, exit = COALESCE(?, exit), updated_at = ?"
-            " WHERE run_id = ? AND (? IS NULL OR fence = ?) RETURNING *",
-            (status, schema.exit_column(exit), time.time(), run_id, fence, fence),
-        )
-        if row is None:
-            if fence is not None:
-                await self._verify_fence(run_id, fence)
-            raise NotFoundError(f"run {run_id} not found")
-        return schema.row_run(row)
+        params = (status, schema.exit_column(exit), time.time(), run_id, fence, fence)
+
+        def write(db: sqlite3.Connection) -> RunRecord:
+            row = schema.one(
+                db,
+                "UPDATE runs SET status = ?, exit = COALESCE(?, exit), updated_at = ?"
+                " WHERE run_id = ? AND (? IS NULL OR fence = ?) RETURNING *",
+                params,
+            )
+            if row is None:
+                if fence is not None:
+                    schema.check_fence(db, run_id, fence)
+                raise NotFoundError(f"run {run_id} not found")
+            return schema.row_run(row)
+
+        return await self._transact("set a run's status", write)
 
     async def request_cancel(self, run_id: str) -> RunRecord:
         """Record a durable cancel request (not fenced: anyone may ask)."""
-        row = await self._change_returning(
-            "request a cancel",
-            "UPDATE runs SET cancel_requested = 1, updated_at = ? WHERE run_id = ? RETURNING *",
-            (time.time(), run_id),
-        )
-        if row is None:
-            raise NotFoundError(f"run {run_id} not found")
-        return schema.row_run(row)
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> RunRecord:
+            row = schema.one(
+                db,
+                "UPDATE runs SET cancel_requested = 1, updated_at = ? WHERE run_id = ? RETURNING *",
+                (now, run_id),
+            )
+            if row is None:
+                raise NotFoundError(f"run {run_id} not found")
+            return schema.row_run(row)
+
+        return await self._transact("request a cancel", write)
 
     async def acquire_lease(
         self,
@@ -418,31 +321,40 @@ class SQLiteStore(SQLiteDocuments):
         ``take_over`` names an owner seen dead: its lease may be taken before expiry, but only
         if that owner still holds it (two workers taking over the same dead owner: one wins).
 
-        The test of the current lease and the write of the new one are one UPDATE statement,
-        atomic in SQLite, so of two processes racing for a run exactly one wins.
+        The test of the current lease and the write of the new one are one UPDATE statement
+        inside the writer's ``BEGIN IMMEDIATE`` transaction, so of two processes racing for a
+        run exactly one wins.
 
         Raises:
             RunBusy: Another owner holds an unexpired lease and ``force`` is false.
             NotFoundError: There is no such run.
         """
-        row = await self._change_returning(
-            "acquire a lease",
-            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1"
-            " WHERE run_id = ? AND (? OR lease_owner IS NULL OR lease_owner = ?"
-            " OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-            " RETURNING fence",
-            (owner, now + ttl_s, run_id, force, owner, take_over, now),
-        )
-        if row is None:
-            await self.get_run(run_id)  # NotFoundError, or else the lease is held
+
+        def write(db: sqlite3.Connection) -> int:
+            row = schema.one(
+                db,
+                "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1"
+                " WHERE run_id = ? AND (? OR lease_owner IS NULL OR lease_owner = ?"
+                " OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+                " RETURNING fence",
+                (owner, now + ttl_s, run_id, force, owner, take_over, now),
+            )
+            if row is not None:
+                return int(row[0])
+            schema.get_run(db, run_id)  # NotFoundError, or else the lease is held
             raise RunBusy(f"run {run_id} is leased by a live worker")
-        return int(row[0])
+
+        return await self._transact("acquire a lease", write)
 
     async def renew_lease(self, run_id: str, fence: int, *, ttl_s: float, now: float) -> None:
         """Extend the lease; :class:`LeaseLost` if ``fence`` is stale."""
-        sql = "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND fence = ?"
-        if not await self._change("renew a lease", sql, (now + ttl_s, run_id, fence)):
-            await self._verify_fence(run_id, fence)
+        await self._fenced(
+            "renew a lease",
+            "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND fence = ?",
+            (now + ttl_s, run_id, fence),
+            run_id,
+            fence,
+        )
 
     async def release_lease(self, run_id: str, fence: int) -> None:
         """Drop the lease if ``fence`` is still current (no error otherwise)."""
@@ -466,16 +378,16 @@ class SQLiteStore(SQLiteDocuments):
         self, run_id: str, kind: CheckpointKind, payload: bytes, *, fence: int
     ) -> None:
         """Replace the run's latest checkpoint (the payload is stored as opaque bytes)."""
-        changed = await self._change(
+        await self._fenced(
             "save a checkpoint",
             "INSERT INTO checkpoints (run_id, kind, payload, created_at)"
             f" SELECT ?, ?, ?, ? WHERE {schema.FENCED} ON CONFLICT (run_id) DO UPDATE"
             " SET kind = excluded.kind, payload = excluded.payload,"
             " created_at = excluded.created_at",
             (run_id, kind, bytes(payload), time.time(), run_id, fence),
+            run_id,
+            fence,
         )
-        if not changed:
-            await self._verify_fence(run_id, fence)
 
     async def load_checkpoint(self, run_id: str) -> CheckpointRecord | None:
         """The latest checkpoint, or ``None``."""
@@ -486,30 +398,30 @@ class SQLiteStore(SQLiteDocuments):
     # side-effect journal ------------------------------------------------------------------
     async def journal_started(self, run_id: str, call_id: str, tool: str, *, fence: int) -> None:
         """Record that a call started (idempotent: never downgrades a finished row)."""
-        changed = await self._change(
+        await self._fenced(  # no change: a stale fence, or the row was there already (fine)
             "journal a started call",
             "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
             f" SELECT ?, ?, ?, 'started', NULL, ? WHERE {schema.FENCED}"
             " ON CONFLICT (run_id, call_id) DO NOTHING",
             (run_id, call_id, tool, time.time(), run_id, fence),
+            run_id,
+            fence,
         )
-        if not changed:  # a stale fence, or the row was there already (fine)
-            await self._verify_fence(run_id, fence)
 
     async def journal_finished(
         self, run_id: str, call_id: str, outcome: Mapping[str, Any], *, fence: int
     ) -> None:
         """Record a call's outcome (keeping the tool name from its ``started`` row)."""
-        changed = await self._change(
+        await self._fenced(
             "journal a finished call",
             "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
             f" SELECT ?, ?, '', 'finished', ?, ? WHERE {schema.FENCED}"
             " ON CONFLICT (run_id, call_id) DO UPDATE SET state = 'finished',"
             " outcome = excluded.outcome, updated_at = excluded.updated_at",
             (run_id, call_id, schema.dumps(dict(outcome)), time.time(), run_id, fence),
+            run_id,
+            fence,
         )
-        if not changed:
-            await self._verify_fence(run_id, fence)
 
     async def journal_get(self, run_id: str, call_ids: Sequence[str]) -> dict[str, JournalEntry]:
         """Journal rows for the given calls (calls with no row are left out)."""
@@ -528,23 +440,27 @@ class SQLiteStore(SQLiteDocuments):
         Raises:
             RunEndedError: The queue is sealed (:meth:`seal_inputs`) and the input is new.
         """
-        async with self._write("enqueue an input") as db:
-            run = await schema.one(db, "SELECT inputs_sealed FROM runs WHERE run_id = ?", (run_id,))
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> InputRecord:
+            run = schema.one(db, "SELECT inputs_sealed FROM runs WHERE run_id = ?", (run_id,))
             if run is None:
                 raise NotFoundError(f"run {run_id} not found")
             sql = "SELECT * FROM inputs WHERE run_id = ? AND input_id = ?"
-            row = await schema.one(db, sql, (run_id, input_id))
+            row = schema.one(db, sql, (run_id, input_id))
             if row is not None:
                 return schema.row_input(row)
             if run["inputs_sealed"]:
                 raise RunEndedError(f"run {run_id} has ended and accepts no more inputs")
             sql = "SELECT COALESCE(MAX(cursor), 0) FROM inputs WHERE run_id = ?"
-            top = int((await schema.rows(db, sql, (run_id,)))[0][0])
+            top = int(schema.rows(db, sql, (run_id,))[0][0])
             rec = InputRecord(
                 run_id=run_id, cursor=top + 1, input_id=input_id, kind=kind, payload=dict(payload)
             )
-            await schema.insert(db, "inputs", [schema.input_columns(rec, created_at=time.time())])
-        return rec
+            schema.insert(db, "inputs", [schema.input_columns(rec, created_at=now)])
+            return rec
+
+        return await self._transact("enqueue an input", write)
 
     async def poll_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
         """Inputs with cursor greater than ``after_cursor``, in order."""
@@ -554,17 +470,19 @@ class SQLiteStore(SQLiteDocuments):
     async def seal_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
         """Close the queue unless inputs past the cursor are waiting (then return them).
 
-        One transaction under the same lock as :meth:`enqueue_input`, so an input is either
+        One transaction on the same writer as :meth:`enqueue_input`, so an input is either
         returned here or refused with :class:`RunEndedError`, never lost in between.
         """
-        async with self._write("seal inputs") as db:
-            await schema.get_run(db, run_id)
+
+        def write(db: sqlite3.Connection) -> list[InputRecord]:
+            schema.get_run(db, run_id)
             sql = "SELECT * FROM inputs WHERE run_id = ? AND cursor > ? ORDER BY cursor"
-            waiting = await schema.rows(db, sql, (run_id, after_cursor))
+            waiting = schema.rows(db, sql, (run_id, after_cursor))
             if not waiting:
-                sql = "UPDATE runs SET inputs_sealed = 1 WHERE run_id = ?"
-                await schema.execute(db, sql, (run_id,))
-        return [schema.row_input(row) for row in waiting]
+                schema.execute(db, "UPDATE runs SET inputs_sealed = 1 WHERE run_id = ?", (run_id,))
+            return [schema.row_input(row) for row in waiting]
+
+        return await self._transact("seal inputs", write)
 
     async def unseal_inputs(self, run_id: str) -> None:
         """Accept inputs again."""
@@ -573,26 +491,29 @@ class SQLiteStore(SQLiteDocuments):
 
     async def ack_inputs(self, run_id: str, upto_cursor: int, *, fence: int) -> None:
         """Mark inputs up to the cursor delivered."""
-        changed = await self._change(
+        await self._fenced(  # no change: a stale fence, or no inputs to ack
             "ack inputs",
             "UPDATE inputs SET acked = 1"
             f" WHERE run_id = ? AND cursor <= ? AND acked = 0 AND {schema.FENCED}",
             (run_id, upto_cursor, run_id, fence),
+            run_id,
+            fence,
         )
-        if not changed:  # a stale fence, or no inputs to ack
-            await self._verify_fence(run_id, fence)
 
     # gates --------------------------------------------------------------------------------
     async def create_gate(self, gate: GateRecord, *, fence: int) -> GateRecord:
         """Insert a pending gate (same run + call returns the existing one)."""
-        async with self._write("create a gate") as db:
-            await schema.check_fence(db, gate.run_id, fence)
+
+        def write(db: sqlite3.Connection) -> GateRecord:
+            schema.check_fence(db, gate.run_id, fence)
             sql = "SELECT * FROM gates WHERE run_id = ? AND call_id = ?"
-            row = await schema.one(db, sql, (gate.run_id, gate.call_id))
+            row = schema.one(db, sql, (gate.run_id, gate.call_id))
             if row is not None:
                 return schema.row_gate(row)
-            await schema.insert(db, "gates", [schema.gate_columns(gate)])
-        return gate
+            schema.insert(db, "gates", [schema.gate_columns(gate)])
+            return gate
+
+        return await self._transact("create a gate", write)
 
     async def get_gate(self, ref: str) -> GateRecord:
         """The gate, or :class:`NotFoundError`."""
@@ -609,16 +530,22 @@ class SQLiteStore(SQLiteDocuments):
         self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
     ) -> GateRecord:
         """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
-        row = await self._change_returning(
-            "resolve a gate",
-            "UPDATE gates SET status = ?, reason = ?, resolved_at = ?"
-            " WHERE ref = ? AND status = 'pending' RETURNING *",
-            (status, reason, now, ref),
-        )
-        if row is None:
-            gate = await self.get_gate(ref)  # NotFoundError, or else it was resolved already
-            raise GateResolvedError(f"gate {ref} is already {gate.status}")
-        return schema.row_gate(row)
+
+        def write(db: sqlite3.Connection) -> GateRecord:
+            row = schema.one(
+                db,
+                "UPDATE gates SET status = ?, reason = ?, resolved_at = ?"
+                " WHERE ref = ? AND status = 'pending' RETURNING *",
+                (status, reason, now, ref),
+            )
+            if row is not None:
+                return schema.row_gate(row)
+            found = schema.one(db, "SELECT status FROM gates WHERE ref = ?", (ref,))
+            if found is None:
+                raise NotFoundError(f"gate {ref} not found")
+            raise GateResolvedError(f"gate {ref} is already {found['status']}")
+
+        return await self._transact("resolve a gate", write)
 
     async def list_gates(
         self, *, scope: Scope | None = None, status: GateStatus | None = "pending"

@@ -1,9 +1,10 @@
 """Memory documents for :class:`~reverie.store.sqlite.SQLiteStore` (the ``DocumentStore`` part).
 
-Mixed into the store, it uses the store's connections the same way the run tables do: writes on
-the writer under the write lock in one ``BEGIN IMMEDIATE`` transaction (so a compare-and-swap
-cannot interleave with another process's write), reads on the ``query_only`` reader. The tables
-are those of schema version 2 (:mod:`reverie.store.migrations`).
+Mixed into the store, it uses the store's connections the same way the run tables do: each write
+is one operation of the writer's group commit, inside a ``BEGIN IMMEDIATE`` transaction (so a
+compare-and-swap cannot interleave with another write, and a stale one fails alone); reads go
+to the ``query_only`` reader. The tables are those of schema version 2
+(:mod:`reverie.store.migrations`).
 
 Every statement filters on all four scope columns. Search is one FTS5 query whose expression
 always requires the scope's token *and* whose join re-checks the scope columns, and whose words
@@ -12,7 +13,6 @@ are quoted one by one: free text cannot form an FTS query of its own.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import sqlite3
@@ -20,8 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import date
 from typing import Any, Protocol, TypeVar
-
-import aiosqlite
 
 from reverie.core.scope import Scope
 from reverie.errors import ConflictError
@@ -45,9 +43,7 @@ _SCOPE = "scope_tenant = ? AND scope_user = ? AND scope_agent = ? AND scope_proj
 class _Connections(Protocol):
     """What the mixin needs from :class:`~reverie.store.sqlite.SQLiteStore`."""
 
-    def _write(
-        self, action: str
-    ) -> contextlib.AbstractAsyncContextManager[aiosqlite.Connection]: ...
+    async def _transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
     async def _select(
         self, action: str, decode: Callable[[sqlite3.Row], T], sql: str, params: Sequence[Any] = ()
@@ -141,8 +137,9 @@ class SQLiteDocuments:
     ) -> Document:
         """Compare-and-swap a document (0: create); :class:`ConflictError` when stale."""
         params = _scope_params(scope)
-        async with self._write("write a memory document") as db:
-            row = await schema.one(
+
+        def write(db: sqlite3.Connection) -> Document:
+            row = schema.one(
                 db,
                 f"SELECT version FROM memory_documents WHERE {_SCOPE} AND path = ?",
                 [*params, path],
@@ -155,7 +152,7 @@ class SQLiteDocuments:
                 )
             version, now = current + 1, time.time()
             if row is None:
-                await schema.insert(
+                schema.insert(
                     db,
                     "memory_documents",
                     [
@@ -168,23 +165,21 @@ class SQLiteDocuments:
                         }
                     ],
                 )
-                await schema.insert(
-                    db, "memory_entries", [_entry(scope, "document", path, text, now)]
-                )
+                schema.insert(db, "memory_entries", [_entry(scope, "document", path, text, now)])
             else:
-                await schema.execute(
+                schema.execute(
                     db,
                     "UPDATE memory_documents SET text = ?, version = ?, updated_at = ?"
                     f" WHERE {_SCOPE} AND path = ?",
                     [text, version, now, *params, path],
                 )
-                await schema.execute(
+                schema.execute(
                     db,
                     "UPDATE memory_entries SET body = ?, created_at = ?"
                     f" WHERE {_SCOPE} AND kind = 'document' AND ref = ?",
                     [text, now, *params, path],
                 )
-            await schema.insert(
+            schema.insert(
                 db,
                 "memory_document_versions",
                 [
@@ -197,7 +192,9 @@ class SQLiteDocuments:
                     }
                 ],
             )
-        return Document(text=text, version=version)
+            return Document(text=text, version=version)
+
+        return await self._transact("write a memory document", write)
 
     async def list_documents(self: _Connections, scope: Scope) -> list[str]:
         """The paths of the scope's documents, sorted."""
@@ -225,10 +222,10 @@ class SQLiteDocuments:
     async def append_log(self: _Connections, scope: Scope, day: date, text: str) -> LogEntry:
         """Append an entry to the scope's log for ``day``."""
         now = time.time()
-        async with self._write("append to the memory log") as db:
-            await schema.insert(
-                db, "memory_entries", [_entry(scope, "log", day.isoformat(), text, now)]
-            )
+        entry = _entry(scope, "log", day.isoformat(), text, now)
+        await self._transact(
+            "append to the memory log", lambda db: schema.insert(db, "memory_entries", [entry])
+        )
         return LogEntry(scope=scope, day=day, text=text, created_at=now)
 
     async def read_log(self: _Connections, scope: Scope, day: date) -> list[LogEntry]:
@@ -259,33 +256,29 @@ class SQLiteDocuments:
 
     async def save_memory_pass(self: _Connections, record: MemoryPassRecord) -> MemoryPassRecord:
         """Keep a curation pass (idempotent on ``pass_id``)."""
-        async with self._write("save a memory curation pass") as db:
-            row = await schema.one(
-                db, "SELECT * FROM memory_passes WHERE pass_id = ?", [record.pass_id]
-            )
+        now = time.time()
+        columns = {
+            "pass_id": record.pass_id,
+            **_scope_columns(record.scope),
+            "run_id": record.run_id,
+            "report": schema.dumps(dict(record.report)),
+            "created_at": now,
+        }
+
+        def write(db: sqlite3.Connection) -> MemoryPassRecord:
+            row = schema.one(db, "SELECT * FROM memory_passes WHERE pass_id = ?", [record.pass_id])
             if row is not None:
                 return _row_pass(row)
-            now = time.time()
-            await schema.insert(
-                db,
-                "memory_passes",
-                [
-                    {
-                        "pass_id": record.pass_id,
-                        **_scope_columns(record.scope),
-                        "run_id": record.run_id,
-                        "report": schema.dumps(dict(record.report)),
-                        "created_at": now,
-                    }
-                ],
+            schema.insert(db, "memory_passes", [columns])
+            return MemoryPassRecord(
+                pass_id=record.pass_id,
+                scope=record.scope,
+                run_id=record.run_id,
+                report=dict(record.report),
+                created_at=now,
             )
-        return MemoryPassRecord(
-            pass_id=record.pass_id,
-            scope=record.scope,
-            run_id=record.run_id,
-            report=dict(record.report),
-            created_at=now,
-        )
+
+        return await self._transact("save a memory curation pass", write)
 
     async def list_memory_passes(
         self: _Connections, scope: Scope, *, limit: int = 100

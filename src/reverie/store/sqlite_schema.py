@@ -2,18 +2,20 @@
 
 Internal to the SQLite backend (imported there as ``schema``):
 
-- :func:`open_connections` opens the writer (WAL, ``synchronous``, ``busy_timeout``, foreign
-  keys), applies the migrations of :mod:`reverie.store.migrations`, then opens the
-  ``query_only`` reader. :func:`db_errors` turns ``sqlite3`` errors into store errors.
-- Statement helpers, one aiosqlite round trip each, and the fence guard of compare-and-set
-  writes (:data:`FENCED`, :func:`check_fence`).
+- :func:`connect_writer` opens the writer (WAL, ``synchronous``, ``busy_timeout``, foreign
+  keys) and applies the migrations of :mod:`reverie.store.migrations`; :func:`connect_reader`
+  opens the ``query_only`` reader. Both run on the connection's own thread
+  (:mod:`reverie.store.sqlite_writer`). :func:`db_errors` turns ``sqlite3`` errors into store
+  errors.
+- Synchronous statement helpers, called on a connection's thread inside the operations the
+  store hands it, and the fence guard of compare-and-set writes (:data:`FENCED`,
+  :func:`check_fence`).
 - Row codecs: record → column dict for an INSERT, row → record. They are the only code that
   knows every column; keep them in step with the latest migration.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import sqlite3
@@ -21,8 +23,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-import aiosqlite
 
 from reverie.core.messages import ToolCall
 from reverie.core.scope import Scope
@@ -32,6 +32,7 @@ from reverie.store.base import (
     GateRecord,
     InputRecord,
     JournalEntry,
+    NewItem,
     RunRecord,
     ThreadRecord,
     TranscriptItem,
@@ -45,40 +46,49 @@ SYNCHRONOUS_MODES: frozenset[str] = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"}
 """Accepted values of ``PRAGMA synchronous``."""
 
 
+def store_error(action: str, exc: BaseException) -> BaseException:
+    """What a store method raises for ``exc``: ``sqlite3`` errors wrapped, others as they are.
+
+    A constraint violation becomes :class:`ConflictError`, any other ``sqlite3`` error
+    :class:`StoreError`; the message names the action, not data, and the original is kept in
+    ``__cause__``.
+    """
+    if not isinstance(exc, sqlite3.Error):
+        return exc
+    kind = ConflictError if isinstance(exc, sqlite3.IntegrityError) else StoreError
+    wrapped = kind(f"SQLite store could not {action}: {exc}")
+    wrapped.__cause__ = exc
+    return wrapped
+
+
 @contextlib.contextmanager
 def db_errors(action: str) -> Iterator[None]:
-    """Re-raise ``sqlite3`` errors as store errors (the message names the action, not data).
-
-    A constraint violation becomes :class:`ConflictError`, anything else :class:`StoreError`;
-    the original stays in ``__cause__``.
-    """
+    """Re-raise ``sqlite3`` errors as store errors (see :func:`store_error`)."""
     try:
         yield
-    except sqlite3.IntegrityError as exc:
-        raise ConflictError(f"SQLite store could not {action}: {exc}") from exc
     except sqlite3.Error as exc:
-        raise StoreError(f"SQLite store could not {action}: {exc}") from exc
+        raise store_error(action, exc) from exc
 
 
-async def _pragma(db: aiosqlite.Connection, pragma: str) -> Any:
-    rows = list(await db.execute_fetchall(f"PRAGMA {pragma}"))
-    return rows[0][0] if rows else None
+def _pragma(db: sqlite3.Connection, pragma: str) -> Any:
+    row = db.execute(f"PRAGMA {pragma}").fetchone()
+    return row[0] if row is not None else None
 
 
-async def _connect(path: Path, busy_ms: int, *pragmas: str) -> aiosqlite.Connection:
+def _connect(path: Path, busy_ms: int, *pragmas: str) -> sqlite3.Connection:
     # isolation_level=None: autocommit, so the store issues BEGIN IMMEDIATE/COMMIT itself.
-    db = await aiosqlite.connect(path, isolation_level=None, timeout=busy_ms / 1000)
+    db = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000)
     try:
         db.row_factory = sqlite3.Row
         for pragma in (f"busy_timeout = {busy_ms}", *pragmas):
-            await _pragma(db, pragma)
+            _pragma(db, pragma)
     except BaseException:
-        await db.close()
+        db.close()
         raise
     return db
 
 
-async def _enable_wal(db: aiosqlite.Connection, busy_ms: int) -> str:
+def _enable_wal(db: sqlite3.Connection, busy_ms: int) -> str:
     """Switch the file to WAL and return the journal mode now in force.
 
     The switch needs an exclusive lock and SQLite may answer SQLITE_BUSY at once, without its
@@ -87,45 +97,43 @@ async def _enable_wal(db: aiosqlite.Connection, busy_ms: int) -> str:
     deadline = time.monotonic() + busy_ms / 1000
     while True:
         try:
-            return str(await _pragma(db, "journal_mode = WAL")).lower()
+            return str(_pragma(db, "journal_mode = WAL")).lower()
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
                 raise
-        await asyncio.sleep(0.01)
+        time.sleep(0.01)  # on the writer's own thread, never the event loop's
 
 
-async def close_all(*connections: aiosqlite.Connection | None) -> None:
-    """Close every connection given (``None`` entries are skipped)."""
-    for db in connections:
-        if db is not None:
-            await db.close()
+def connect_writer(path: Path, *, synchronous: str, busy_ms: int) -> sqlite3.Connection:
+    """Create the parent directory, open the writer, switch to WAL, set pragmas, migrate.
 
-
-async def open_connections(
-    path: Path, *, synchronous: str, busy_ms: int
-) -> tuple[aiosqlite.Connection, aiosqlite.Connection]:
-    """Open and migrate the database; return ``(writer, reader)``.
-
-    On any failure both connections are closed before the error propagates (``sqlite3``
-    errors unwrapped: the caller wraps them with :func:`db_errors`).
+    Runs on the writer thread. On failure nothing is left open; ``sqlite3`` errors propagate
+    unwrapped (the caller wraps them with :func:`db_errors`).
 
     Raises:
-        StoreError: The file system does not support WAL, or the schema is newer than this
-            build.
+        StoreError: The directory cannot be created, the file system does not support WAL,
+            or the schema is newer than this build.
     """
-    writer = reader = None
     try:
-        writer = await _connect(path, busy_ms)
-        if await _enable_wal(writer, busy_ms) != "wal":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the directory of {path}: {exc}") from exc
+    writer = _connect(path, busy_ms)
+    try:
+        if _enable_wal(writer, busy_ms) != "wal":
             raise StoreError(f"{path}: the file system does not support WAL mode")
-        await _pragma(writer, f"synchronous = {synchronous}")
-        await _pragma(writer, "foreign_keys = ON")
-        await migrate(writer, label=str(path))
-        reader = await _connect(path, busy_ms, "query_only = ON")
+        _pragma(writer, f"synchronous = {synchronous}")
+        _pragma(writer, "foreign_keys = ON")
+        migrate(writer, label=str(path))
     except BaseException:
-        await close_all(reader, writer)
+        writer.close()
         raise
-    return writer, reader
+    return writer
+
+
+def connect_reader(path: Path, *, busy_ms: int) -> sqlite3.Connection:
+    """Open the ``query_only`` reader (after the writer has migrated the file)."""
+    return _connect(path, busy_ms, "query_only = ON")
 
 
 # statement helpers --------------------------------------------------------------------------
@@ -147,36 +155,38 @@ def where(scope: Scope | None, statuses: Sequence[str] | None) -> tuple[str, lis
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-async def rows(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+def rows(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
     """Every row of one statement."""
-    return list(await db.execute_fetchall(sql, params))
+    found: list[sqlite3.Row] = db.execute(sql, params).fetchall()
+    return found
 
 
-async def one(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
-    """The first row of one statement, or ``None``."""
-    found = await rows(db, sql, params)
+def one(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> sqlite3.Row | None:
+    """The first row of one statement, or ``None`` (the statement is always run to its end)."""
+    found = rows(db, sql, params)
     return found[0] if found else None
 
 
-async def execute(db: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> int:
+def execute(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> int:
     """Run one statement and return the number of rows it changed."""
-    async with db.execute(sql, params) as cursor:
-        return cursor.rowcount
+    return db.execute(sql, params).rowcount
 
 
-async def insert(db: aiosqlite.Connection, table: str, rows: Sequence[Columns]) -> None:
-    """Insert rows (all with the same columns) in one round trip."""
-    if not rows:
-        return
+def insert_sql(table: str, names: Sequence[str]) -> str:
+    """``INSERT INTO table (names…) VALUES (?…)``."""
     # Table and column names come from this package's codecs, never from callers.
-    sql = f"INSERT INTO {table} ({', '.join(rows[0])}) VALUES ({marks(len(rows[0]))})"
-    async with db.executemany(sql, [tuple(row.values()) for row in rows]):
-        pass
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks(len(names))})"
 
 
-async def get_run(db: aiosqlite.Connection, run_id: str) -> RunRecord:
+def insert(db: sqlite3.Connection, table: str, rows: Sequence[Columns]) -> None:
+    """Insert rows (all with the same columns) with one prepared statement."""
+    if rows:
+        db.executemany(insert_sql(table, list(rows[0])), [tuple(row.values()) for row in rows])
+
+
+def get_run(db: sqlite3.Connection, run_id: str) -> RunRecord:
     """The run, read on ``db`` (inside a transaction), or :class:`NotFoundError`."""
-    row = await one(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
+    row = one(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
     if row is None:
         raise NotFoundError(f"run {run_id} not found")
     return row_run(row)
@@ -199,17 +209,26 @@ def raise_if_stale(run_id: str, fence: int, current: int | None) -> None:
         raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {current})")
 
 
-async def check_fence(db: aiosqlite.Connection, run_id: str, fence: int) -> None:
-    """Raise unless ``fence`` is current: the compare of a compare-and-set transaction."""
-    row = await one(db, "SELECT fence FROM runs WHERE run_id = ?", (run_id,))
+def check_fence(db: sqlite3.Connection, run_id: str, fence: int) -> None:
+    """Raise unless ``fence`` is current: the compare of a compare-and-set transaction.
+
+    Also the check after a fenced one-statement write changed nothing, in the same
+    transaction: a stale fence is why (:class:`LeaseLost`), or a missing run, or nothing
+    (the write had nothing to change).
+    """
+    row = one(db, "SELECT fence FROM runs WHERE run_id = ?", (run_id,))
     raise_if_stale(run_id, fence, None if row is None else row["fence"])
 
 
 # row codecs ---------------------------------------------------------------------------------
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""One encoder for every JSON column: ``json.dumps`` with options builds one per call."""
+
+
 def dumps(value: Any) -> str:
     """JSON text for a JSON column; :class:`StoreError` (naming no data) if it cannot be."""
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return _JSON.encode(value)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"value is not JSON-serialisable ({type(exc).__name__})") from exc
 
@@ -250,23 +269,42 @@ def row_thread(row: sqlite3.Row) -> ThreadRecord:
     )
 
 
-def item_columns(rec: TranscriptItem, *, created_at: float) -> Columns:
-    """Columns of an ``items`` row."""
+def new_item_columns(
+    thread_id: str, run_id: str | None, item: NewItem, *, created_at: float
+) -> Columns:
+    """Columns of a new ``items`` row but ``ref`` and ``seq``, drawn in the write transaction."""
     return {
-        "ref": rec.ref,
-        "thread_id": rec.thread_id,
-        "seq": rec.seq,
-        "run_id": rec.run_id,
-        "role": rec.role,
-        "content": rec.content,
-        "tool_calls": dumps([c.to_dict() for c in rec.tool_calls]),
-        "tool_call_id": rec.tool_call_id,
-        "name": rec.name,
-        "input_id": rec.input_id,
-        "meta": dumps(dict(rec.meta)),
-        "superseded": int(rec.superseded),
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "role": item.role,
+        "content": item.content,
+        "tool_calls": dumps([c.to_dict() for c in item.tool_calls]),
+        "tool_call_id": item.tool_call_id,
+        "name": item.name,
+        "input_id": item.input_id,
+        "meta": dumps(dict(item.meta)),
+        "superseded": 0,
         "created_at": created_at,
     }
+
+
+def new_item(
+    ref: str, seq: int, thread_id: str, run_id: str | None, item: NewItem
+) -> TranscriptItem:
+    """The record of an appended row, as :func:`row_item` would decode it."""
+    return TranscriptItem(
+        ref=ref,
+        seq=seq,
+        thread_id=thread_id,
+        run_id=run_id,
+        role=item.role,
+        content=item.content,
+        tool_calls=item.tool_calls,
+        tool_call_id=item.tool_call_id,
+        name=item.name,
+        input_id=item.input_id,
+        meta=dict(item.meta),
+    )
 
 
 def row_item(row: sqlite3.Row) -> TranscriptItem:
@@ -292,7 +330,12 @@ class ItemCache:
 
     Rows never change once written except for ``superseded`` (checked on every read), so the
     cache is safe even with other processes writing the file; it spares decoding the whole
-    prompt window on every model call.
+    prompt window on every model call. The store adds the items it appends, so a window read
+    only needs the refs of its rows (see :meth:`missing`).
+
+    Used from the event loop, except :meth:`missing`, which the reader thread calls: it only
+    tests dict membership, one atomic operation under the GIL at a time, and its answer is a
+    hint the event loop checks again (:meth:`get`).
     """
 
     def __init__(self, size: int = 4096) -> None:
@@ -302,16 +345,30 @@ class ItemCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def get(self, ref: str) -> TranscriptItem | None:
+        """The cached item, or ``None``."""
+        return self._items.get(ref)
+
+    def missing(self, refs: Sequence[str]) -> list[str]:
+        """The refs not cached now (safe to call from another thread; see the class doc)."""
+        items = self._items
+        return [ref for ref in refs if ref not in items]
+
+    def add(self, items: Sequence[TranscriptItem]) -> None:
+        """Cache items just written (never superseded ones)."""
+        for item in items:
+            if not item.superseded:
+                self._items[item.ref] = item
+        while len(self._items) > self._size:
+            del self._items[next(iter(self._items))]  # the oldest entry
+
     def decode(self, row: sqlite3.Row) -> TranscriptItem:
         """The item of an ``items`` row, decoded once."""
         cached = self._items.get(row["ref"])
         if cached is not None and not row["superseded"]:
             return cached
         item = row_item(row)
-        if not item.superseded:
-            self._items[item.ref] = item
-            if len(self._items) > self._size:
-                del self._items[next(iter(self._items))]  # the oldest entry
+        self.add([item])
         return item
 
 

@@ -1,0 +1,208 @@
+"""The connections of :class:`reverie.store.sqlite.SQLiteStore`: lifecycle and statement helpers.
+
+:class:`SQLiteConnections` owns the two :class:`~reverie.store.sqlite_writer.ConnectionThread`
+of a store, the writer (group commit) and the ``query_only`` reader, and gives the store methods
+their two ways in: :meth:`~SQLiteConnections._transact` (an operation of the next group
+commit) and :meth:`~SQLiteConnections._read` (one hop to the reader), with the shorthands built
+on them (``_select*``, ``_change``, ``_fenced``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from sqlite3 import Row
+from typing import Any, Self, TypeVar
+
+from reverie.errors import ConfigError, NotFoundError, StoreError
+from reverie.store import sqlite_schema as schema
+from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
+from reverie.store.sqlite_writer import ConnectionThread
+
+__all__ = ["SQLiteConnections"]
+
+T = TypeVar("T")
+
+_CHUNK = 500
+"""Keys per ``IN (...)`` query, well under SQLite's bound-parameter limit."""
+
+
+class SQLiteConnections:
+    """Opening, closing and using the store's connections (arguments: see ``SQLiteStore``)."""
+
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_s: float = 5.0
+    ) -> None:
+        if str(path) in ("", ":memory:"):
+            raise ConfigError("SQLiteStore needs a file path; use MemoryStore for ':memory:'")
+        mode = synchronous.upper()
+        if mode not in SYNCHRONOUS_MODES:
+            accepted = ", ".join(sorted(SYNCHRONOUS_MODES))
+            raise ConfigError(f"synchronous={synchronous!r} is not one of {accepted}")
+        self.path = Path(path).expanduser()
+        """The database file."""
+        self.synchronous = mode
+        """The ``PRAGMA synchronous`` applied to the writer."""
+        self._busy_ms = max(0, int(busy_timeout_s * 1000))
+        self._writer: ConnectionThread | None = None
+        self._reader: ConnectionThread | None = None
+        self._lifecycle = asyncio.Lock()
+        self._items = schema.ItemCache()  # decoded transcript rows, shared by all reads
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # lifecycle ----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Create the file if needed, set WAL and the pragmas, and migrate the schema.
+
+        Raises:
+            StoreError: The file is not a SQLite database (garbage, truncated), its schema is
+                newer than this build, or it cannot be opened. Nothing is left open.
+        """
+        async with self._lifecycle:  # two concurrent open() calls connect once
+            if self._writer is not None:
+                return
+            writer = ConnectionThread(
+                "reverie-sqlite-writer",
+                functools.partial(
+                    schema.connect_writer,
+                    self.path,
+                    synchronous=self.synchronous,
+                    busy_ms=self._busy_ms,
+                ),
+            )
+            reader: ConnectionThread | None = None
+            try:
+                with db_errors(f"open {self.path}"):
+                    await writer.start()
+                    # Opened after the writer migrated the file.
+                    reader = ConnectionThread(
+                        "reverie-sqlite-reader",
+                        functools.partial(schema.connect_reader, self.path, busy_ms=self._busy_ms),
+                    )
+                    await reader.start()
+            except BaseException:
+                await _close_all(reader, writer)
+                raise
+            self._writer, self._reader = writer, reader
+
+    async def close(self) -> None:
+        """Finish the queued reads and writes, close both connections, join their threads.
+
+        Safe to call twice.
+        """
+        async with self._lifecycle:
+            reader, writer = self._reader, self._writer
+            self._reader = self._writer = None
+            await _close_all(reader, writer)
+
+    async def connection_settings(self) -> dict[str, Any]:
+        """The pragmas in force on the writer connection (for diagnostics and tests)."""
+        names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+
+        def read(db: sqlite3.Connection) -> dict[str, Any]:
+            return {name: schema.rows(db, f"PRAGMA {name}")[0][0] for name in names}
+
+        return await self._require(self._writer).call("read pragmas", read)
+
+    def _require(self, conn: ConnectionThread | None) -> ConnectionThread:
+        if conn is None:
+            raise StoreError(f"SQLiteStore({self.path}) is not open; call open() first")
+        return conn
+
+    async def _transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the writer inside the next group commit; returns after ``COMMIT``.
+
+        ``fn`` runs on the writer thread with the write lock held: it must only touch the
+        connection it is given and values it closes over. Whatever it raises undoes what it
+        wrote (and nothing else) and is raised here.
+        """
+        return await self._require(self._writer).transact(action, fn)
+
+    async def _read(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the reader thread (autocommit: each statement its own snapshot)."""
+        return await self._require(self._reader).call(action, fn)
+
+    async def _select(
+        self, action: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
+    ) -> list[T]:
+        """One read statement on the reader connection, decoded row by row."""
+        found = await self._read(action, lambda db: schema.rows(db, sql, params))
+        return [decode(row) for row in found]
+
+    async def _select_one(
+        self, what: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any]
+    ) -> T:
+        """One row, or :class:`NotFoundError` naming ``what``."""
+        rows = await self._select(f"read {what}", decode, sql, params)
+        if not rows:
+            raise NotFoundError(f"{what} not found")
+        return rows[0]
+
+    async def _select_in(
+        self,
+        action: str,
+        decode: Callable[[Row], T],
+        sql: str,
+        params: Sequence[Any],
+        keys: Sequence[str],
+    ) -> dict[str, T]:
+        """``sql`` with ``{marks}`` filled for the distinct keys, in chunks; by the first column.
+
+        Every chunk is its own statement, but all of them go to the reader in one hop.
+        """
+        unique = list(dict.fromkeys(keys))
+
+        def query(db: sqlite3.Connection) -> list[Row]:
+            found: list[Row] = []
+            for start in range(0, len(unique), _CHUNK):
+                chunk = unique[start : start + _CHUNK]
+                found += schema.rows(
+                    db, sql.format(marks=schema.marks(len(chunk))), (*params, *chunk)
+                )
+            return found
+
+        rows = await self._read(action, query)
+        return {row[0]: decode(row) for row in rows}
+
+    # one-statement writes -----------------------------------------------------------------
+    async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
+        """One write statement in the next group commit; the number of rows it changed."""
+        return await self._transact(action, lambda db: schema.execute(db, sql, params))
+
+    async def _fenced(
+        self, action: str, sql: str, params: Sequence[Any], run_id: str, fence: int
+    ) -> None:
+        """A compare-and-set statement that carries its fence test (``schema.FENCED``).
+
+        When it changed nothing, the fence is read in the same transaction: a stale one raises
+        :class:`LeaseLost` (a missing run :class:`NotFoundError`); a current one means the
+        write had nothing to change.
+        """
+
+        def write(db: sqlite3.Connection) -> None:
+            if not schema.execute(db, sql, params):
+                schema.check_fence(db, run_id, fence)
+
+        await self._transact(action, write)
+
+
+async def _close_all(*threads: ConnectionThread | None) -> None:
+    """Close every connection thread given (``None`` entries are skipped), even if one fails."""
+    errors: list[BaseException] = []
+    for thread in threads:
+        if thread is not None:
+            try:
+                await thread.close()
+            except BaseException as exc:
+                errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -1,0 +1,354 @@
+"""The threads of :class:`reverie.store.sqlite.SQLiteStore`: one connection each, group commit.
+
+A :class:`ConnectionThread` owns one stdlib :mod:`sqlite3` connection, opened, used and closed
+on its own thread, so SQLite never blocks the event loop. Callers hand it plain synchronous
+functions ``(connection) -> result`` and await an asyncio future; the thread resolves the
+futures of everything it served in one go with
+:meth:`~asyncio.AbstractEventLoop.call_soon_threadsafe`. One call costs one thread hop each way,
+however many statements the function runs.
+
+**Group commit** (:meth:`ConnectionThread.transact`, used on the writer). The thread takes
+everything queued when it wakes and runs the transactional operations among it, in the order
+they were queued, in ONE ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction:
+
+- one operation's failure (a stale fence, a gate resolved twice, a constraint violation) is
+  that caller's exception and undoes that operation's writes only; the others still commit.
+  Each operation sees the writes of those before it, exactly as if each had committed alone.
+  Most failures happen before the operation wrote anything, so the batch runs without
+  savepoints; if a failed operation did change rows, the batch is rolled back and run again
+  with a ``SAVEPOINT`` around each operation (see :meth:`ConnectionThread._commit`).
+- futures are resolved only after ``COMMIT`` returned, so a write that answered is durable as
+  far as ``PRAGMA synchronous`` promises. A failed ``COMMIT`` (or an error after which SQLite
+  rolled the whole transaction back, e.g. a full disk) blames no one at random: each operation
+  is run again in a transaction of its own and gets its own outcome.
+- operations must have no effect outside the connection (they may be run twice, the first run
+  rolled back) and must use SQLite's default ``ABORT`` conflict resolution.
+
+A caller cancelled while it waits may or may not see its operation applied: one the thread has
+not reached yet is skipped, one it has started runs and commits with its batch. A cancel never
+tears an operation or a batch.
+
+:meth:`ConnectionThread.call` runs a function outside any transaction (the reader's queries,
+pragmas). The connection itself is opened by the ``connect`` function on the thread (the
+writer's migrates the schema there, in its own transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+from reverie.errors import StoreError
+from reverie.store.sqlite_schema import store_error
+
+__all__ = ["ConnectionThread"]
+
+T = TypeVar("T")
+
+Operation = Callable[[sqlite3.Connection], Any]
+"""What a connection thread runs: a synchronous function of its connection."""
+
+_CALL: Final = 0
+_TRANSACT: Final = 1
+_STOP: Final = 2
+
+_MAX_BATCH = 512
+"""Operations taken off the queue per wake-up; more wait for the next transaction."""
+
+_FLUSH_AFTER_S = 0.001
+"""Within a batch, answer the callers served so far once this much time has passed."""
+
+Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
+"""A future and what to resolve it with: a result, or an exception when not ``None``."""
+
+
+class _Op:
+    """One queued operation and, once it ran, its outcome."""
+
+    __slots__ = ("action", "error", "fn", "future", "kind", "loop", "result")
+
+    def __init__(
+        self,
+        kind: int,
+        action: str,
+        fn: Operation,
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.kind = kind
+        self.action = action
+        self.fn = fn
+        self.future = future
+        self.loop = loop
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> Outcome:
+        return (self.future, self.result, self.error)
+
+
+def _settle(outcomes: list[Outcome]) -> None:
+    """On the event loop: resolve every future not cancelled meanwhile."""
+    for future, result, error in outcomes:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+
+def _run_wrapped(op: _Op, conn: sqlite3.Connection) -> None:
+    """Run ``op.fn``, keeping its result or its (store-wrapped) exception on ``op``."""
+    try:
+        op.result = op.fn(conn)
+    except BaseException as exc:  # delivered to the caller, never lost in the thread
+        op.error = store_error(op.action, exc)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End an open transaction; an error here leaves nothing more to undo."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+class ConnectionThread:
+    """One SQLite connection on one owned thread; see the module docstring.
+
+    Args:
+        name: The thread's name (shows in debuggers and thread dumps).
+        connect: Opens the connection; runs on the thread itself, which then owns it.
+    """
+
+    def __init__(self, name: str, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._name = name
+        self._connect = connect
+        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._connect_error: BaseException | None = None
+        self._stopped: asyncio.Future[Any] | None = None
+
+    # event-loop side ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the thread and open the connection on it.
+
+        Raises:
+            BaseException: Whatever ``connect`` raised (unwrapped). The thread then keeps
+                answering with that error until :meth:`close`, which must still be called.
+        """
+        if self._thread is not None:
+            raise StoreError(f"{self._name} was already started")
+        loop = asyncio.get_running_loop()
+        opened: asyncio.Future[Any] = loop.create_future()
+        # A daemon thread: a store never closed must not keep the interpreter from exiting
+        # (SQLite then recovers the file as after a crash).
+        self._thread = threading.Thread(
+            target=self._serve, args=(opened, loop), name=self._name, daemon=True
+        )
+        self._thread.start()
+        await opened
+
+    async def call(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the thread, outside any transaction; one hop.
+
+        ``sqlite3`` errors come back as :class:`StoreError` / :class:`ConflictError` naming
+        ``action``; anything else ``fn`` raises comes back as it is.
+        """
+        result: T = await self._submit(_CALL, action, fn)
+        return result
+
+    async def transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside the next group-commit transaction; answers after ``COMMIT``.
+
+        Whatever ``fn`` raises rolls back what ``fn`` wrote, and only that.
+        """
+        result: T = await self._submit(_TRANSACT, action, fn)
+        return result
+
+    async def close(self) -> None:
+        """Run what is queued, close the connection and join the thread. Safe to call twice."""
+        if self._thread is None:
+            return
+        if self._stopped is None:
+            loop = asyncio.get_running_loop()
+            self._stopped = loop.create_future()
+            self._queue.put(_Op(_STOP, "close", lambda conn: None, self._stopped, loop))
+        await asyncio.shield(self._stopped)
+        # The thread resolved the future as its last act; the join is immediate.
+        self._thread.join()
+
+    def _submit(self, kind: int, action: str, fn: Operation) -> asyncio.Future[Any]:
+        if self._thread is None or self._stopped is not None:
+            raise StoreError(f"SQLite store could not {action}: the connection is closed")
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._queue.put(_Op(kind, action, fn, future, loop))
+        return future
+
+    # thread side ----------------------------------------------------------------------------
+    def _serve(self, opened: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> None:
+        start = _Op(_CALL, "open", lambda conn: None, opened, loop)
+        try:
+            self._conn = self._connect()
+        except BaseException as exc:  # answered to start(); the thread serves on until close
+            start.error = self._connect_error = exc
+        self._send([start])
+        while True:
+            batch = self._take()
+            stop = next((i for i, op in enumerate(batch) if op.kind == _STOP), len(batch))
+            try:
+                self._run(batch[:stop])
+            except BaseException as exc:  # a bug here must not strand the callers
+                if self._conn is not None:
+                    _rollback(self._conn)
+                for op in batch[:stop]:
+                    op.error = StoreError(f"SQLite store could not {op.action}: internal error")
+                    op.error.__cause__ = exc
+                self._send(batch[:stop])  # a future answered already keeps its first outcome
+            if stop < len(batch):
+                self._finish(batch[stop], batch[stop + 1 :])
+                return
+
+    def _take(self) -> list[_Op]:
+        """Block for one operation, then take whatever else is queued (up to the cap)."""
+        batch = [self._queue.get()]
+        while len(batch) < _MAX_BATCH:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _run(self, batch: list[_Op]) -> None:
+        """Run a batch in order: each run of transactional operations is one transaction."""
+        done: list[_Op] = []
+        since = time.perf_counter()
+        index = 0
+        while index < len(batch):
+            end = index + 1
+            if batch[index].kind == _TRANSACT:
+                while end < len(batch) and batch[end].kind == _TRANSACT:
+                    end += 1
+            group = [op for op in batch[index:end] if not op.future.cancelled()]
+            index = end
+            if not group:
+                continue
+            if self._conn is None:
+                for op in group:
+                    op.error = StoreError(f"SQLite store could not {op.action}: not open")
+                    op.error.__cause__ = self._connect_error
+            elif group[0].kind == _CALL:
+                _run_wrapped(group[0], self._conn)
+            else:
+                self._commit(self._conn, group)
+            done += group
+            if time.perf_counter() - since > _FLUSH_AFTER_S:
+                self._send(done)
+                done, since = [], time.perf_counter()
+        self._send(done)
+
+    def _commit(
+        self, conn: sqlite3.Connection, group: list[_Op], *, savepoints: bool = False
+    ) -> None:
+        """Run ``group`` in one transaction; an operation that fails is undone alone.
+
+        Most failures (a stale fence, a gate resolved twice, a duplicate) are found before the
+        operation wrote anything, so by default the batch goes on without savepoints: each
+        would cost two more statements per operation, and under load every statement is a
+        wait for the GIL. When a failed operation did change rows (``total_changes`` moved;
+        a failed statement's own changes are undone by SQLite's ``ABORT``), the batch is
+        rolled back and run again with a ``SAVEPOINT`` around every operation.
+        """
+        if len(group) <= 1:
+            for op in group:
+                self._alone(conn, op)
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:  # e.g. another process held the lock past busy_timeout
+            for op in group:
+                op.error = store_error(op.action, exc)
+            return
+        try:
+            for op in group:
+                if savepoints:
+                    conn.execute("SAVEPOINT op")
+                changes = conn.total_changes
+                _run_wrapped(op, conn)
+                if op.error is not None:
+                    if not conn.in_transaction:  # SQLite rolled back everything (disk full…)
+                        raise _TransactionLost
+                    if savepoints:
+                        conn.execute("ROLLBACK TO op")
+                    elif conn.total_changes != changes:
+                        raise _Undo
+                if savepoints:
+                    conn.execute("RELEASE op")
+            conn.execute("COMMIT")
+        except _Undo:
+            _rollback(conn)
+            self._commit(conn, _forget(group), savepoints=True)
+        except (sqlite3.Error, _TransactionLost):
+            # Nothing of the batch is on disk: give each operation its own transaction, so
+            # an error is answered to the operation that causes it and to no other.
+            _rollback(conn)
+            for op in _forget(group):
+                self._alone(conn, op)
+
+    @staticmethod
+    def _alone(conn: sqlite3.Connection, op: _Op) -> None:
+        """Run one operation in its own ``BEGIN IMMEDIATE`` … ``COMMIT``."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            op.result = op.fn(conn)
+            conn.execute("COMMIT")
+        except BaseException as exc:  # delivered to the caller
+            op.result, op.error = None, store_error(op.action, exc)
+            _rollback(conn)
+
+    def _finish(self, stop: _Op, late: list[_Op]) -> None:
+        """Close the connection, refuse what was queued after the stop, answer the closer."""
+        for op in late:  # only a caller on another thread could have slipped these in
+            op.error = StoreError(f"SQLite store could not {op.action}: the store was closed")
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error as exc:
+                stop.error = StoreError(f"SQLite store could not close: {exc}")
+                stop.error.__cause__ = exc
+            self._conn = None
+        self._send([*late, stop])
+
+    @staticmethod
+    def _send(ops: list[_Op]) -> None:
+        """Hand the outcomes to their event loops, one wake-up per loop."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+        for op in ops:
+            by_loop.setdefault(op.loop, []).append(op.outcome())
+        for loop, outcomes in by_loop.items():
+            # A closed loop raises RuntimeError: nobody is waiting there any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_settle, outcomes)
+
+
+class _TransactionLost(Exception):
+    """SQLite ended the batch's transaction on its own after an operation failed."""
+
+
+class _Undo(Exception):
+    """An operation failed after it wrote: the batch must be run again with savepoints."""
+
+
+def _forget(group: list[_Op]) -> list[_Op]:
+    """Clear the outcomes of a rolled-back batch; the operations still worth running again."""
+    for op in group:
+        op.result = op.error = None
+    return [op for op in group if not op.future.cancelled()]
