@@ -125,17 +125,8 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             max_retries=0,
         )
 
-    async def check_endpoint(self) -> None:
-        """List the API's models: proves the endpoint answers and accepts the key.
-
-        Raises:
-            ModelError: classified like a failed request (the key's value never appears).
-        """
-        try:
-            async with self._clients.lease() as client:
-                await client.models.list()
-        except anthropic.APIError as exc:
-            raise self._map_error(exc) from exc
+    def _api_error(self) -> type[Exception]:
+        return anthropic.APIError
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one response: text deltas, then exactly one ``ResponseComplete``.

@@ -160,17 +160,8 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
             max_retries=0,
         )
 
-    async def check_endpoint(self) -> None:
-        """List the server's models: proves the endpoint answers and accepts the key.
-
-        Raises:
-            ModelError: classified like a failed request (the key's value never appears).
-        """
-        try:
-            async with self._clients.lease() as client:
-                await client.models.list()
-        except openai.APIError as exc:
-            raise self._map_error(exc) from exc
+    def _api_error(self) -> type[Exception]:
+        return openai.APIError
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one response: text deltas, then exactly one ``ResponseComplete``.

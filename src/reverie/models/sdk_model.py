@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Generic, Self
+from typing import Any, Generic, Self, cast
 
+from reverie.errors import ModelError
 from reverie.models.errors import ClientHolder, ClientT, resolve_api_key
 
 
@@ -77,6 +78,26 @@ class SDKModel(ABC, Generic[ClientT]):
     async def _close_client(client: Any) -> None:
         # Both SDKs' async clients have an awaitable close().
         await client.close()
+
+    async def check_endpoint(self) -> None:
+        """List the endpoint's models: proves it answers and accepts the key.
+
+        Raises:
+            ModelError: classified like a failed request (the key's value never appears).
+        """
+        try:
+            async with self._clients.lease() as client:
+                await cast(Any, client).models.list()
+        except self._api_error() as exc:
+            raise self._map_error(exc) from exc
+
+    @abstractmethod
+    def _api_error(self) -> type[Exception]:
+        """The SDK's base class of API errors."""
+
+    @abstractmethod
+    def _map_error(self, exc: Any) -> ModelError:
+        """Classify an SDK error per DESIGN §4.2 (never echoing the key)."""
 
     @abstractmethod
     def _make_client(self, key: str) -> ClientT:
