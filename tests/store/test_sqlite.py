@@ -336,11 +336,6 @@ def test_open_store_sqlite_urls_and_bare_db_paths(tmp_path: Path) -> None:
     assert isinstance(bare, SQLiteStore) and bare.path == tmp_path / "y.db"
 
 
-def test_open_store_postgresql_url_says_postgres_is_not_installed() -> None:
-    with pytest.raises(ConfigError, match="PostgreSQL support is not installed"):
-        open_store("postgresql://user@localhost/reverie")
-
-
 @pytest.mark.parametrize(
     "url", ["mysql://localhost/db", "x.txt", "sqlite:///", "sqlite:///x.db?journal=off", ""]
 )

@@ -9,12 +9,15 @@ URL                                       backend
 ``"sqlite:///relative/path.db"``          :class:`SQLiteStore` on ``relative/path.db``
 ``"sqlite:////absolute/path.db"``         :class:`SQLiteStore` on ``/absolute/path.db``
 ``"path/to/file.db"`` (ends in ``.db``)   :class:`SQLiteStore` on that path
-``"postgresql://…"``                      not in this build (:class:`ConfigError`)
+``"postgresql://user:pw@host/db"``         :class:`~reverie.store.postgres.PostgresStore`
+``"postgres://…"``                        the same
 ========================================  ==================================================
 
-A ``sqlite:`` URL may carry ``?synchronous=FULL`` (or ``OFF``/``NORMAL``/``EXTRA``). The
-returned store is not open yet: ``await store.open()`` (or ``async with`` a
-:class:`SQLiteStore`) and ``await store.close()`` when done.
+A ``sqlite:`` URL may carry ``?synchronous=FULL`` (or ``OFF``/``NORMAL``/``EXTRA``); a
+PostgreSQL URL any libpq parameter. The returned store is not open yet: ``await store.open()``
+(or ``async with`` it) and ``await store.close()`` when done. The PostgreSQL backend needs the
+``postgres`` extra (``pip install 'reverie[postgres]'``); it is imported only when a URL names
+it, from :mod:`reverie.store.postgres`.
 """
 
 from __future__ import annotations
@@ -83,9 +86,10 @@ __all__ = [
 ]
 
 _SQLITE_PREFIX = "sqlite:///"
+_POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 _ACCEPTED = (
-    "':memory:', 'sqlite:///relative/path.db', 'sqlite:////absolute/path.db' "
-    "or a file path ending in '.db'"
+    "':memory:', 'sqlite:///relative/path.db', 'sqlite:////absolute/path.db', "
+    "a file path ending in '.db' or 'postgresql://user:password@host:5432/dbname'"
 )
 
 
@@ -104,18 +108,23 @@ def open_store(url: str) -> Store:
     Args:
         url: ``":memory:"``, ``"sqlite:///path.db"`` (three slashes then the path, so an
             absolute path has four), optionally with ``?synchronous=MODE``, a bare path ending
-            in ``.db``, or ``"postgresql://..."``.
+            in ``.db``, or ``"postgresql://..."`` / ``"postgres://..."`` (a libpq URL).
 
     Raises:
-        ConfigError: The URL names PostgreSQL (not available in this build) or is not one of
-            the accepted forms; the message lists them.
+        ConfigError: The URL is not one of the accepted forms (the message lists them), or a
+            PostgreSQL URL libpq cannot parse. Messages never quote a URL's password.
+        ImportError: The URL names PostgreSQL and ``psycopg`` is not installed; the message
+            says ``pip install 'reverie[postgres]'``.
     """
     url = url.strip()
     if url == ":memory:":
         return MemoryStore()
-    if url.startswith(("postgresql:", "postgres:", "postgresql+")):
+    if url.startswith(_POSTGRES_PREFIXES):
+        return _postgres_store(url)
+    if url.startswith(("postgresql", "postgres:")):  # e.g. postgresql+psycopg://, postgres:/x
         raise ConfigError(
-            f"PostgreSQL support is not installed in this build of reverie; use {_ACCEPTED} instead"
+            "a PostgreSQL store URL starts with 'postgresql://' or 'postgres://' "
+            "(no driver suffix), e.g. 'postgresql://user:password@host:5432/dbname'"
         )
     if url.startswith(_SQLITE_PREFIX):
         path, _, query = url[len(_SQLITE_PREFIX) :].partition("?")
@@ -129,3 +138,16 @@ def open_store(url: str) -> Store:
     if "://" not in url and url.endswith(".db"):
         return SQLiteStore(url)
     raise ConfigError(f"store URL {url!r} is not supported; use {_ACCEPTED}")
+
+
+def _postgres_store(url: str) -> Store:
+    try:
+        from reverie.store.postgres import PostgresStore
+    except ImportError as exc:
+        if not (exc.name or "").startswith("reverie"):  # psycopg, or its libpq wrapper
+            raise ImportError(
+                "the PostgreSQL store needs psycopg 3: pip install 'reverie[postgres]'",
+                name=exc.name,
+            ) from exc
+        raise
+    return PostgresStore(url)

@@ -1,0 +1,318 @@
+"""The connections of :class:`reverie.store.postgres.PostgresStore`: a small pool and helpers.
+
+A store owns at most ``max_connections`` ``psycopg`` async connections. An
+:class:`asyncio.Queue` holds one *slot* per connection: a slot is an idle connection, or
+``None`` for one not opened yet (or dropped). An operation takes a slot, opens the connection
+if it has to, runs, and gives the slot back: so at most ``max_connections`` operations talk to
+the server at once and the rest wait their turn, without a thread and without blocking the
+event loop. A connection that comes back broken or inside a transaction (its operation was
+interrupted half-way) is closed and its slot given back empty.
+
+Connections are in autocommit mode: a read is one statement (its own snapshot, holding no
+lock), and a write that needs more than one statement runs inside ``conn.transaction()``
+(:meth:`PostgresConnections._transact`), rolled back whole if anything in it raises.
+
+Also here, for the store's modules (imported there as ``db``): :func:`describe_url` (the only
+way a connection URL appears in a message), :func:`db_errors` (``psycopg`` errors as store
+errors, without echoing data or credentials), async statement helpers and the fence lock of
+fenced writes (:func:`lock_fence`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager
+from typing import Any, Self, TypeVar
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
+from psycopg.rows import DictRow, dict_row
+
+from reverie.core.scope import Scope
+from reverie.errors import ConfigError, ConflictError, LeaseLost, NotFoundError, StoreError
+from reverie.store.postgres_schema import Conn, migrate
+
+__all__ = ["PostgresConnections"]
+
+T = TypeVar("T")
+
+Row = Mapping[str, Any]
+
+
+# URLs and errors ----------------------------------------------------------------------------
+_USERINFO = re.compile(r"://[^/@\s]*@")
+
+
+def describe_url(url: str) -> tuple[str, tuple[str, ...]]:
+    """A label for messages (``postgresql://host:port/dbname``) and the secrets to scrub.
+
+    The label never holds the user name or the password; the secrets are the password (if
+    the URL has one), which :func:`db_errors` removes from any message that quotes it.
+
+    Raises:
+        ConfigError: libpq cannot parse the URL (the message does not quote its user info).
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        detail = _USERINFO.sub("://…@", str(exc))
+        raise ConfigError(f"PostgreSQL URL is not valid: {detail}") from None
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or 5432)
+    dbname = str(params.get("dbname") or "")
+    password = str(params.get("password") or "")
+    return f"postgresql://{host}:{port}/{dbname}", tuple(s for s in (password,) if s)
+
+
+def store_error(action: str, exc: BaseException, secrets: Sequence[str] = ()) -> BaseException:
+    """What a store method raises for ``exc``: ``psycopg`` errors wrapped, others as they are.
+
+    An integrity violation (unique key, foreign key) becomes :class:`ConflictError`, any other
+    ``psycopg`` error :class:`StoreError`. The message names the action and the server's
+    primary message and SQLSTATE (never its DETAIL, which quotes row values); any secret in it
+    is masked. The original is kept in ``__cause__``.
+    """
+    if not isinstance(exc, psycopg.Error):
+        return exc
+    kind = ConflictError if isinstance(exc, psycopg.IntegrityError) else StoreError
+    lines = str(exc).strip().splitlines()
+    detail = exc.diag.message_primary or (lines[0] if lines else "")
+    for secret in secrets:
+        detail = detail.replace(secret, "***")
+    code = f" (SQLSTATE {exc.sqlstate})" if exc.sqlstate else ""
+    wrapped = kind(f"PostgreSQL store could not {action}: {detail or type(exc).__name__}{code}")
+    wrapped.__cause__ = exc
+    return wrapped
+
+
+@contextlib.contextmanager
+def db_errors(action: str, secrets: Sequence[str] = ()) -> Iterator[None]:
+    """Re-raise ``psycopg`` errors as store errors (see :func:`store_error`)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise store_error(action, exc, secrets) from exc
+
+
+# statement helpers --------------------------------------------------------------------------
+async def rows(conn: Conn, sql: str, params: Sequence[Any] = ()) -> list[DictRow]:
+    """Every row of one statement."""
+    cur = await conn.execute(sql, params)
+    return await cur.fetchall()
+
+
+async def one(conn: Conn, sql: str, params: Sequence[Any] = ()) -> DictRow | None:
+    """The first row of one statement, or ``None``."""
+    found = await rows(conn, sql, params)
+    return found[0] if found else None
+
+
+async def found(conn: Conn, sql: str, params: Sequence[Any], what: str) -> DictRow:
+    """The first row of one statement, or :class:`NotFoundError` naming ``what``."""
+    row = await one(conn, sql, params)
+    if row is None:
+        raise NotFoundError(f"{what} not found")
+    return row
+
+
+async def execute(conn: Conn, sql: str, params: Sequence[Any] = ()) -> int:
+    """Run one statement and return the number of rows it changed."""
+    cur = await conn.execute(sql, params)
+    return cur.rowcount
+
+
+def insert_sql(table: str, names: Sequence[str]) -> str:
+    """``INSERT INTO table (names…) VALUES (%s…)``."""
+    # Table and column names come from the codecs, never from callers.
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})"
+
+
+async def insert(conn: Conn, table: str, columns: Mapping[str, Any], suffix: str = "") -> int:
+    """Insert one row (``suffix``: an ``ON CONFLICT`` clause); the number of rows inserted."""
+    return await execute(conn, insert_sql(table, list(columns)) + suffix, list(columns.values()))
+
+
+def where(scope: Scope | None, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
+    """The WHERE clause of the list queries: scope means tenant and user, as in MemoryStore."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if scope is not None:
+        clauses.append("scope_tenant = %s AND scope_user = %s")
+        params += [scope.tenant, scope.user]
+    if statuses is not None:
+        clauses.append("status = ANY(%s)")
+        params.append(list(statuses))
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def raise_if_stale(run_id: str, fence: int, current: int | None) -> None:
+    """:class:`NotFoundError` if the run is missing, :class:`LeaseLost` if ``fence`` is stale."""
+    if current is None:
+        raise NotFoundError(f"run {run_id} not found")
+    if current != fence:
+        raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {current})")
+
+
+async def lock_fence(conn: Conn, run_id: str, fence: int) -> None:
+    """Inside a transaction: raise unless ``fence`` is current, and keep it current until COMMIT.
+
+    ``FOR SHARE`` conflicts with the ``UPDATE`` of ``acquire_lease``: a takeover waits for
+    this write to commit, or this read waits for the takeover and then sees its fence. So no
+    write carrying an old fence can commit after a new one was handed out.
+    """
+    row = await one(conn, "SELECT fence FROM runs WHERE run_id = %s FOR SHARE", (run_id,))
+    raise_if_stale(run_id, fence, None if row is None else int(row["fence"]))
+
+
+async def read_fence(conn: Conn, run_id: str, fence: int) -> None:
+    """After a fenced one-statement write changed nothing: why (stale, missing, or nothing)."""
+    row = await one(conn, "SELECT fence FROM runs WHERE run_id = %s", (run_id,))
+    raise_if_stale(run_id, fence, None if row is None else int(row["fence"]))
+
+
+# the pool -----------------------------------------------------------------------------------
+class PostgresConnections:
+    """Opening, closing and using the store's connections (arguments: see ``PostgresStore``)."""
+
+    def __init__(
+        self, url: str, *, max_connections: int = 8, connect_timeout_s: float = 10.0
+    ) -> None:
+        if max_connections < 1:
+            raise ConfigError(f"max_connections must be at least 1, not {max_connections}")
+        self.label, self._secrets = describe_url(url)  # ConfigError if unparseable
+        """The database as messages name it: ``postgresql://host:port/dbname`` (no user)."""
+        self.max_connections = max_connections
+        """How many connections (and so concurrent operations) the store uses at most."""
+        self._url = url
+        self._connect_timeout = max(2, round(connect_timeout_s))  # libpq's minimum is 2 s
+        self._slots: asyncio.Queue[Conn | None] | None = None
+        self._lifecycle = asyncio.Lock()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # lifecycle ----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Connect once and migrate the schema; further connections open when needed.
+
+        Raises:
+            StoreError: The server cannot be reached or refuses the login, or the schema is
+                newer than this build. Nothing is left open.
+        """
+        async with self._lifecycle:
+            if self._slots is not None:
+                return
+            with self._errors(f"open {self.label}"):
+                conn = await self._connect()
+                try:
+                    await migrate(conn, label=self.label)
+                except BaseException:
+                    await conn.close()
+                    raise
+            slots: asyncio.Queue[Conn | None] = asyncio.Queue()
+            slots.put_nowait(conn)
+            for _ in range(self.max_connections - 1):
+                slots.put_nowait(None)
+            self._slots = slots
+
+    async def close(self) -> None:
+        """Wait for the operations in flight, close every connection. Safe to call twice.
+
+        Operations that were waiting for a connection fail with :class:`StoreError`.
+        """
+        async with self._lifecycle:
+            slots, self._slots = self._slots, None
+            if slots is None:
+                return
+            for _ in range(self.max_connections):
+                conn = await slots.get()  # waits for the operations that hold one
+                if conn is not None:
+                    await conn.close()
+            for _ in range(self.max_connections):
+                slots.put_nowait(None)  # wakes waiters; they see the store closed
+
+    async def _connect(self) -> Conn:
+        params = conninfo_to_dict(self._url)
+        timeout = None if "connect_timeout" in params else self._connect_timeout
+        return await AsyncConnection.connect(
+            self._url, autocommit=True, row_factory=dict_row, connect_timeout=timeout
+        )
+
+    def _errors(self, action: str) -> AbstractContextManager[None]:
+        """``with self._errors(action):`` re-raises ``psycopg`` errors as store errors."""
+        return db_errors(action, self._secrets)
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Conn]:
+        """A connection of the pool for one operation (waits while all are busy)."""
+        slots = self._slots
+        if slots is None:
+            raise StoreError(f"PostgresStore({self.label}) is not open; call open() first")
+        conn = await slots.get()
+        try:
+            if self._slots is not slots:
+                raise StoreError(f"PostgresStore({self.label}) was closed")
+            if conn is None or conn.closed:
+                conn = None
+                conn = await self._connect()
+            yield conn
+        finally:
+            if conn is not None and (
+                conn.closed
+                or conn.info.transaction_status != TransactionStatus.IDLE
+                or self._slots is not slots
+            ):
+                await conn.close()  # interrupted half-way, broken, or the store closed
+                conn = None
+            slots.put_nowait(conn)
+
+    # ways in ------------------------------------------------------------------------------
+    async def _transact(self, action: str, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``fn`` inside one transaction; whatever it raises rolls back all it wrote."""
+        with self._errors(action):
+            async with self._connection() as conn, conn.transaction():
+                return await fn(conn)
+
+    async def _select(
+        self, action: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
+    ) -> list[T]:
+        """One read statement, decoded row by row."""
+        with self._errors(action):
+            async with self._connection() as conn:
+                got = await rows(conn, sql, params)
+        return [decode(row) for row in got]
+
+    async def _select_one(
+        self, what: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any]
+    ) -> T:
+        """One row, or :class:`NotFoundError` naming ``what``."""
+        got = await self._select(f"read {what}", decode, sql, params)
+        if not got:
+            raise NotFoundError(f"{what} not found")
+        return got[0]
+
+    async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
+        """One write statement (its own transaction); the number of rows it changed."""
+        with self._errors(action):
+            async with self._connection() as conn:
+                return await execute(conn, sql, params)
+
+    async def _fenced(
+        self, action: str, run_id: str, fence: int, sql: str, params: Sequence[Any]
+    ) -> int:
+        """One write statement behind :func:`lock_fence`, in a transaction."""
+
+        async def write(conn: Conn) -> int:
+            await lock_fence(conn, run_id, fence)
+            return await execute(conn, sql, params)
+
+        return await self._transact(action, write)

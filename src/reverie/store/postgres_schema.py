@@ -1,0 +1,520 @@
+"""The schema of :class:`reverie.store.postgres.PostgresStore`: its migrations and row codecs.
+
+Internal to the PostgreSQL backend (imported there as ``schema``):
+
+- the **migrations** of the PostgreSQL schema and :func:`migrate`, which applies them under an
+  advisory lock, so any number of workers may open a fresh database at once;
+- row codecs: record → column dict for an INSERT, row (a dict) → record. They are the only code
+  that knows every column; keep them in step with the latest migration.
+
+The schema mirrors SQLite's (:mod:`reverie.store.migrations`) table for table and column for
+column, with native types where PostgreSQL has them: flags are ``BOOLEAN``, timestamps
+``DOUBLE PRECISION`` epoch seconds, checkpoint payloads ``BYTEA``. JSON columns stay ``TEXT``
+holding ``json.dumps`` output, as in SQLite: ``jsonb`` would reorder keys, refuse ``\\u0000``
+and turn ``1e100`` into an integer, and nothing queries inside them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+
+from reverie.core.messages import ToolCall
+from reverie.core.scope import Scope
+from reverie.errors import StoreError
+from reverie.store.base import (
+    CheckpointRecord,
+    GateRecord,
+    InputRecord,
+    JournalEntry,
+    NewItem,
+    RunRecord,
+    ThreadRecord,
+    TranscriptItem,
+)
+
+Conn = AsyncConnection[DictRow]
+"""A connection of the store: rows come back as dicts keyed by column name."""
+Columns = dict[str, Any]
+"""Column name → value, ready for an INSERT."""
+
+
+# migrations ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Migration:
+    """One step of the schema (the same versions, and names, as SQLite's)."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+_SCOPE = """
+            scope_tenant     TEXT NOT NULL,
+            scope_user       TEXT NOT NULL,
+            scope_agent      TEXT,
+            scope_project    TEXT,"""
+
+_V1 = Migration(
+    version=1,
+    name="initial schema",
+    statements=(
+        f"CREATE TABLE threads (thread_id TEXT PRIMARY KEY,{_SCOPE}"
+        " created_at DOUBLE PRECISION NOT NULL)",
+        # run_id is not a foreign key: a transcript row may name a run the store has not seen.
+        """
+        CREATE TABLE items (
+            ref          TEXT PRIMARY KEY,
+            thread_id    TEXT NOT NULL REFERENCES threads (thread_id),
+            seq          BIGINT NOT NULL,
+            run_id       TEXT,
+            role         TEXT NOT NULL,
+            content      TEXT NOT NULL,
+            tool_calls   TEXT NOT NULL,
+            tool_call_id TEXT,
+            name         TEXT,
+            input_id     TEXT,
+            meta         TEXT NOT NULL,
+            superseded   BOOLEAN NOT NULL DEFAULT FALSE,
+            created_at   DOUBLE PRECISION NOT NULL,
+            UNIQUE (thread_id, seq)
+        )
+        """,
+        "CREATE INDEX items_by_run ON items (run_id, seq)",
+        f"""
+        CREATE TABLE runs (
+            run_id           TEXT PRIMARY KEY,
+            thread_id        TEXT NOT NULL,{_SCOPE}
+            agent_name       TEXT NOT NULL,
+            profile          TEXT NOT NULL,
+            family_id        TEXT NOT NULL,
+            status           TEXT NOT NULL,
+            exit             TEXT,
+            created_at       DOUBLE PRECISION NOT NULL,
+            updated_at       DOUBLE PRECISION NOT NULL,
+            lease_owner      TEXT,
+            lease_expires_at DOUBLE PRECISION,
+            fence            BIGINT NOT NULL DEFAULT 0,
+            cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+            idempotency_key  TEXT UNIQUE,
+            has_actor        BOOLEAN NOT NULL DEFAULT TRUE,
+            meta             TEXT NOT NULL,
+            inputs_sealed    BOOLEAN NOT NULL DEFAULT FALSE
+        )
+        """,
+        "CREATE INDEX runs_by_scope ON runs (scope_tenant, scope_user, created_at, run_id)",
+        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+        "CREATE INDEX runs_by_thread ON runs (thread_id)",
+        """
+        CREATE TABLE checkpoints (
+            run_id     TEXT PRIMARY KEY REFERENCES runs (run_id),
+            kind       TEXT NOT NULL,
+            payload    BYTEA NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE journal (
+            run_id     TEXT NOT NULL REFERENCES runs (run_id),
+            call_id    TEXT NOT NULL,
+            tool       TEXT NOT NULL,
+            state      TEXT NOT NULL,
+            outcome    TEXT,
+            updated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (run_id, call_id)
+        )
+        """,
+        """
+        CREATE TABLE inputs (
+            run_id     TEXT NOT NULL REFERENCES runs (run_id),
+            cursor     BIGINT NOT NULL,
+            input_id   TEXT NOT NULL,
+            kind       TEXT NOT NULL,
+            payload    TEXT NOT NULL,
+            acked      BOOLEAN NOT NULL DEFAULT FALSE,
+            created_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (run_id, cursor),
+            UNIQUE (run_id, input_id)
+        )
+        """,
+        f"""
+        CREATE TABLE gates (
+            ref              TEXT PRIMARY KEY,
+            run_id           TEXT NOT NULL REFERENCES runs (run_id),
+            call_id          TEXT NOT NULL,
+            tool             TEXT NOT NULL,
+            arguments        TEXT NOT NULL,
+            kind             TEXT NOT NULL,
+            status           TEXT NOT NULL,
+            reason           TEXT,{_SCOPE}
+            created_at       DOUBLE PRECISION NOT NULL,
+            resolved_at      DOUBLE PRECISION,
+            UNIQUE (run_id, call_id)
+        )
+        """,
+        "CREATE INDEX gates_by_status ON gates (status, created_at, ref)",
+        "CREATE INDEX gates_by_scope ON gates (scope_tenant, scope_user, created_at, ref)",
+    ),
+)
+
+# Memory tables store an unset agent/project as '' (not NULL) so the scope can be part of a
+# primary key, as in SQLite.
+_MEMORY_SCOPE = """
+            scope_tenant  TEXT NOT NULL,
+            scope_user    TEXT NOT NULL,
+            scope_agent   TEXT NOT NULL,
+            scope_project TEXT NOT NULL,"""
+_MEMORY_KEY = "scope_tenant, scope_user, scope_agent, scope_project"
+
+_V2 = Migration(
+    version=2,
+    name="memory: documents, versions, daily log, full-text index, curation passes",
+    statements=(
+        f"""
+        CREATE TABLE memory_documents ({_MEMORY_SCOPE}
+            path          TEXT NOT NULL,
+            text          TEXT NOT NULL,
+            version       BIGINT NOT NULL,
+            updated_at    DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY ({_MEMORY_KEY}, path)
+        )
+        """,
+        f"""
+        CREATE TABLE memory_document_versions ({_MEMORY_SCOPE}
+            path          TEXT NOT NULL,
+            version       BIGINT NOT NULL,
+            text          TEXT NOT NULL,
+            created_at    DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY ({_MEMORY_KEY}, path, version)
+        )
+        """,
+        # What search reads: log entries (kind 'log', ref = the day) and the current text of
+        # each document (kind 'document', ref = its path, updated in place on every write).
+        # The 'simple' configuration lower-cases and neither stems nor drops stop words, like
+        # SQLite's unicode61 tokenizer; stop words are dropped from queries (search_terms).
+        f"""
+        CREATE TABLE memory_entries (
+            id            BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,{_MEMORY_SCOPE}
+            kind          TEXT NOT NULL,
+            ref           TEXT NOT NULL,
+            body          TEXT NOT NULL,
+            created_at    DOUBLE PRECISION NOT NULL,
+            body_tsv      TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, body))
+                          STORED
+        )
+        """,
+        f"CREATE INDEX memory_entries_by_ref ON memory_entries ({_MEMORY_KEY}, kind, ref, id)",
+        "CREATE INDEX memory_entries_fts ON memory_entries USING GIN (body_tsv)",
+        f"""
+        CREATE TABLE memory_passes (
+            pass_id       TEXT PRIMARY KEY,{_MEMORY_SCOPE}
+            run_id        TEXT NOT NULL,
+            report        TEXT NOT NULL,
+            created_at    DOUBLE PRECISION NOT NULL
+        )
+        """,
+        f"CREATE INDEX memory_passes_by_scope ON memory_passes ({_MEMORY_KEY}, created_at)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
+"""Every migration, oldest first. Never edit one that has shipped; append the next."""
+
+SCHEMA_VERSION: int = MIGRATIONS[-1].version
+"""The newest schema this build knows; a database recording a higher one is refused."""
+
+_CREATE_VERSION_TABLE = """
+CREATE TABLE schema_version (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    applied_at DOUBLE PRECISION NOT NULL
+)
+"""
+
+
+async def migrate(conn: Conn, *, label: str) -> int:
+    """Bring the schema up to :data:`SCHEMA_VERSION` and return the version found before.
+
+    One transaction holding a transaction-level advisory lock keyed on the current schema:
+    two processes opening a fresh database wait for each other instead of both creating the
+    tables, and a failed migration leaves the database as it was.
+
+    Raises:
+        StoreError: The database was created by a newer reverie.
+        psycopg.Error: The database refused a statement; the caller wraps it.
+    """
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))"
+        )
+        # Created only when missing: a role without CREATE may open an up-to-date database.
+        cur = await conn.execute("SELECT to_regclass('schema_version') IS NULL AS missing")
+        if (await cur.fetchone()) == {"missing": True}:
+            await conn.execute(_CREATE_VERSION_TABLE)
+        cur = await conn.execute("SELECT COALESCE(MAX(version), 0) AS found FROM schema_version")
+        row = await cur.fetchone()
+        found = int(row["found"]) if row is not None else 0
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {label} has schema version {found}, newer than the newest this "
+                f"build of reverie supports ({SCHEMA_VERSION}); upgrade reverie to open it"
+            )
+        for migration in MIGRATIONS:
+            if migration.version <= found:
+                continue
+            for statement in migration.statements:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO schema_version (version, name, applied_at) VALUES (%s, %s, %s)",
+                (migration.version, migration.name, time.time()),
+            )
+    return found
+
+
+# row codecs ---------------------------------------------------------------------------------
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(value: Any) -> str:
+    """JSON text for a JSON column; :class:`StoreError` (naming no data) if it cannot be."""
+    try:
+        return _JSON.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"value is not JSON-serialisable ({type(exc).__name__})") from exc
+
+
+def _loads_opt(text: str | None) -> Any:
+    return json.loads(text) if text is not None else None
+
+
+def text(value: str) -> str:
+    """Free text as PostgreSQL can hold it: ``TEXT`` refuses NUL, so it becomes U+FFFD.
+
+    JSON columns need no such care (the encoder escapes NUL as ``\\u0000``).
+    """
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
+def scope_columns(scope: Scope) -> Columns:
+    """The four scope columns of run tables (unset agent/project: NULL)."""
+    return {
+        "scope_tenant": scope.tenant,
+        "scope_user": scope.user,
+        "scope_agent": scope.agent,
+        "scope_project": scope.project,
+    }
+
+
+def row_scope(row: Mapping[str, Any]) -> Scope:
+    """The scope stored in a row's scope columns (NULL or '' agent/project: unset)."""
+    return Scope(
+        tenant=row["scope_tenant"],
+        user=row["scope_user"],
+        agent=row["scope_agent"] or None,
+        project=row["scope_project"] or None,
+    )
+
+
+def thread_columns(rec: ThreadRecord) -> Columns:
+    """Columns of a ``threads`` row."""
+    return {"thread_id": rec.thread_id, **scope_columns(rec.scope), "created_at": rec.created_at}
+
+
+def row_thread(row: Mapping[str, Any]) -> ThreadRecord:
+    """A ``threads`` row as a record."""
+    return ThreadRecord(
+        thread_id=row["thread_id"], scope=row_scope(row), created_at=row["created_at"]
+    )
+
+
+def new_item(
+    ref: str, seq: int, thread_id: str, run_id: str | None, item: NewItem
+) -> TranscriptItem:
+    """The record of an appended row, as :func:`row_item` will read it back."""
+    return TranscriptItem(
+        ref=ref,
+        seq=seq,
+        thread_id=thread_id,
+        run_id=run_id,
+        role=item.role,
+        content=text(item.content),
+        tool_calls=item.tool_calls,
+        tool_call_id=item.tool_call_id,
+        name=item.name,
+        input_id=item.input_id,
+        meta=dict(item.meta),
+    )
+
+
+def item_columns(rec: TranscriptItem, *, created_at: float) -> Columns:
+    """Columns of an ``items`` row."""
+    return {
+        "ref": rec.ref,
+        "thread_id": rec.thread_id,
+        "seq": rec.seq,
+        "run_id": rec.run_id,
+        "role": rec.role,
+        "content": rec.content,
+        "tool_calls": dumps([c.to_dict() for c in rec.tool_calls]),
+        "tool_call_id": rec.tool_call_id,
+        "name": rec.name,
+        "input_id": rec.input_id,
+        "meta": dumps(dict(rec.meta)),
+        "superseded": rec.superseded,
+        "created_at": created_at,
+    }
+
+
+def row_item(row: Mapping[str, Any]) -> TranscriptItem:
+    """An ``items`` row as a record."""
+    return TranscriptItem(
+        ref=row["ref"],
+        seq=row["seq"],
+        thread_id=row["thread_id"],
+        run_id=row["run_id"],
+        role=row["role"],
+        content=row["content"],
+        tool_calls=tuple(ToolCall.from_dict(c) for c in json.loads(row["tool_calls"])),
+        tool_call_id=row["tool_call_id"],
+        name=row["name"],
+        input_id=row["input_id"],
+        meta=json.loads(row["meta"]),
+        superseded=row["superseded"],
+    )
+
+
+def exit_column(exit: Mapping[str, Any] | None) -> str | None:
+    """The ``runs.exit`` column."""
+    return dumps(dict(exit)) if exit is not None else None
+
+
+def run_columns(rec: RunRecord) -> Columns:
+    """Columns of a ``runs`` row."""
+    return {
+        "run_id": rec.run_id,
+        "thread_id": rec.thread_id,
+        **scope_columns(rec.scope),
+        "agent_name": rec.agent_name,
+        "profile": rec.profile,
+        "family_id": rec.family_id,
+        "status": rec.status,
+        "exit": exit_column(rec.exit),
+        "created_at": rec.created_at,
+        "updated_at": rec.updated_at,
+        "lease_owner": rec.lease_owner,
+        "lease_expires_at": rec.lease_expires_at,
+        "fence": rec.fence,
+        "cancel_requested": rec.cancel_requested,
+        "idempotency_key": rec.idempotency_key,
+        "has_actor": rec.has_actor,
+        "meta": dumps(dict(rec.meta)),
+    }
+
+
+def row_run(row: Mapping[str, Any]) -> RunRecord:
+    """A ``runs`` row as a record."""
+    return RunRecord(
+        run_id=row["run_id"],
+        thread_id=row["thread_id"],
+        scope=row_scope(row),
+        agent_name=row["agent_name"],
+        profile=row["profile"],
+        family_id=row["family_id"],
+        status=row["status"],
+        exit=_loads_opt(row["exit"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+        fence=row["fence"],
+        cancel_requested=row["cancel_requested"],
+        idempotency_key=row["idempotency_key"],
+        has_actor=row["has_actor"],
+        meta=json.loads(row["meta"]),
+    )
+
+
+def row_checkpoint(row: Mapping[str, Any]) -> CheckpointRecord:
+    """A ``checkpoints`` row as a record (the payload stays opaque bytes)."""
+    return CheckpointRecord(
+        run_id=row["run_id"],
+        kind=row["kind"],
+        payload=bytes(row["payload"]),
+        created_at=row["created_at"],
+    )
+
+
+def row_journal(row: Mapping[str, Any]) -> JournalEntry:
+    """A ``journal`` row as a record."""
+    return JournalEntry(
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        tool=row["tool"],
+        state=row["state"],
+        outcome=_loads_opt(row["outcome"]),
+    )
+
+
+def input_columns(rec: InputRecord, *, created_at: float) -> Columns:
+    """Columns of an ``inputs`` row."""
+    return {
+        "run_id": rec.run_id,
+        "cursor": rec.cursor,
+        "input_id": rec.input_id,
+        "kind": rec.kind,
+        "payload": dumps(dict(rec.payload)),
+        "acked": rec.acked,
+        "created_at": created_at,
+    }
+
+
+def row_input(row: Mapping[str, Any]) -> InputRecord:
+    """An ``inputs`` row as a record."""
+    return InputRecord(
+        run_id=row["run_id"],
+        cursor=row["cursor"],
+        input_id=row["input_id"],
+        kind=row["kind"],
+        payload=json.loads(row["payload"]),
+        acked=row["acked"],
+    )
+
+
+def gate_columns(rec: GateRecord) -> Columns:
+    """Columns of a ``gates`` row."""
+    return {
+        "ref": rec.ref,
+        "run_id": rec.run_id,
+        "call_id": rec.call_id,
+        "tool": rec.tool,
+        "arguments": dumps(dict(rec.arguments)),
+        "kind": rec.kind,
+        "status": rec.status,
+        "reason": rec.reason,
+        **scope_columns(rec.scope),
+        "created_at": rec.created_at,
+        "resolved_at": rec.resolved_at,
+    }
+
+
+def row_gate(row: Mapping[str, Any]) -> GateRecord:
+    """A ``gates`` row as a record."""
+    return GateRecord(
+        ref=row["ref"],
+        run_id=row["run_id"],
+        call_id=row["call_id"],
+        tool=row["tool"],
+        arguments=json.loads(row["arguments"]),
+        kind=row["kind"],
+        status=row["status"],
+        reason=row["reason"],
+        scope=row_scope(row),
+        created_at=row["created_at"],
+        resolved_at=row["resolved_at"],
+    )
