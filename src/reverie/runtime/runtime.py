@@ -508,19 +508,30 @@ class Runtime:
         active = self._active.get(run_id)
         if active is not None:
             active.token.cancel(reason)
+        if active is not None or self._advanced_elsewhere(run):
+            # The worker advancing it (here: the token fired; elsewhere: it polls its queue at
+            # every boundary) ends it cleanly; the durable input survives a crash of either.
             with contextlib.suppress(RunEndedError):
                 await self.store.enqueue_input(
                     run_id, "cancel", {"reason": reason}, input_id=new_id("cancel")
                 )
             return None
-        # Not running here (blocked, or queued elsewhere): end it now under a lease.
-        fence = await self.store.acquire_lease(
-            run_id,
-            self._owner or new_owner(),
-            ttl_s=self._lease_ttl_s,
-            now=time.time(),
-            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
-        )
+        # Nobody advances it (blocked, queued, or its worker died): end it now under a lease.
+        try:
+            fence = await self.store.acquire_lease(
+                run_id,
+                self._owner or new_owner(),
+                ttl_s=self._lease_ttl_s,
+                now=time.time(),
+                take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
+            )
+        except RunBusy:
+            # A worker took it in the meantime: leave the request in its queue.
+            with contextlib.suppress(RunEndedError):
+                await self.store.enqueue_input(
+                    run_id, "cancel", {"reason": reason}, input_id=new_id("cancel")
+                )
+            return None
         try:
             # A cancelled run's pending gates can no longer be approved: close them.
             for gate in await self.store.list_gates(scope=run.scope, status="pending"):
@@ -532,6 +543,16 @@ class Runtime:
             return await self._applier.apply(run, Cancelled(reason=reason), fence=fence)
         finally:
             await self.store.release_lease(run_id, fence)
+
+    def _advanced_elsewhere(self, run: RunRecord) -> bool:
+        """Whether a live worker other than this runtime holds the run's lease."""
+        live = bool(run.lease_expires_at and run.lease_expires_at > time.time())
+        return (
+            live
+            and run.status in ("running", "queued")
+            and run.lease_owner != self._owner
+            and not owner_gone(run.lease_owner)
+        )
 
     # ------------------------------------------------------------------------------ gates
     async def approve(self, ref: str) -> RunResult:
