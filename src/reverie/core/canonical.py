@@ -17,6 +17,14 @@ class NotCanonicalizable(ValueError):
     """A value cannot be expressed as canonical JSON (NaN, infinity, non-JSON types)."""
 
 
+def check_json_value(value: Any) -> None:
+    """Raise :class:`NotCanonicalizable` if ``value`` holds NaN, an infinity or a non-str key.
+
+    Cheaper than :func:`canonical_json` when only validity matters (no encoding).
+    """
+    _check_finite(value)
+
+
 def _check_finite(value: Any) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise NotCanonicalizable(f"{value!r} is not representable in JSON")

@@ -123,6 +123,20 @@ class LoopExecutionState:
         return replace(self, graceful_stop=reason)
 
 
+_SLOTS: tuple[str, ...] = (
+    "context_state",
+    "capability_state",
+    "model_state",
+    "input_state",
+    "batch_state",
+    "recovery_state",
+    "gate_state",
+    "stop_state",
+    "budget_state",
+    "host_state",
+)
+
+
 def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
     """JSON-able form of the state."""
     b = state.budget
@@ -158,21 +172,8 @@ def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
             "admitted": list(wave.admitted),
             "rejected": [list(r) for r in wave.rejected],
         },
-        "slots": {
-            name: dict(getattr(state, name))
-            for name in (
-                "context_state",
-                "capability_state",
-                "model_state",
-                "input_state",
-                "batch_state",
-                "recovery_state",
-                "gate_state",
-                "stop_state",
-                "budget_state",
-                "host_state",
-            )
-        },
+        # Empty slots are left out (state_from_dict restores them as empty).
+        "slots": {name: dict(value) for name in _SLOTS if (value := getattr(state, name))},
     }
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from reverie.capabilities import ToolContext
-from reverie.core.canonical import NotCanonicalizable, canonical_json, digest
+from reverie.core.canonical import NotCanonicalizable, check_json_value, digest
 from reverie.core.capability import (
     CallCancelled,
     CallCompleted,
@@ -277,7 +277,7 @@ class ToolPort:
                 f"{call.arguments_error}. Send a JSON object matching the tool's schema.",
             )
         try:
-            canonical_json(dict(call.arguments))
+            check_json_value(dict(call.arguments))
         except NotCanonicalizable as exc:
             return CallFailed(error_kind="input_invalid", message=f"invalid arguments: {exc}")
 
