@@ -92,9 +92,7 @@ async def run_clean() -> int:
 
 
 @pytest.mark.crash
-async def test_a_crash_at_any_store_await_resumes_to_completion_without_repeating_a_side_effect() -> (
-    None
-):
+async def test_a_crash_at_any_store_await_resumes_without_repeating_a_side_effect() -> None:
     total = await run_clean()
     assert total > 10
     for when in ("before", "after"):
