@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.store.memory import MemoryStore
+from reverie.store.sqlite import SQLiteStore
 from reverie.testing import ScriptedModel, call, calls, reply
 
 SCOPE = Scope(tenant="acme", user="ana")
@@ -30,7 +32,7 @@ class Crash(BaseException):
 class CrashingStore:
     """A MemoryStore whose n-th call (counted once armed) dies before or after taking effect."""
 
-    def __init__(self, inner: MemoryStore, at: int | None, when: str) -> None:
+    def __init__(self, inner: Any, at: int | None, when: str) -> None:
         self._inner, self._at, self._when = inner, at, when
         self.calls = 0
         self.armed = False
@@ -80,9 +82,13 @@ def make_agent(sent: Counter[str]) -> Agent:
     return Agent(name="mailer", model=ScriptedModel(script), tools=[lookup, send])
 
 
-async def run_clean() -> int:
+def new_store(kind: str, tmp_path: Path, n: int) -> Any:
+    return MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / f"crash{n}.db")
+
+
+async def run_clean(inner: Any) -> int:
     """How many store calls a run makes when nothing crashes."""
-    store = CrashingStore(MemoryStore(), at=None, when="before")
+    store = CrashingStore(inner, at=None, when="before")
     async with Runtime(store) as rt:  # type: ignore[arg-type]
         handle = await rt.start(make_agent(Counter()), "go", scope=SCOPE)
         store.armed = True
@@ -92,12 +98,15 @@ async def run_clean() -> int:
 
 
 @pytest.mark.crash
-async def test_a_crash_at_any_store_await_resumes_without_repeating_a_side_effect() -> None:
-    total = await run_clean()
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_crash_at_any_store_await_resumes_without_repeating_a_side_effect(
+    kind: str, tmp_path: Path
+) -> None:
+    total = await run_clean(new_store(kind, tmp_path, 0))
     assert total > 10
     for when in ("before", "after"):
         for at in range(1, total + 1):
-            inner = MemoryStore()
+            inner = new_store(kind, tmp_path, at * 2 + (when == "after"))
             store = CrashingStore(inner, at=at, when=when)
             sent: Counter[str] = Counter()
             agent = make_agent(sent)
@@ -108,17 +117,17 @@ async def test_a_crash_at_any_store_await_resumes_without_repeating_a_side_effec
             with pytest.raises(BaseException):  # noqa: B017 - the crash, however it surfaces
                 await handle.result()
             await rt.aclose()
-            # The dead worker's lease (if it held one) runs out.
-            await inner.acquire_lease(
-                handle.run_id, "gone:0:0", ttl_s=0, now=time.time() - 1, force=True
-            )
 
             async with Runtime(inner, agents=[agent]) as fresh:
+                # The dead worker's lease (if it held one) runs out.
+                await inner.acquire_lease(
+                    handle.run_id, "gone:0:0", ttl_s=0, now=time.time() - 1, force=True
+                )
                 result = await fresh.resume(handle.run_id)
+                rows = await inner.thread_items(handle.thread_id)
             where = f"crash {when} store call {at} of {total}"
             assert result.status == "completed", where
             assert result.text == "done", where
             assert all(count == 1 for count in sent.values()), (where, sent)
-            rows = await inner.thread_items(handle.thread_id)
             results = [r.tool_call_id for r in rows if r.role == "tool"]
             assert len(results) == len(set(results)) == 3, (where, results)
