@@ -39,3 +39,31 @@ def test_scope_requires_tenant_and_user() -> None:
 
     with pytest.raises(ValueError):
         reverie.Scope(tenant="", user="ana")
+
+
+def test_an_agent_refuses_a_plain_function_as_a_tool_with_a_clear_error() -> None:
+    import pytest
+
+    from reverie.errors import UsageError
+    from reverie.testing import ScriptedModel
+
+    def undecorated(a: int) -> int:
+        return a
+
+    with pytest.raises(UsageError, match="@tool"):
+        reverie.Agent(name="a", model=ScriptedModel([]), tools=[undecorated])
+
+
+def test_an_agent_refuses_two_tools_with_one_name() -> None:
+    import pytest
+
+    from reverie.errors import UsageError
+    from reverie.testing import ScriptedModel
+
+    @reverie.tool
+    def same(a: int) -> int:
+        """A tool."""
+        return a
+
+    with pytest.raises(UsageError, match="two tools"):
+        reverie.Agent(name="a", model=ScriptedModel([]), tools=[same, same])

@@ -36,3 +36,14 @@ class Agent:
             raise UsageError("Agent needs a non-empty name")
         if self.on_limit not in ("finalize", "fail"):
             raise UsageError("Agent.on_limit must be 'finalize' or 'fail'")
+        seen: set[str] = set()
+        for item in self.tools:
+            descriptor = getattr(item, "descriptor", None)
+            if descriptor is None or not callable(getattr(item, "invoke", None)):
+                raise UsageError(
+                    f"Agent {self.name!r}: {item!r} is not a tool; decorate the function with "
+                    "@tool (from reverie import tool) or pass a capability such as an MCP tool"
+                )
+            if descriptor.name in seen:
+                raise UsageError(f"Agent {self.name!r} has two tools named {descriptor.name!r}")
+            seen.add(descriptor.name)
