@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import HERE, MAIL_SCRIPT
 from typer.testing import CliRunner, Result
 
+from cli.cli_support import HERE, MAIL_SCRIPT
 from reverie.cli.app import app
 
 

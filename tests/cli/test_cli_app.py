@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cli_support import run_reverie
 from typer.testing import Result
 
 import reverie
+from cli.cli_support import run_reverie
 
 
 def test_help_lists_the_commands_and_the_exit_codes(cli: Callable[..., Result]) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import HERE, REPO, PtyReverie, run_reverie
 from typer.testing import Result
 
+from cli.cli_support import HERE, REPO, PtyReverie, run_reverie
 from reverie.cli.chat import PROMPT, format_call, parse_answer
 
 HELLO = "Hello! I asked the add tool: 2 + 3 = 5."

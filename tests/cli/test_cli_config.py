@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cli_support import HERE
 from typer.testing import Result
 
+from cli.cli_support import HERE
 from reverie.config import (
     build_agents,
     default_config_path,

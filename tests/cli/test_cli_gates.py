@@ -6,8 +6,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from cli_support import gate_ref
 from typer.testing import Result
+
+from cli.cli_support import gate_ref
 
 
 def _blocked_ref(cli: Callable[..., Result]) -> str:

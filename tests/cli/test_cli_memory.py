@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import HERE
 from typer.testing import Result
 
+from cli.cli_support import HERE
 from reverie import Runtime, Scope
 from reverie.memory import NativeMemory
 from reverie.store import Document, MemoryPassRecord

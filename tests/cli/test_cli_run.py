@@ -6,8 +6,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from cli_support import EXAMPLE_SCRIPT
 from typer.testing import Result
+
+from cli.cli_support import EXAMPLE_SCRIPT
 
 
 def test_run_with_a_scripted_model_completes_offline_and_prints_the_reply(

@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from cli_support import EXAMPLE_SCRIPT, gate_ref
 from typer.testing import Result
 
+from cli.cli_support import EXAMPLE_SCRIPT, gate_ref
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.store import NewItem, RunRecord, open_store

@@ -6,8 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-from curation_support import ANA, DUPLICATES, TIDY, curator, settled_passes, turns, user_agent
 
+from curation.curation_support import (
+    ANA,
+    DUPLICATES,
+    TIDY,
+    curator,
+    settled_passes,
+    turns,
+    user_agent,
+)
 from reverie import Runtime
 from reverie.cli.common import open_session
 from reverie.config import load_config

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from curation_support import (
+from curation.curation_support import (
     ANA,
     DUPLICATES,
     TIDY,
@@ -23,7 +23,6 @@ from curation_support import (
     tool_payloads,
     turns,
 )
-
 from reverie import Agent, Runtime
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.memory import NativeMemory

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from curation_support import (
+
+from curation.curation_support import (
     ANA,
     DUPLICATES,
     TIDY,
@@ -19,7 +20,6 @@ from curation_support import (
     turns,
     user_agent,
 )
-
 from reverie import Runtime
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.core.scope import Scope

@@ -9,7 +9,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from curation_support import (
+
+from curation.curation_support import (
     ANA,
     BOB,
     DUPLICATES,
@@ -22,7 +23,6 @@ from curation_support import (
     turns,
     user_agent,
 )
-
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.hooks import AfterTurnContext

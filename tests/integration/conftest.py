@@ -7,7 +7,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from crash_support import Crash, load_child
+
+from integration.crash_support import Crash, load_child
 
 
 @pytest.fixture

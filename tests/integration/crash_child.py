@@ -76,6 +76,7 @@ async def block_until(path: Path | None) -> None:
     """Wait for ``path`` to exist (another process creates it); ``None``: until killed."""
     if path is None:
         await asyncio.Event().wait()  # never set
+        return
     while True:
         if exists(path):
             return

@@ -89,7 +89,7 @@ def new_store(kind: str, tmp_path: Path, n: int) -> Any:
 async def run_clean(inner: Any) -> int:
     """How many store calls a run makes when nothing crashes."""
     store = CrashingStore(inner, at=None, when="before")
-    async with Runtime(store) as rt:  # type: ignore[arg-type]
+    async with Runtime(store) as rt:
         handle = await rt.start(make_agent(Counter()), "go", scope=SCOPE)
         store.armed = True
         result = await handle.result()
@@ -110,7 +110,7 @@ async def test_a_crash_at_any_store_await_resumes_without_repeating_a_side_effec
             store = CrashingStore(inner, at=at, when=when)
             sent: Counter[str] = Counter()
             agent = make_agent(sent)
-            rt = Runtime(store)  # type: ignore[arg-type]
+            rt = Runtime(store)
             await rt.__aenter__()
             handle = await rt.start(agent, "go", scope=SCOPE)
             store.armed = True

@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
-from crash_support import Crash, contents
 
+from integration.crash_support import Crash, contents
 from reverie import Runtime
 from reverie.errors import GateResolvedError
 

@@ -8,9 +8,10 @@ from contextlib import closing
 from types import ModuleType
 
 import pytest
-from crash_support import Crash
 
+from integration.crash_support import Crash
 from reverie import Agent, Runtime
+from reverie.core.exits import Failed
 from reverie.errors import CorruptCheckpointError
 from reverie.loop.family import default_families
 from reverie.loop.strategies import DefaultRecovery
@@ -57,7 +58,7 @@ async def test_a_resume_whose_family_definition_changed_fails_with_checkpoint_un
         r = await rt.resume(ids["run_id"])
 
     assert r.status == "failed"
-    assert r.exit.kind == "checkpoint_unavailable"
+    assert isinstance(r.exit, Failed) and r.exit.kind == "checkpoint_unavailable"
     # Never silently against changed code: nothing of the run ran again.
     assert crash.executions("fetch") == 1
     assert crash.model_requests(role="resume") == []

@@ -7,7 +7,8 @@ A child process starts the run and is killed while a tool is running (its journa
 from __future__ import annotations
 
 import pytest
-from crash_support import Crash, contents
+
+from integration.crash_support import Crash, contents
 
 pytestmark = pytest.mark.crash
 

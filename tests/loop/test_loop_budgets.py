@@ -6,8 +6,8 @@ import itertools
 from dataclasses import replace
 
 import pytest
-from loop_support import collect_events, tool_messages
 
+from loop.loop_support import collect_events, tool_messages
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.capabilities import Capability
 from reverie.core.events import LimitReached

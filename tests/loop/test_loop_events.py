@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from loop_support import collect_events
-
+from loop.loop_support import collect_events
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.events import (
     AssistantMessage,

@@ -7,8 +7,8 @@ import itertools
 from typing import Literal
 
 import pytest
-from loop_support import collect_events
 
+from loop.loop_support import collect_events
 from reverie import Agent, Limits, RunHandle, Runtime, Scope, tool
 from reverie.core.events import LimitReached
 from reverie.core.exits import Completed, Failed

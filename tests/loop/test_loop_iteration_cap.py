@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
-from loop_support import collect_events
-
+from loop.loop_support import collect_events
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.core.events import LimitReached
 from reverie.core.exits import Completed, Failed

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from loop_support import collect_events, last_tool_text
-
+from loop.loop_support import collect_events, last_tool_text
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.events import LimitReached
 from reverie.core.exits import Completed, Failed

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from loop_support import last_tool_text
-
+from loop.loop_support import last_tool_text
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.exits import Failed
 from reverie.errors import CapabilityError

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from loop_support import FakeHost
-
+from loop.loop_support import FakeHost
 from reverie import Limits
 from reverie.core.capability import CapabilityDescriptor, Surface
 from reverie.core.exits import Cancelled, Completed, Failed

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from memory_support import ANA, BOB, EVE
 
+from memory.memory_support import ANA, BOB, EVE
 from reverie.core.envelope import is_enveloped
 from reverie.core.scope import Scope
 from reverie.memory import (

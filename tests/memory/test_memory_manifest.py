@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from memory_support import ANA
 
+from memory.memory_support import ANA
 from reverie import Agent, Runtime
 from reverie.core.messages import Message
 from reverie.core.scope import Scope

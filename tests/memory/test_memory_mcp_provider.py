@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from memory_support import ANA, BOB, FAKE_SERVER, memory_message, prompt_text, tool_results
 
+from memory.memory_support import ANA, BOB, FAKE_SERVER, memory_message, prompt_text, tool_results
 from reverie import Agent, Runtime
 from reverie.core.scope import Scope
 from reverie.memory import MCPMemory, Snippets, Unavailable

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from memory_support import ANA, BOB, EVE, MEMORY_SERVER, memory_message, prompt_text
 
+from memory.memory_support import ANA, BOB, EVE, MEMORY_SERVER, memory_message, prompt_text
 from reverie import Agent, Runtime
 from reverie.memory import MCPMemory, Snippets, Unavailable
 from reverie.testing import ScriptedModel, call, reply

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from memory_support import ANA, BOB
 
 import reverie.memory
+from memory.memory_support import ANA, BOB
 from reverie import Runtime
 from reverie.core.messages import Message
 from reverie.errors import ConfigError, UsageError

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from memory_support import ANA, BOB, EVE, memory_message, prompt_text, tool_results
 
+from memory.memory_support import ANA, BOB, EVE, memory_message, prompt_text, tool_results
 from reverie import Agent, Runtime
 from reverie.core.envelope import is_enveloped
 from reverie.core.messages import Message, ModelRequest, ModelResponse

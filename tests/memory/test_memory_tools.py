@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from memory_support import ANA, BOB
 
+from memory.memory_support import ANA, BOB
 from reverie.capabilities import Capability, ToolContext
 from reverie.core.capability import CallCompleted, CallFailed, CallOutcome
 from reverie.core.scope import Scope

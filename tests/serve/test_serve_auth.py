@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import openai
 import pytest
-from serve_support import ANA_TOKEN, error_of, serving
 
 from reverie import Agent, Scope
 from reverie.errors import UsageError
 from reverie.serve import create_app
 from reverie.testing import ScriptedModel, reply
+from serve.serve_support import ANA_TOKEN, error_of, serving
 
 ROUTES = [
     ("GET", "/v1/models"),

@@ -8,11 +8,11 @@ from typing import Any
 
 import openai
 import pytest
-from serve_support import error_of, serving, sse_data
 
 from reverie import Agent, tool
 from reverie.core.messages import TokenUsage
 from reverie.testing import ScriptedModel, call, error, reply
+from serve.serve_support import error_of, serving, sse_data
 
 REPLY = "2 + 3 = 5, as the add tool says."
 

@@ -3,10 +3,9 @@ another owner's run id answers 404, exactly as a missing one, so existence does 
 
 from __future__ import annotations
 
-from serve_support import BOB, BOB_TOKEN, error_of, run_events, serving
-
 from reverie import Agent, tool
 from reverie.testing import ScriptedModel, call, reply
+from serve.serve_support import BOB, BOB_TOKEN, error_of, run_events, serving
 
 
 def mailer(log: list[str]) -> Agent:

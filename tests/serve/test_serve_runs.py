@@ -6,10 +6,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from serve_support import ANA, error_of, run_events, serving
 
 from reverie import Agent, tool
 from reverie.testing import ScriptedModel, call, reply
+from serve.serve_support import ANA, error_of, run_events, serving
 
 
 def mailer(log: list[str], *script: Any, release: asyncio.Event | None = None) -> Agent:

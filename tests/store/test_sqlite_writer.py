@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -103,7 +104,7 @@ async def test_concurrent_writes_share_one_transaction(
 
     async with _parked(writer) as group:
         for n in range(5):
-            _queue(group, lambda n=n: writer.transact("insert", _insert(f"k{n}")))
+            _queue(group, functools.partial(writer.transact, "insert", _insert(f"k{n}")))
         _queue(group, lambda: writer.transact("look", last))
     keys = {f"k{n}" for n in range(5)}
     assert seen == [keys, set()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from unbound_support import REPORT_SCHEMA
 
 from reverie.capabilities import ToolContext
 from reverie.core.capability import CallCompleted, CallFailed
@@ -23,6 +22,7 @@ from reverie.loop.strategies import (
     Reprompt,
 )
 from reverie.runtime.structured import OutputContract, StructuredResultTool, violations
+from unbound.unbound_support import REPORT_SCHEMA
 
 CTX = ToolContext(
     run_id="run-1", call_id="c-1", scope=Scope(tenant="acme", user="ana"), tool_name="x"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from unbound_support import REPORT_SCHEMA, make_step
 
 from reverie import Limits, Runtime, Scope, tool
 from reverie.core.exits import Completed, Failed
@@ -14,6 +13,7 @@ from reverie.errors import UsageError
 from reverie.loop.finish import STRUCTURED_REPAIR_PROMPT, STRUCTURED_RESULT_TOOL
 from reverie.runtime.structured import OutputContract
 from reverie.testing import ScriptedModel, call, reply
+from unbound.unbound_support import REPORT_SCHEMA, make_step
 
 REPORT = OutputContract.json_schema("curation_report", REPORT_SCHEMA)
 

@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from unbound_support import make_step
 
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.core.exits import Completed, Failed
@@ -14,6 +13,7 @@ from reverie.core.messages import Message, ModelRequest, ModelResponse
 from reverie.errors import ConflictError, UsageError
 from reverie.hooks import AfterTurnContext
 from reverie.testing import ScriptedModel, call, reply
+from unbound.unbound_support import make_step
 
 
 async def test_same_idempotency_key_returns_the_same_run_id_and_starts_one_run(

@@ -1,0 +1,1 @@
+"""The CLI tests (a package so its helpers import by name)."""

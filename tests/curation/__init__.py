@@ -1,0 +1,1 @@
+"""The curation tests (a package so its helpers import by name)."""

@@ -1,0 +1,1 @@
+"""The crash tests (a package so its helpers import by name)."""

@@ -1,0 +1,1 @@
+"""The loop tests (a package so its helpers import by name)."""

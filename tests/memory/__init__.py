@@ -1,0 +1,1 @@
+"""The memory tests (a package so its helpers import by name)."""

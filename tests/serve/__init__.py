@@ -1,0 +1,1 @@
+"""The serve tests (a package so its helpers import by name)."""

@@ -1,0 +1,1 @@
+"""The unbound-run tests (a package so its helpers import by name)."""
