@@ -67,7 +67,11 @@ from reverie.capabilities.tool import Capability
 from reverie.core.limits import Limits
 from reverie.core.scope import Scope
 from reverie.errors import ConfigError, UsageError
-from reverie.hooks.manifest import read_hook_specs, register_config_hooks
+from reverie.hooks.manifest import (
+    read_hook_specs,
+    register_config_hooks,
+    register_manifest_hooks,
+)
 from reverie.hooks.registry import HookRegistration, HookRegistry
 from reverie.memory.config import MemoryConfig, memory_from_config
 from reverie.models.base import Model
@@ -191,6 +195,9 @@ class ReverieConfig(_Section):
     hooks: list[dict[str, Any]] = Field(default_factory=list)
     """``[[hooks]]`` tables, validated here and registered as ``trusted`` by
     :func:`register_hooks`."""
+    extensions: list[str] = Field(default_factory=list)
+    """Extension manifests (TOML, relative to the file) whose ``[[hooks]]`` are registered as
+    ``installed``: they may deny or pause, never allow, and never bind ``after_turn``."""
     auth: dict[str, Any] = Field(default_factory=dict)
     """``[auth.tokens]``: bearer tokens of ``reverie serve``, read (and checked) by
     :func:`auth_tokens` when the server starts."""
@@ -236,9 +243,12 @@ class ReverieConfig(_Section):
 
 
 # ---------------------------------------------------------------------------------- errors
+_EXTENSIONS_FIX: Final = 'set extensions = ["ext/audit.toml"] (manifests, relative to this file)'
 _FIXES: Final[Mapping[str, str]] = {
     "pythonpath": 'set pythonpath = ["."] (directories, relative to this file)',
     "pythonpath.[]": 'set pythonpath = ["."] (directories, relative to this file)',
+    "extensions": _EXTENSIONS_FIX,
+    "extensions.[]": _EXTENSIONS_FIX,
     "store": 'write a [store] table with url = "sqlite:///path/to/reverie.db"',
     "store.url": 'set url = "sqlite:///path/to/reverie.db" (or ":memory:"), or remove it',
     "agents": f'write each agent as a table: [agents.assistant] with model = "{EXAMPLE_MODEL}"',
@@ -647,14 +657,26 @@ def curation_model(config: ReverieConfig) -> Model | None:
 
 
 def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookRegistration, ...]:
-    """Register the file's ``[[hooks]]`` as ``trusted`` hooks (all or nothing).
+    """Register the file's ``[[hooks]]`` as ``trusted`` and its extensions' as ``installed``.
 
     Raises:
         ConfigError: A hook's callable cannot be imported or the registry refuses it.
     """
-    if not config.hooks:
-        return ()
-    return register_config_hooks(registry, {"hooks": config.hooks}, source=config.source)
+    registered: tuple[HookRegistration, ...] = ()
+    if config.hooks:
+        registered += register_config_hooks(registry, {"hooks": config.hooks}, source=config.source)
+    for manifest in config.extensions:
+        path = Path(manifest)
+        if not path.is_absolute():
+            path = config.base_dir / path
+        if not path.is_file():
+            raise ConfigError(
+                f"{config.source}: extensions: {manifest!r} does not exist. Fix: point it at "
+                "an extension manifest (a TOML file with [[hooks]] tables), relative to "
+                "this file"
+            )
+        registered += register_manifest_hooks(registry, path)
+    return registered
 
 
 def key_env_for(spec: str, config: ReverieConfig | None = None) -> str | None:

@@ -295,3 +295,33 @@ def test_an_unsupported_store_url_names_its_origin_and_exits_2(
     assert f"{path}: store.url: " in from_file.stderr
     assert from_option.exit_code == 2
     assert "--store: " in from_option.stderr
+
+
+def test_extension_manifests_register_their_hooks_as_installed(tmp_path: Path) -> None:
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    (ext / "audit.toml").write_text(
+        '[[hooks]]\npoint = "before_capability"\ncallable = "cli_fixture_tools:shout"\n'
+        'name = "ext-shout"\n',
+        encoding="utf-8",
+    )
+    path = tmp_path / "reverie.toml"
+    path.write_text(
+        f'pythonpath = [{TOOLS_PATH}]\nextensions = ["ext/audit.toml"]\n', encoding="utf-8"
+    )
+    registry = HookRegistry()
+
+    registered = register_hooks(load_config(path), registry)
+
+    assert [(r.name, r.trust) for r in registered] == [("ext-shout", "installed")]
+
+
+def test_a_missing_extension_manifest_names_the_file_key_and_fix(tmp_path: Path) -> None:
+    path = tmp_path / "reverie.toml"
+    path.write_text('extensions = ["nope.toml"]\n', encoding="utf-8")
+
+    with pytest.raises(ConfigError) as caught:
+        register_hooks(load_config(path), HookRegistry())
+
+    assert "extensions" in str(caught.value) and "nope.toml" in str(caught.value)
+    assert "Fix:" in str(caught.value)
