@@ -165,8 +165,19 @@ def test_ctrl_d_or_ctrl_c_at_the_prompt_quits_cleanly(
 
     chat.expect(PROMPT)
     chat.send(key)
+    if key == "\x03":
+        # CPython's readline loop can miss a SIGINT that lands between printing the prompt and
+        # entering select() (it only checks signals when select is interrupted); a person
+        # presses Ctrl-C again, and so does this test if the first one was swallowed.
+        try:
+            code = chat.wait(timeout=3)
+        except AssertionError:
+            chat.send(key)
+            code = chat.wait()
+    else:
+        code = chat.wait()
 
-    assert chat.wait() == 0, name
+    assert code == 0, name
     assert "Traceback" not in chat.output
 
 
