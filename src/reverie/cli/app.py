@@ -8,6 +8,7 @@ Commands::
     reverie gates list|approve|deny
     reverie memory show|edit|search|history|passes|curate   (one owner's memory, docs/memory.md)
     reverie serve [--host H] [--port P]   (the HTTP API, docs/http.md)
+    reverie worker [--concurrency N]   (advance queued runs on PostgreSQL, docs/scaling.md)
     reverie doctor
     reverie mcp-memory [--http PORT] [--token-env NAME]   (memory over MCP, docs/memory-over-mcp.md)
 
@@ -27,6 +28,7 @@ from reverie.cli.chat import chat_command
 from reverie.cli.doctor import doctor_command
 from reverie.cli.run import run_command
 from reverie.cli.serve import serve_command
+from reverie.cli.worker import worker_command
 
 __all__ = ["app", "main"]
 
@@ -44,6 +46,7 @@ app.add_typer(gates.app, name="gates")
 app.add_typer(memory.app, name="memory")
 app.command("serve")(serve_command)
 app.command("doctor")(doctor_command)
+app.command("worker")(worker_command)
 
 
 @app.command(

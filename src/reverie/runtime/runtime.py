@@ -40,6 +40,7 @@ from reverie.models.base import Model
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import curator_for
+from reverie.runtime.dispatch import QueueDispatcher
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.host import (
@@ -122,6 +123,7 @@ class Runtime:
             self._prices = PriceTable.default().merged(prices or {})
         self._opened = False
         self._owner: str | None = None
+        self._queue: QueueDispatcher | None = None  # set by open(..., dispatch="queue")
         self._memory = memory_service(memory, budget_bytes=memory_budget_bytes)
         # Checked here, so a bad curation setting fails Runtime.open, not a later turn.
         self._curator = curator_for(
@@ -145,6 +147,7 @@ class Runtime:
         memory_budget_bytes: int | None = None,
         curation_interval_turns: int | None = None,
         curation_model: str | Model | None = None,
+        dispatch: Literal["local", "queue"] = "local",
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
@@ -158,13 +161,23 @@ class Runtime:
         triggering agent's model unless ``curation_model`` names another. It needs a provider
         whose manifest declares a curation pass (``NativeMemory`` does).
 
+        ``dispatch="queue"`` (PostgreSQL only) hands runs to ``reverie worker`` processes
+        instead of advancing them here: ``start``, ``resume``, ``approve`` and ``deny`` enqueue
+        a job (docs/scaling.md); handles poll the store for the result, and their ``events()``
+        yield only the final ``run_finished`` (live events need the default local dispatch).
+
         Raises:
             ConfigError: A bad store URL; ``curation_interval_turns`` below 2, or set while the
-                provider declares no curation pass (the message names the provider).
+                provider declares no curation pass (the message names the provider); queue
+                dispatch on a store that is not PostgreSQL.
         """
         from reverie.store import default_store_url
 
-        store = open_store(url or default_store_url())
+        if dispatch not in ("local", "queue"):
+            raise UsageError('dispatch must be "local" or "queue"')
+        url = url or default_store_url()
+        queue = QueueDispatcher(url) if dispatch == "queue" else None
+        store = open_store(url)
         rt = cls(
             store,
             agents=agents,
@@ -177,6 +190,7 @@ class Runtime:
             curation_interval_turns=curation_interval_turns,
             curation_model=curation_model,
         )
+        rt._queue = queue
         return _Opener(rt)
 
     async def _start(self) -> None:
@@ -189,6 +203,12 @@ class Runtime:
                 raise
             if self._curator is not None:
                 self._curator.open(self.hooks)
+        if self._queue is not None:
+            try:
+                await self._queue.open()
+            except BaseException:
+                await self.store.close()
+                raise
         self._opened = True
         self._owner = new_owner()
 
@@ -202,6 +222,9 @@ class Runtime:
             if self._memory is not None:
                 with contextlib.suppress(Exception):
                     await self._memory.aclose()
+            if self._queue is not None:
+                with contextlib.suppress(Exception):
+                    await self._queue.aclose()
             await self.store.close()
             self._opened = False
 
@@ -332,7 +355,7 @@ class Runtime:
         ]
         if items:
             await self.store.append_items(thread_id, run.run_id, items, fence=None)
-        return self._launch(run, resumed=False)
+        return await self._dispatch(run, resumed=False)
 
     async def _existing(self, run: RunRecord, scope: Scope) -> RunHandle:
         """The handle of the run an idempotency key already names (never a second run)."""
@@ -340,12 +363,18 @@ class Runtime:
             raise ConflictError("this idempotency key already names another owner's run")
         if run.run_id in self._active or run.status not in (*TERMINAL_STATUSES, "blocked"):
             # Running here: join it. Queued or running with no live worker: continue it.
-            return self._launch(run, resumed=True)
+            return await self._dispatch(run, resumed=True)
         done: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         done.set_result(await self._applier.result_of(run))
         bus = EventBus()
         bus.close()
         return RunHandle(self, run.run_id, run.thread_id, bus, done)
+
+    async def _dispatch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
+        """Advance the run here (local dispatch) or enqueue it for a worker (queue)."""
+        if self._queue is None:
+            return self._launch(run, resumed=resumed)
+        return await self._queue.dispatch(self, run, self._spawn)
 
     def _launch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
         active = self._active.get(run.run_id)
@@ -600,7 +629,7 @@ class Runtime:
         leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
         if leased and not owner_gone(run.lease_owner) and run.lease_owner != self._owner:
             raise RunBusy(f"run {run_id} is leased by a live worker")
-        handle = self._launch(run, resumed=True)
+        handle = await self._dispatch(run, resumed=True)
         return await handle.result()
 
     async def recover(self) -> list[RunResult]:

@@ -1,0 +1,69 @@
+"""``reverie worker``: advance runs that queue-dispatching runtimes enqueue (docs/scaling.md).
+
+Agents, hooks and memory come from ``reverie.toml`` like every command that advances runs; the
+store must be PostgreSQL, where the job queue (procrastinate) lives next to the runs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from reverie.cli.common import (
+    ConfigOption,
+    ExitCode,
+    StoreOption,
+    err_console,
+    execute,
+    fail,
+    load,
+    open_session,
+)
+from reverie.config import build_agents, store_url
+
+__all__ = ["worker_command"]
+
+
+def worker_command(
+    concurrency: Annotated[
+        int,
+        typer.Option("--concurrency", "-n", min=1, help="Jobs this worker runs at once."),
+    ] = 4,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Take "advance run" jobs from the PostgreSQL job queue and run them, until SIGTERM or
+    Ctrl-C. Runs whose worker died are recovered at start and every 30 s."""
+
+    async def main() -> int:
+        cfg = load(config)
+        url = store_url(cfg, store)
+        if not url.startswith(("postgresql://", "postgres://")):
+            fail(
+                "a worker pool needs PostgreSQL: the job queue and the runs must be in one "
+                "database that every worker reaches, and this store is not PostgreSQL. Fix: pass "
+                f"--store postgresql://… or set [store] url in {cfg.source}"
+            )
+        agents = build_agents(cfg)
+        if not agents:
+            fail(
+                f"no agents are configured in {cfg.source}, so the worker could advance no run. "
+                'Fix: add [agents.NAME] with a model, e.g. model = "openai:gpt-4.1-mini"'
+            )
+        from reverie.runtime.dispatch import serve_jobs
+
+        async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
+            names = ", ".join(sorted(a.name for a in agents))
+
+            def ready() -> None:
+                err_console().print(
+                    f"reverie worker: agents {names}; concurrency {concurrency}; ready",
+                    markup=False,
+                )
+
+            await serve_jobs(session.rt, url, concurrency=concurrency, on_ready=ready)
+        err_console().print("reverie worker: stopped", markup=False)
+        return ExitCode.OK
+
+    execute(main)

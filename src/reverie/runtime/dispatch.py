@@ -1,0 +1,256 @@
+"""Queue dispatch (DESIGN §15): "advance run R" jobs on procrastinate, run by ``reverie worker``.
+
+A runtime opened with ``Runtime.open(url, dispatch="queue")`` creates runs in the store as usual
+but, instead of advancing them in its own process, defers a job ``reverie.advance_run(run_id)``
+on procrastinate, a PostgreSQL task queue kept in the same database as the store. Worker
+processes (:func:`serve_jobs`, behind ``reverie worker``) take the jobs and call
+``Runtime.resume(run_id)``.
+
+Every job of a run carries the lock and the queueing lock ``reverie:run:<run_id>``: at most one
+job per run waits in the queue, and jobs of one run never run at once. Should a job still be
+delivered twice (a worker lost mid-job and its job retried), the run lease (DESIGN §6) keeps the
+run single-writer: the second worker gets ``RunBusy`` and treats the job as done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from reverie.core.events import RunFinished
+from reverie.errors import ConfigError, LeaseLost, NotFoundError, RunBusy
+from reverie.runtime.events import EventBus
+from reverie.runtime.handle import RunHandle
+from reverie.runtime.result import RunResult
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+
+if TYPE_CHECKING:
+    import procrastinate
+
+    from reverie.runtime.runtime import Runtime
+
+log = logging.getLogger("reverie.dispatch")
+
+__all__ = [
+    "QUEUE",
+    "RECOVER_EVERY_S",
+    "TASK_NAME",
+    "QueueDispatcher",
+    "ensure_queue_schema",
+    "serve_jobs",
+    "wait_settled",
+]
+
+TASK_NAME: Final = "reverie.advance_run"
+"""The procrastinate task of an "advance run R" job; its one argument is ``run_id``."""
+QUEUE: Final = "reverie"
+"""The procrastinate queue reverie's jobs go to (workers listen to it only)."""
+RECOVER_EVERY_S: Final = 30.0
+"""How often a worker calls ``Runtime.recover()`` (and once at start)."""
+_SCHEMA_LOCK: Final = 0x7265766572696531  # "reverie1": serialises schema creation
+_POLL_FIRST_S: Final = 0.02
+_POLL_MAX_S: Final = 0.5
+_SHUTDOWN_GRACE_S: Final = 5.0
+
+
+def _require_postgres(url: str) -> None:
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(
+            "queue dispatch needs a PostgreSQL store (the job queue lives in the same "
+            "database); got a non-PostgreSQL URL. Fix: use a postgresql://… store URL, or the "
+            "local dispatcher"
+        )
+
+
+def _lock(run_id: str) -> str:
+    return f"reverie:run:{run_id}"
+
+
+def _app(url: str) -> procrastinate.App:
+    try:
+        import procrastinate
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ConfigError(
+            f"queue dispatch needs procrastinate ({exc}). Fix: pip install 'reverie[postgres]'"
+        ) from None
+    connector = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=4)
+    return procrastinate.App(connector=connector)
+
+
+async def ensure_queue_schema(url: str) -> None:
+    """Create procrastinate's tables in the store's database unless they exist.
+
+    Idempotent and safe when many processes start at once: the check and the creation run in one
+    transaction under a transaction-level advisory lock. The tables go to the first schema of the
+    connection's ``search_path``, like the store's.
+    """
+    from procrastinate.schema import SchemaManager
+    from psycopg import AsyncConnection
+
+    from reverie.store import postgres_connections as pgc
+
+    label, secrets = pgc.describe_url(url)
+    with pgc.db_errors(f"create the job queue's tables on {label}", secrets):
+        async with await AsyncConnection.connect(url) as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            cur = await conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL")
+            row = await cur.fetchone()
+            if row is None or not row[0]:
+                await conn.execute(SchemaManager.get_schema())
+
+
+async def _settled(store: Store, run: RunRecord) -> bool:
+    """Ended, or blocked on a gate still waiting for a person (not one resolved since)."""
+    if run.status in TERMINAL_STATUSES:
+        return True
+    if run.status != "blocked":
+        return False
+    ref = (run.exit or {}).get("gate_ref")
+    if ref is None:
+        return True
+    try:
+        return (await store.get_gate(str(ref))).status == "pending"
+    except NotFoundError:
+        return True
+
+
+async def wait_settled(rt: Runtime, run_id: str) -> RunResult:
+    """Poll the store (20 ms, doubling to 500 ms) until the run ends or blocks; its result."""
+    delay = _POLL_FIRST_S
+    while not await _settled(rt.store, await rt.store.get_run(run_id)):
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, _POLL_MAX_S)
+    return await rt.get_result(run_id)
+
+
+class QueueDispatcher:
+    """Defers "advance run R" jobs on procrastinate in the store's PostgreSQL database."""
+
+    def __init__(self, url: str) -> None:
+        _require_postgres(url)
+        self.url = url
+        self._app: procrastinate.App | None = None
+
+    async def open(self) -> None:
+        """Create the queue's tables if missing and open the connection pool."""
+        await ensure_queue_schema(self.url)
+        app = _app(self.url)
+        await app.open_async()
+        self._app = app
+
+    async def aclose(self) -> None:
+        """Close the connection pool (jobs already deferred stay queued)."""
+        if self._app is not None:
+            app, self._app = self._app, None
+            await app.close_async()
+
+    async def enqueue(self, run_id: str) -> None:
+        """Defer a job that advances ``run_id`` (a no-op when one is already waiting)."""
+        from procrastinate.exceptions import AlreadyEnqueued
+
+        if self._app is None:
+            raise RuntimeError("the queue dispatcher is not open")
+        deferrer = self._app.configure_task(
+            TASK_NAME, queue=QUEUE, lock=_lock(run_id), queueing_lock=_lock(run_id)
+        )
+        with contextlib.suppress(AlreadyEnqueued):
+            await deferrer.defer_async(run_id=run_id)
+
+    async def dispatch(
+        self, rt: Runtime, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]]
+    ) -> RunHandle:
+        """Enqueue the run's job; a handle whose result and single event come from the store."""
+        await self.enqueue(run.run_id)
+        done: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+        bus = EventBus()
+
+        async def follow() -> None:
+            try:
+                result = await wait_settled(rt, run.run_id)
+                record = await rt.store.get_run(run.run_id)
+                bus.emit(
+                    RunFinished(
+                        run_id=run.run_id, status=record.status, exit=dict(record.exit or {})
+                    )
+                )
+                done.set_result(result)
+            except asyncio.CancelledError:
+                done.cancel()
+                raise
+            except Exception as exc:
+                done.set_exception(exc)
+            finally:
+                bus.close()
+
+        spawn(follow())
+        return RunHandle(rt, run.run_id, run.thread_id, bus, done)
+
+
+async def serve_jobs(
+    rt: Runtime,
+    url: str,
+    *,
+    concurrency: int = 4,
+    recover_every_s: float = RECOVER_EVERY_S,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Run a procrastinate worker that advances runs with ``rt`` until SIGTERM or SIGINT.
+
+    ``rt`` (local dispatch, open, with the agents registered) resumes each job's run; a run
+    another worker holds (``RunBusy``/``LeaseLost``) counts as done. ``rt.recover()`` runs at
+    start and every ``recover_every_s`` seconds, for runs whose worker died.
+    """
+    from procrastinate.worker import Worker
+
+    _require_postgres(url)
+    await ensure_queue_schema(url)
+    app = _app(url)
+
+    @app.task(name=TASK_NAME, queue=QUEUE, retry=3)
+    async def advance_run(run_id: str) -> None:
+        try:
+            await rt.resume(run_id)
+        except (RunBusy, LeaseLost):
+            log.info("run %s: another worker has it", run_id)
+
+    async def recover_forever() -> None:
+        while True:
+            try:
+                await rt.recover()
+            except Exception:
+                log.exception("recover failed; retrying in %s s", recover_every_s)
+            await asyncio.sleep(recover_every_s)
+
+    async with app.open_async():
+        worker = Worker(
+            app=app,
+            queues=[QUEUE],
+            concurrency=concurrency,
+            install_signal_handlers=False,
+            delete_jobs="successful",
+            fetch_job_polling_interval=1.0,
+            shutdown_graceful_timeout=_SHUTDOWN_GRACE_S,
+        )
+        loop = asyncio.get_running_loop()
+        recovery = loop.create_task(recover_forever())
+
+        def stop() -> None:
+            recovery.cancel()
+            worker.stop()  # type: ignore[no-untyped-call]
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop)
+        try:
+            if on_ready is not None:
+                on_ready()
+            await worker.run()  # type: ignore[no-untyped-call]
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await recovery
