@@ -175,3 +175,12 @@ async def test_cancelling_a_blocked_run_closes_its_gate() -> None:
         assert (await rt.store.get_run(r.run_id)).status == "cancelled"
         assert (await rt.store.get_gate(r.gate.ref)).status == "denied"
         assert await rt.store.list_gates(scope=SCOPE) == []
+
+
+async def test_a_blocked_result_reports_the_usage_so_far() -> None:
+    model = ScriptedModel([call("send_email", to="bob@x", body="hi"), reply("done")])
+    agent = Agent(name="mailer", model=model, tools=make_tools([]))
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "go", scope=SCOPE)
+    assert r.status == "blocked"
+    assert r.usage.model_calls == 1 and r.usage.capability_calls == 1

@@ -86,6 +86,8 @@ class Blocked:
     status: ClassVar[str] = "blocked"
     kind: str = "approval"
     gate_ref: str
+    usage: Usage = field(default_factory=Usage)
+    """What the run consumed until it blocked."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -122,7 +124,12 @@ def exit_to_dict(exit_: LoopExit) -> dict[str, Any]:
                 "reason": exit_.reason,
             }
         case Blocked():
-            return {"status": "blocked", "kind": exit_.kind, "gate_ref": exit_.gate_ref}
+            return {
+                "status": "blocked",
+                "kind": exit_.kind,
+                "gate_ref": exit_.gate_ref,
+                "usage": exit_.usage.to_dict(),
+            }
         case Cancelled():
             return {"status": "cancelled", "reason": exit_.reason, "usage": exit_.usage.to_dict()}
         case Failed():
@@ -146,7 +153,7 @@ def exit_from_dict(data: dict[str, Any]) -> LoopExit:
             reason=data.get("reason"),
         )
     if status == "blocked":
-        return Blocked(kind=data["kind"], gate_ref=data["gate_ref"])
+        return Blocked(kind=data["kind"], gate_ref=data["gate_ref"], usage=usage)
     if status == "cancelled":
         return Cancelled(reason=data.get("reason", "cancelled"), usage=usage)
     if status == "failed":

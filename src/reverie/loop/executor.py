@@ -415,7 +415,7 @@ class _Executor:
             ref = await self.host.capabilities.open_gate(call, gated, key=key)
             s = replace(s, last_gate=ref)
             emit_gate(self.host, ref, call.name, gated.gate_kind)
-            raise _Exit(Blocked(kind=gated.gate_kind, gate_ref=ref), s)
+            raise _Exit(Blocked(kind=gated.gate_kind, gate_ref=ref, usage=s.budget.usage()), s)
 
         # Before the stop decision.
         self._boundary()

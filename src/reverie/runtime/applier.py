@@ -143,7 +143,7 @@ class ExitApplier:
 
     async def result_of(self, run: RunRecord) -> RunResult:
         """Rebuild the public result of a run from its stored exit."""
-        from reverie.core.exits import Usage, exit_from_dict
+        from reverie.core.exits import exit_from_dict
 
         if run.exit is None:
             raise NotFoundError(f"run {run.run_id} has no result yet (status {run.status})")
@@ -160,7 +160,7 @@ class ExitApplier:
         if isinstance(exit_, Blocked):
             g = await self.store.get_gate(exit_.gate_ref)
             gate = Gate(ref=g.ref, kind=g.kind, tool=g.tool, arguments=dict(g.arguments))
-        usage = exit_.usage if not isinstance(exit_, Blocked) else Usage()
+        usage = exit_.usage
         return RunResult(
             status=exit_.status,  # type: ignore[arg-type]
             text=text,
