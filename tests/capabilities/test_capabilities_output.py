@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from pydantic import BaseModel
 
 from reverie.capabilities import ToolContext, cap_output, serialize_output, tool

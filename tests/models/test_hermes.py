@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from reverie.core.messages import (
     Message,

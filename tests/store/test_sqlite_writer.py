@@ -19,8 +19,7 @@ import pytest
 
 from reverie.core.scope import Scope
 from reverie.errors import ConflictError, LeaseLost, StoreError
-from reverie.store import NewItem, RunRecord, SQLiteStore
-from reverie.store import sqlite_schema as schema
+from reverie.store import NewItem, RunRecord, SQLiteStore, sqlite_schema as schema
 from reverie.store.sqlite_writer import ConnectionThread
 
 ANA = Scope(tenant="acme", user="ana")

@@ -18,8 +18,7 @@ import asyncio
 import functools
 import inspect
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set as AbstractSet
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
 
 from reverie.capabilities.context import ToolContext

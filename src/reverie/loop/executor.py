@@ -11,8 +11,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from reverie.core.exits import Blocked, Completed, Failed, FailureKind, GracefulReason, LoopExit
-from reverie.core.exits import Cancelled as CancelledExit
+from reverie.core.exits import (
+    Blocked,
+    Cancelled as CancelledExit,
+    Completed,
+    Failed,
+    FailureKind,
+    GracefulReason,
+    LoopExit,
+)
 from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, ToolCall

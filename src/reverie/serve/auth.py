@@ -14,8 +14,7 @@ from collections.abc import Mapping
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Send
-from starlette.types import Scope as ASGIScope
+from starlette.types import ASGIApp, Receive, Scope as ASGIScope, Send
 
 from reverie.core.scope import Scope
 from reverie.errors import UsageError

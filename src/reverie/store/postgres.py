@@ -40,8 +40,7 @@ from psycopg import AsyncConnection, sql
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.errors import ConflictError, GateResolvedError, NotFoundError, RunBusy, RunEndedError
-from reverie.store import postgres_connections as db
-from reverie.store import postgres_schema as schema
+from reverie.store import postgres_connections as db, postgres_schema as schema
 from reverie.store.base import (
     CheckpointKind,
     CheckpointRecord,

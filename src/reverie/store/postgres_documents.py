@@ -24,8 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 from reverie.core.scope import Scope
 from reverie.errors import ConflictError, StoreError
-from reverie.store import postgres_connections as db
-from reverie.store import postgres_schema as schema
+from reverie.store import postgres_connections as db, postgres_schema as schema
 from reverie.store.documents import (
     Document,
     DocumentVersion,

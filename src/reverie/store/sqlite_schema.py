@@ -10,37 +10,48 @@ Internal to the SQLite backend (imported there as ``schema``):
 - Synchronous statement helpers, called on a connection's thread inside the operations the
   store hands it, and the fence guard of compare-and-set writes (:data:`FENCED`,
   :func:`check_fence`).
-- Row codecs: record → column dict for an INSERT, row → record. They are the only code that
-  knows every column; keep them in step with the latest migration.
+- Row codecs: the shared ones live in :mod:`reverie.store.rows` (PostgreSQL uses the same);
+  here only what is SQLite's own (new transcript rows, the decoded-item cache). Keep them in
+  step with the latest migration.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from reverie.core.messages import ToolCall
 from reverie.core.scope import Scope
 from reverie.errors import ConflictError, LeaseLost, NotFoundError, StoreError
 from reverie.store.base import (
-    CheckpointRecord,
-    GateRecord,
-    InputRecord,
-    JournalEntry,
     NewItem,
     RunRecord,
-    ThreadRecord,
     TranscriptItem,
 )
 from reverie.store.migrations import migrate
 
-Columns = dict[str, Any]
-"""Column name → value, ready for an INSERT."""
+# Row codecs shared with the other SQL backend (re-exported: callers use schema.<name>).
+from reverie.store.rows import (
+    Columns as Columns,
+    dumps as dumps,
+    exit_column as exit_column,
+    gate_columns as gate_columns,
+    input_columns as input_columns,
+    row_checkpoint as row_checkpoint,
+    row_gate as row_gate,
+    row_input as row_input,
+    row_item as row_item,
+    row_journal as row_journal,
+    row_run as row_run,
+    row_scope as row_scope,
+    row_thread as row_thread,
+    run_columns as run_columns,
+    scope_columns as scope_columns,
+    thread_columns as thread_columns,
+)
 
 SYNCHRONOUS_MODES: frozenset[str] = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 """Accepted values of ``PRAGMA synchronous``."""
@@ -221,52 +232,6 @@ def check_fence(db: sqlite3.Connection, run_id: str, fence: int) -> None:
 
 
 # row codecs ---------------------------------------------------------------------------------
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""One encoder for every JSON column: ``json.dumps`` with options builds one per call."""
-
-
-def dumps(value: Any) -> str:
-    """JSON text for a JSON column; :class:`StoreError` (naming no data) if it cannot be."""
-    try:
-        return _JSON.encode(value)
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"value is not JSON-serialisable ({type(exc).__name__})") from exc
-
-
-def _loads_opt(text: str | None) -> Any:
-    return json.loads(text) if text is not None else None
-
-
-def scope_columns(scope: Scope) -> Columns:
-    """The four scope columns."""
-    return {
-        "scope_tenant": scope.tenant,
-        "scope_user": scope.user,
-        "scope_agent": scope.agent,
-        "scope_project": scope.project,
-    }
-
-
-def row_scope(row: sqlite3.Row) -> Scope:
-    """The scope stored in a row's scope columns."""
-    return Scope(
-        tenant=row["scope_tenant"],
-        user=row["scope_user"],
-        agent=row["scope_agent"],
-        project=row["scope_project"],
-    )
-
-
-def thread_columns(rec: ThreadRecord) -> Columns:
-    """Columns of a ``threads`` row."""
-    return {"thread_id": rec.thread_id, **scope_columns(rec.scope), "created_at": rec.created_at}
-
-
-def row_thread(row: sqlite3.Row) -> ThreadRecord:
-    """A ``threads`` row as a record."""
-    return ThreadRecord(
-        thread_id=row["thread_id"], scope=row_scope(row), created_at=row["created_at"]
-    )
 
 
 def new_item_columns(
@@ -304,24 +269,6 @@ def new_item(
         name=item.name,
         input_id=item.input_id,
         meta=dict(item.meta),
-    )
-
-
-def row_item(row: sqlite3.Row) -> TranscriptItem:
-    """An ``items`` row as a record."""
-    return TranscriptItem(
-        ref=row["ref"],
-        seq=row["seq"],
-        thread_id=row["thread_id"],
-        run_id=row["run_id"],
-        role=row["role"],
-        content=row["content"],
-        tool_calls=tuple(ToolCall.from_dict(c) for c in json.loads(row["tool_calls"])),
-        tool_call_id=row["tool_call_id"],
-        name=row["name"],
-        input_id=row["input_id"],
-        meta=json.loads(row["meta"]),
-        superseded=bool(row["superseded"]),
     )
 
 
@@ -370,134 +317,3 @@ class ItemCache:
         item = row_item(row)
         self.add([item])
         return item
-
-
-def exit_column(exit: Mapping[str, Any] | None) -> str | None:
-    """The ``runs.exit`` column."""
-    return dumps(dict(exit)) if exit is not None else None
-
-
-def run_columns(rec: RunRecord) -> Columns:
-    """Columns of a ``runs`` row."""
-    return {
-        "run_id": rec.run_id,
-        "thread_id": rec.thread_id,
-        **scope_columns(rec.scope),
-        "agent_name": rec.agent_name,
-        "profile": rec.profile,
-        "family_id": rec.family_id,
-        "status": rec.status,
-        "exit": exit_column(rec.exit),
-        "created_at": rec.created_at,
-        "updated_at": rec.updated_at,
-        "lease_owner": rec.lease_owner,
-        "lease_expires_at": rec.lease_expires_at,
-        "fence": rec.fence,
-        "cancel_requested": int(rec.cancel_requested),
-        "idempotency_key": rec.idempotency_key,
-        "has_actor": int(rec.has_actor),
-        "meta": dumps(dict(rec.meta)),
-    }
-
-
-def row_run(row: sqlite3.Row) -> RunRecord:
-    """A ``runs`` row as a record."""
-    return RunRecord(
-        run_id=row["run_id"],
-        thread_id=row["thread_id"],
-        scope=row_scope(row),
-        agent_name=row["agent_name"],
-        profile=row["profile"],
-        family_id=row["family_id"],
-        status=row["status"],
-        exit=_loads_opt(row["exit"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        fence=row["fence"],
-        cancel_requested=bool(row["cancel_requested"]),
-        idempotency_key=row["idempotency_key"],
-        has_actor=bool(row["has_actor"]),
-        meta=json.loads(row["meta"]),
-    )
-
-
-def row_checkpoint(row: sqlite3.Row) -> CheckpointRecord:
-    """A ``checkpoints`` row as a record (the payload stays opaque bytes)."""
-    return CheckpointRecord(
-        run_id=row["run_id"],
-        kind=row["kind"],
-        payload=bytes(row["payload"]),
-        created_at=row["created_at"],
-    )
-
-
-def row_journal(row: sqlite3.Row) -> JournalEntry:
-    """A ``journal`` row as a record."""
-    return JournalEntry(
-        run_id=row["run_id"],
-        call_id=row["call_id"],
-        tool=row["tool"],
-        state=row["state"],
-        outcome=_loads_opt(row["outcome"]),
-    )
-
-
-def input_columns(rec: InputRecord, *, created_at: float) -> Columns:
-    """Columns of an ``inputs`` row."""
-    return {
-        "run_id": rec.run_id,
-        "cursor": rec.cursor,
-        "input_id": rec.input_id,
-        "kind": rec.kind,
-        "payload": dumps(dict(rec.payload)),
-        "acked": int(rec.acked),
-        "created_at": created_at,
-    }
-
-
-def row_input(row: sqlite3.Row) -> InputRecord:
-    """An ``inputs`` row as a record."""
-    return InputRecord(
-        run_id=row["run_id"],
-        cursor=row["cursor"],
-        input_id=row["input_id"],
-        kind=row["kind"],
-        payload=json.loads(row["payload"]),
-        acked=bool(row["acked"]),
-    )
-
-
-def gate_columns(rec: GateRecord) -> Columns:
-    """Columns of a ``gates`` row."""
-    return {
-        "ref": rec.ref,
-        "run_id": rec.run_id,
-        "call_id": rec.call_id,
-        "tool": rec.tool,
-        "arguments": dumps(dict(rec.arguments)),
-        "kind": rec.kind,
-        "status": rec.status,
-        "reason": rec.reason,
-        **scope_columns(rec.scope),
-        "created_at": rec.created_at,
-        "resolved_at": rec.resolved_at,
-    }
-
-
-def row_gate(row: sqlite3.Row) -> GateRecord:
-    """A ``gates`` row as a record."""
-    return GateRecord(
-        ref=row["ref"],
-        run_id=row["run_id"],
-        call_id=row["call_id"],
-        tool=row["tool"],
-        arguments=json.loads(row["arguments"]),
-        kind=row["kind"],
-        status=row["status"],
-        reason=row["reason"],
-        scope=row_scope(row),
-        created_at=row["created_at"],
-        resolved_at=row["resolved_at"],
-    )
