@@ -22,7 +22,7 @@ import json
 import sys
 from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import typer
 from rich.console import Console
@@ -30,11 +30,14 @@ from rich.markup import escape
 
 from reverie.cli.agents import NoAgentConfigured, choose_agent
 from reverie.cli.common import (
+    AgentOption,
     ConfigOption,
     ExitCode,
+    ModelSpecOption,
     Session,
     StoreOption,
     TenantOption,
+    ThreadOption,
     UserOption,
     default_user,
     err_console,
@@ -373,29 +376,9 @@ def _line_editing() -> None:
 
 
 def chat_command(
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            help="An agent of reverie.toml (default: the only one, or 'assistant').",
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="Model spec for the agent, e.g. openai:gpt-4.1-mini, ollama:llama3.1, "
-            "scripted:script.json. Without --agent: the built-in assistant (tools add, now).",
-        ),
-    ] = None,
-    thread: Annotated[
-        str | None,
-        typer.Option(
-            "--thread", help="Continue this conversation (a thread id of an earlier run)."
-        ),
-    ] = None,
+    agent: AgentOption = None,
+    model: ModelSpecOption = None,
+    thread: ThreadOption = None,
     tenant: TenantOption = "local",
     user: UserOption = None,
     config: ConfigOption = None,

@@ -101,6 +101,25 @@ StoreOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+AgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent", "-a", help="An agent of reverie.toml (default: the only one, or 'assistant')."
+    ),
+]
+ModelSpecOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Model spec for the agent, e.g. openai:gpt-4.1-mini, ollama:llama3.1, "
+        "scripted:script.json. Without --agent: the built-in assistant (tools add, now).",
+    ),
+]
+ThreadOption = Annotated[
+    str | None,
+    typer.Option("--thread", help="Continue this conversation (a thread id of an earlier run)."),
+]
 TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant of the scope.")]
 UserOption = Annotated[
     str | None,

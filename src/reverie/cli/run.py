@@ -9,12 +9,15 @@ import typer
 
 from reverie.cli.agents import NoAgentConfigured, choose_agent
 from reverie.cli.common import (
+    AgentOption,
     ConfigOption,
     ExitCode,
     JsonOption,
+    ModelSpecOption,
     Session,
     StoreOption,
     TenantOption,
+    ThreadOption,
     UserOption,
     default_user,
     err_console,
@@ -47,29 +50,9 @@ async def wait_for(session: Session, handle: RunHandle) -> RunResult:
 
 def run_command(
     message: Annotated[str, typer.Argument(help="The message for the agent.", show_default=False)],
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent",
-            "-a",
-            help="An agent of reverie.toml (default: the only one, or 'assistant').",
-        ),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            help="Model spec for the agent, e.g. openai:gpt-4.1-mini, ollama:llama3.1, "
-            "scripted:script.json. Without --agent: the built-in assistant (tools add, now).",
-        ),
-    ] = None,
-    thread: Annotated[
-        str | None,
-        typer.Option(
-            "--thread", help="Continue this conversation (a thread id of an earlier run)."
-        ),
-    ] = None,
+    agent: AgentOption = None,
+    model: ModelSpecOption = None,
+    thread: ThreadOption = None,
     as_json: JsonOption = False,
     tenant: TenantOption = "local",
     user: UserOption = None,
