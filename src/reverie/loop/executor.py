@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from reverie.core.capability import Surface
 from reverie.core.exits import (
     Blocked,
     Cancelled as CancelledExit,
@@ -80,6 +81,8 @@ class _Executor:
         self._segment_start = time.monotonic()
         self._acked_cursor: int | None = None
         self._polled: list[InputRecord] = []
+        self._last_state = LoopExecutionState()
+        """The newest state, for the checkpoint of a cancellation that interrupts a step."""
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
@@ -93,8 +96,6 @@ class _Executor:
             # Cancellation is a clean exit: checkpoint what we have, then Cancelled.
             final = await self._commit("Final", self._last_state)
             return CancelledExit(reason=c.reason, usage=final.budget.usage()), final
-
-    _last_state: LoopExecutionState = LoopExecutionState()
 
     def _boundary(self) -> None:
         self.host.token.check()
@@ -146,9 +147,8 @@ class _Executor:
 
         # 2. Drain steering.
         self._boundary()
-        delivered: list[InputRecord] = []
         if self.family.inputs.drain_steering(s):
-            s, delivered = await self._drain(s, follow_ups=False, records=self._polled)
+            s, _ = await self._drain(s, follow_ups=False, records=self._polled)
 
         # 3. Plan context.
         self._boundary()
@@ -166,7 +166,6 @@ class _Executor:
         # 5. Checkpoint BeforeModel, then ack what was drained: cursor-before-ack.
         s = await self._commit("BeforeModel", s)
         await self._ack(s)
-        del delivered
 
         # 6. Call the model.
         self._boundary()
@@ -175,7 +174,7 @@ class _Executor:
 
         if not calls:
             return await self._on_reply(s, response.text)
-        return await self._on_calls(s, calls, response.text)
+        return await self._on_calls(s, calls, response.text, surface)
 
     # ------------------------------------------------------------------------------ inputs
     async def _take_control(self, s: LoopExecutionState) -> LoopExecutionState:
@@ -383,15 +382,15 @@ class _Executor:
 
     # ------------------------------------------------------------------------------ waves
     async def _on_calls(
-        self, s: LoopExecutionState, calls: tuple[ToolCall, ...], text: str
+        self, s: LoopExecutionState, calls: tuple[ToolCall, ...], text: str, surface: Surface
     ) -> LoopExecutionState:
+        """``surface`` is the one this tick offered the model: the wave runs against it."""
         rows = await self.host.transcript.append(
             [NewItem(role="assistant", content=text, tool_calls=calls)]
         )
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s
         emit_assistant(self.host, text, tuple(c.name for c in calls))
-        surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
         # A stop requested while the model was answering: this is a later wave, none of it runs.
         s = await self._take_control(s)
         s = admit_wave(
@@ -404,20 +403,23 @@ class _Executor:
             stopping=s.graceful_stop is not None,
         )
         s = await self._commit("BeforeSideEffect", s)
-        return await self._finish_wave(s, calls)
+        return await self._finish_wave(s, calls, surface)
 
     async def _finish_wave(
-        self, s: LoopExecutionState, calls: tuple[ToolCall, ...] | None = None
+        self,
+        s: LoopExecutionState,
+        calls: tuple[ToolCall, ...] | None = None,
+        surface: Surface | None = None,
     ) -> LoopExecutionState:
+        """Run the pending wave: a first pass passes its calls and surface; a replay loads them."""
         runner = WaveRunner(self.host, self.family, self.config.max_parallel)
-        result = await runner.run(s, calls)
+        result = await runner.run(s, calls, surface)
         s = result.state
         self._last_state = s
         if result.abort is not None:
             raise self._fail(s, _as_failure_kind(result.abort[0]), result.abort[1])
         if result.block is not None:
             call, gated, key = result.block
-            s = replace(s, last_gate=None)
             s = await self._commit("BeforeBlock", s)
             ref = await self.host.capabilities.open_gate(call, gated, key=key)
             s = replace(s, last_gate=ref)

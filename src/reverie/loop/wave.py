@@ -141,16 +141,20 @@ class WaveRunner:
         self._replay = True
 
     async def run(
-        self, s: LoopExecutionState, calls: tuple[ToolCall, ...] | None = None
+        self,
+        s: LoopExecutionState,
+        calls: tuple[ToolCall, ...] | None = None,
+        surface: Surface | None = None,
     ) -> WaveResult:
-        """Run the pending wave; ``calls`` given on a first pass, loaded when replaying."""
+        """Run the pending wave; ``calls`` and ``surface`` given on a first pass, else rebuilt."""
         wave = s.pending_wave
         assert wave is not None
         self._replay = calls is None
         if calls is None:
             (item,) = await self.host.transcript.get([wave.assistant_ref])
             calls = item.tool_calls
-        surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
+        if surface is None:
+            surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
         outcomes: dict[str, CallOutcome] = {
             call_id: CallFailed(error_kind="permanent", message=message)
             for call_id, message in wave.rejected
