@@ -17,6 +17,7 @@ The hierarchy::
     ├── CapabilityError               a tool failed; ``kind`` is its §4.2 class
     └── RunError                      a run-level operation was refused
         ├── RunEndedError             an input was sent to a run that already ended
+        ├── ThreadBusy                the thread already has a running or blocked run
         ├── GateResolvedError         a gate was resolved a second time
         └── BudgetExceeded            a hard budget would be exceeded
 
@@ -123,6 +124,24 @@ class RunError(ReverieError):
 
 class RunEndedError(RunError):
     """An input was sent to a run that has already ended."""
+
+
+class ThreadBusy(RunError):
+    """A run was started on a thread that already has an active (queued, running or blocked) run.
+
+    A thread holds one active run at a time (the store enforces it, across processes), so a
+    conversation can never interleave two runs' rows. ``run_id`` names the active run.
+    """
+
+    def __init__(self, thread_id: str, run_id: str, status: str) -> None:
+        super().__init__(
+            f"thread {thread_id} already has an active run ({run_id}, {status}); wait for it, "
+            "or start with thread_policy='enqueue' (queue the message as a follow-up) or "
+            "'interrupt' (cancel it first)"
+        )
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.status = status
 
 
 class GateResolvedError(RunError):

@@ -28,11 +28,17 @@ async def make_run(
     store: Store,
     run_id: str = "run-1",
     *,
-    thread_id: str = "thr-1",
+    thread_id: str | None = None,
     scope: Scope = ANA,
     **fields: Any,
 ) -> RunCtx:
-    """Create the thread (if needed) and a run on it (``queued`` unless ``status=`` says)."""
+    """Create the thread (if needed) and a run on it (``queued`` unless ``status=`` says).
+
+    Each run gets its own thread unless ``thread_id`` names one (``run-1`` → ``thr-1``): a
+    thread holds one active run at a time.
+    """
+    if thread_id is None:
+        thread_id = "thr-" + run_id.removeprefix("run-")
     await store.create_thread(thread_id, scope)
     await store.create_run(
         RunRecord(run_id=run_id, thread_id=thread_id, scope=scope, agent_name="assistant", **fields)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+
 import pytest
 
 from conformance.support import ANA, BOB, RunCtx, make_run
 from reverie.core.scope import Scope
-from reverie.errors import ConflictError, LeaseLost, NotFoundError
+from reverie.errors import ConflictError, LeaseLost, NotFoundError, ThreadBusy
 from reverie.store import RunRecord, Store
 
 
@@ -63,7 +66,7 @@ async def test_list_runs_filters_by_tenant_and_user_newest_first(store: Store) -
     await make_run(store, "run-1", scope=ANA)
     await make_run(store, "run-2", thread_id="thr-2", scope=BOB)
     await make_run(store, "run-3", scope=Scope(tenant="acme", user="ana", agent="other"))
-    await make_run(store, "run-4", thread_id="thr-3", scope=Scope(tenant="other", user="ana"))
+    await make_run(store, "run-4", thread_id="thr-4", scope=Scope(tenant="other", user="ana"))
     ana = await store.list_runs(scope=ANA)
     assert [r.run_id for r in ana] == ["run-3", "run-1"]
     assert [r.run_id for r in await store.list_runs()] == ["run-4", "run-3", "run-2", "run-1"]
@@ -116,3 +119,49 @@ async def test_request_cancel_is_recorded_durably(store: Store, run: RunCtx) -> 
     assert (await store.get_run(run.run_id)).cancel_requested
     with pytest.raises(NotFoundError):
         await store.request_cancel("nope")
+
+
+@pytest.mark.parametrize("status", ["queued", "running", "blocked"])
+async def test_a_thread_holds_one_active_run(store: Store, status: str) -> None:
+    first = await make_run(store, "run-1")
+    if status != "queued":
+        await store.set_run_status(first.run_id, status, fence=None)  # type: ignore[arg-type]
+    with pytest.raises(ThreadBusy) as busy:
+        await make_run(store, "run-2", thread_id=first.thread_id)
+    assert (busy.value.run_id, busy.value.status) == ("run-1", status)
+    assert (await store.active_run(first.thread_id)).run_id == "run-1"  # type: ignore[union-attr]
+    with pytest.raises(NotFoundError):
+        await store.get_run("run-2")
+
+
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled"])
+async def test_a_thread_whose_run_ended_takes_a_new_run(store: Store, status: str) -> None:
+    first = await make_run(store, "run-1")
+    await store.set_run_status(first.run_id, status, fence=None)  # type: ignore[arg-type]
+    assert await store.active_run(first.thread_id) is None
+    second = await make_run(store, "run-2", thread_id=first.thread_id)
+    assert (await store.get_run(second.run_id)).status == "queued"
+
+
+async def test_concurrent_run_creation_on_one_thread_admits_exactly_one(store: Store) -> None:
+    await store.create_thread("thr-1", ANA)
+
+    async def create(n: int) -> str:
+        try:
+            rec = RunRecord(run_id=f"run-{n}", thread_id="thr-1", scope=ANA, agent_name="a")
+            return (await store.create_run(rec)).run_id
+        except ThreadBusy:
+            return "busy"
+
+    got = await asyncio.gather(*(create(n) for n in range(8)))
+    assert len([g for g in got if g != "busy"]) == 1
+
+
+async def test_idempotent_create_on_a_busy_thread_returns_the_keyed_run(store: Store) -> None:
+    await store.create_thread("thr-1", ANA)
+    keyed = RunRecord(
+        run_id="run-1", thread_id="thr-1", scope=ANA, agent_name="a", idempotency_key="k"
+    )
+    first = await store.create_run(keyed)
+    again = await store.create_run(dataclasses.replace(keyed, run_id="run-2"))
+    assert again.run_id == first.run_id == "run-1"

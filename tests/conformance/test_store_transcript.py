@@ -116,8 +116,8 @@ async def test_superseded_rows_stay_readable_by_ref_and_marked(store: Store, run
 
 
 async def test_supersede_marks_only_that_runs_rows_after_the_seq(store: Store) -> None:
-    ctx = await make_run(store, "run-1")
-    await make_run(store, "run-2")
+    ctx = await make_run(store, "run-1", status="completed")
+    await make_run(store, "run-2", thread_id=ctx.thread_id)
     await store.append_items(ctx.thread_id, "run-1", say("a1"), fence=None)  # seq 1
     await store.append_items(ctx.thread_id, "run-2", say("b2"), fence=None)  # seq 2
     await store.append_items(ctx.thread_id, "run-1", say("a3", "a4"), fence=None)  # seq 3, 4

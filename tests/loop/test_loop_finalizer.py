@@ -13,6 +13,7 @@ from reverie import Agent, Limits, RunHandle, Runtime, Scope, tool
 from reverie.core.events import LimitReached
 from reverie.core.exits import Completed, Failed
 from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.errors import RunEndedError
 from reverie.testing import ScriptedModel, call, calls, reply
 
 ran: list[str] = []
@@ -216,13 +217,17 @@ async def test_a_graceful_stop_requested_twice_acts_once(rt: Runtime, scope: Sco
     assert limits == [("host", "finalize")]
 
 
-async def test_a_host_stop_after_a_limit_fired_is_ignored(rt: Runtime, scope: Scope) -> None:
+async def test_a_host_stop_after_a_limit_fired_is_refused_not_applied(
+    rt: Runtime, scope: Scope
+) -> None:
     holder: list[RunHandle] = []
 
     async def answer(request: ModelRequest) -> ModelResponse:
         if request.tools is None:
-            # No progress already fired; the host asks too, while the finalizer runs.
-            await holder[0].request_graceful_stop("host")
+            # No progress already fired; the host asks too, while the finalizer runs: the
+            # queue was sealed before the finalizer's call, so the request is refused.
+            with pytest.raises(RunEndedError):
+                await holder[0].request_graceful_stop("host")
             return reply("summary")
         return call("probe", n=1)
 

@@ -64,12 +64,14 @@ async def test_resume_at_the_limit_with_finalize_goes_straight_to_the_finalizer(
 
     assert isinstance(exit_, Completed)
     assert exit_.reason == "max_iterations"
+    # The queue is sealed before the finalizer's one call (what was waiting joins its
+    # transcript; anything later is refused), not after it.
     assert host.log == [
+        "seal",
         "build final",
         "checkpoint BeforeModel",
         "model final",
         "append assistant",
-        "seal",
         "checkpoint Final",
     ]
 

@@ -55,9 +55,11 @@ async def store(url: str) -> AsyncIterator[PostgresStore]:
 
 
 async def _make_run(store: PostgresStore, run_id: str = "run-1") -> None:
-    await store.create_thread("thr-1", ANA)
+    # A thread per run (run-1 on thr-1): a thread holds one active run at a time.
+    thread_id = "thr-" + run_id.removeprefix("run-")
+    await store.create_thread(thread_id, ANA)
     await store.create_run(
-        RunRecord(run_id=run_id, thread_id="thr-1", scope=ANA, agent_name="assistant")
+        RunRecord(run_id=run_id, thread_id=thread_id, scope=ANA, agent_name="assistant")
     )
 
 

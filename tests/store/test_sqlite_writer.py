@@ -203,10 +203,10 @@ async def test_store_close_leaves_no_thread(tmp_path: Path) -> None:
 
 async def test_concurrent_fenced_writes_of_many_runs_are_each_checked(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "x.db") as store:
-        await store.create_thread("thr-1", ANA)
         fences: dict[str, int] = {}
         for n in range(10):
-            run = RunRecord(run_id=f"run-{n}", thread_id="thr-1", scope=ANA, agent_name="a")
+            await store.create_thread(f"thr-{n}", ANA)
+            run = RunRecord(run_id=f"run-{n}", thread_id=f"thr-{n}", scope=ANA, agent_name="a")
             await store.create_run(run)
             fences[run.run_id] = await store.acquire_lease(run.run_id, "w", ttl_s=30, now=1.0)
         # Odd runs write with a stale fence: only they fail, in whatever batch they land.

@@ -34,6 +34,7 @@ from reverie.errors import (
     ReverieError,
     RunBusy,
     RunEndedError,
+    ThreadBusy,
     UnknownAgentError,
     UsageError,
 )
@@ -78,6 +79,9 @@ class ExitCode(IntEnum):
     no model configured, a gate already resolved, a bad option."""
     BLOCKED = 3
     """The run is blocked on a gate that waits for a person."""
+    THREAD_BUSY = 75
+    """The thread already has an active run (``--thread-policy`` chooses otherwise); 75 is
+    sysexits' EX_TEMPFAIL: try again later."""
     CANCELLED = 130
     """The run was cancelled (also Ctrl-C), as shells report SIGINT."""
 
@@ -119,6 +123,15 @@ ModelSpecOption = Annotated[
 ThreadOption = Annotated[
     str | None,
     typer.Option("--thread", help="Continue this conversation (a thread id of an earlier run)."),
+]
+ThreadPolicyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--thread-policy",
+        help="When --thread already has a running or blocked run: reject (exit 75), enqueue "
+        "(the message becomes its follow-up) or interrupt (cancel it first). Default: reject.",
+        show_default=False,
+    ),
 ]
 TenantOption = Annotated[str, typer.Option("--tenant", help="Tenant of the scope.")]
 UserOption = Annotated[
@@ -198,6 +211,8 @@ def reported_errors() -> Iterator[None]:
         fail(str(exc))
     except RunBusy as exc:
         fail(f"{exc}; try again once that worker has stopped", ExitCode.FAILED)
+    except ThreadBusy as exc:
+        fail(str(exc).replace("thread_policy=", "--thread-policy "), ExitCode.THREAD_BUSY)
     except ReverieError as exc:
         fail(f"{type(exc).__name__}: {exc}", ExitCode.FAILED)
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from reverie.cli.common import (
     StoreOption,
     TenantOption,
     ThreadOption,
+    ThreadPolicyOption,
     UserOption,
     default_user,
     err_console,
@@ -29,6 +30,7 @@ from reverie.cli.render import show_result
 from reverie.core.scope import Scope
 from reverie.runtime.handle import RunHandle
 from reverie.runtime.result import RunResult
+from reverie.runtime.runtime import THREAD_POLICIES
 
 __all__ = ["run_command", "wait_for"]
 
@@ -53,6 +55,7 @@ def run_command(
     agent: AgentOption = None,
     model: ModelSpecOption = None,
     thread: ThreadOption = None,
+    thread_policy: ThreadPolicyOption = None,
     as_json: JsonOption = False,
     tenant: TenantOption = "local",
     user: UserOption = None,
@@ -62,7 +65,8 @@ def run_command(
     """Run one turn and print the reply.
 
     Exit code: 0 completed, 1 failed, 2 configuration or usage problem, 3 blocked on a gate
-    (approve it with: reverie gates approve REF), 130 cancelled (Ctrl-C cancels the run).
+    (approve it with: reverie gates approve REF), 75 the thread is busy (another run of it is
+    running or blocked; see --thread-policy), 130 cancelled (Ctrl-C cancels the run).
     """
 
     async def main() -> int:
@@ -73,8 +77,19 @@ def run_command(
             err_console().print(str(exc), markup=False)
             return ExitCode.USAGE
         scope = Scope(tenant=tenant, user=user or default_user())
+        if thread_policy not in (None, *THREAD_POLICIES):
+            err_console().print(
+                f"--thread-policy must be one of {', '.join(THREAD_POLICIES)}", markup=False
+            )
+            return ExitCode.USAGE
         async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
-            handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread)
+            handle = await session.rt.start(
+                chosen,
+                message,
+                scope=scope,
+                thread_id=thread,
+                thread_policy=thread_policy,  # type: ignore[arg-type]
+            )
             result = await wait_for(session, handle)
             return show_result(result, as_json=as_json)
 

@@ -22,6 +22,7 @@ FailureKind = Literal[
     "driver_bug",
     "host_stop",
     "tool_error",
+    "resume_limit",
 ]
 """Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected."""
 

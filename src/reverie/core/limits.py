@@ -28,12 +28,18 @@ class Limits:
     """Spend, from the configured price table; a limit without a known price is a config error."""
     max_tokens: int | None = None
     """Input plus output tokens over the run."""
+    max_resumes: int = 8
+    """Crash resumes: a run whose worker died this many times and dies again fails with
+    ``resume_limit`` instead of being resumed forever (each resume also costs an iteration).
+    Resuming after an approval does not count."""
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
             raise UsageError("Limits.max_iterations must be at least 1")
         if self.max_calls_per_batch < 1:
             raise UsageError("Limits.max_calls_per_batch must be at least 1")
+        if self.max_resumes < 0:
+            raise UsageError("Limits.max_resumes must not be negative")
         for name in ("max_model_calls", "max_capability_calls", "max_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -67,4 +73,5 @@ class Limits:
             wall_clock_s=tighter(self.wall_clock_s, other.wall_clock_s),
             max_usd=tighter(self.max_usd, other.max_usd),
             max_tokens=tighter_int(self.max_tokens, other.max_tokens),
+            max_resumes=min(self.max_resumes, other.max_resumes),
         )

@@ -93,8 +93,11 @@ class _Executor:
         except _Exit as done:
             return done.exit, done.state
         except Cancelled as c:
-            # Cancellation is a clean exit: checkpoint what we have, then Cancelled.
-            final = await self._commit("Final", self._last_state)
+            # Cancellation is a clean exit: checkpoint what we have, then Cancelled. The Final
+            # checkpoint says it was a cancellation, so a crash before the status write resumes
+            # as Cancelled (never as a completion of whatever assistant row came last).
+            ended = Completion(kind="cancelled", refs=(), reason=c.reason)
+            final = await self._commit("Final", replace(self._last_state, completion=ended))
             return CancelledExit(reason=c.reason, usage=final.budget.usage()), final
 
     def _boundary(self) -> None:
@@ -122,8 +125,13 @@ class _Executor:
     # ------------------------------------------------------------------------------ the tick
     async def _tick(self, s: LoopExecutionState) -> LoopExecutionState:
         self._last_state = s
-        # 0. Iteration cap, checked first so a resume that sits at the limit exits at once.
-        if s.iteration >= self.iteration_limit and s.graceful_stop is None:
+        # 0. Iteration cap, checked first so a resume that sits at the limit exits at once
+        # (an admitted wave still settles first: it was admitted below the cap).
+        if (
+            s.iteration >= self.iteration_limit
+            and s.graceful_stop is None
+            and s.pending_wave is None
+        ):
             self._limit_reached(s, "max_iterations")
             if self.config.on_limit == "fail":
                 raise self._fail(
@@ -135,15 +143,16 @@ class _Executor:
         self._boundary()
         s = await self._take_control(s)
         self._boundary()
+        # A resume from BeforeSideEffect / BeforeBlock continues the admitted wave: every
+        # admitted call settles before any graceful stop, budget exit or finalizer (an approved
+        # call runs even if a stop was requested while the run was blocked).
+        if s.pending_wave is not None:
+            return await self._finish_wave(s)
         if s.graceful_stop is not None:
             await self._finalize(s)
         s = self._check_budgets(s)
         if s.graceful_stop is not None:
             await self._finalize(s)
-
-        # A resume from BeforeSideEffect / BeforeBlock continues the admitted wave.
-        if s.pending_wave is not None:
-            return await self._finish_wave(s)
 
         # 2. Drain steering.
         self._boundary()
@@ -178,16 +187,32 @@ class _Executor:
 
     # ------------------------------------------------------------------------------ inputs
     async def _take_control(self, s: LoopExecutionState) -> LoopExecutionState:
-        """Handle the contiguous run of control inputs at the head of the queue."""
+        """Apply every pending control input, wherever it sits in the queue.
+
+        Control inputs (``cancel``, ``graceful_stop``, ``gate_resolved``) never wait behind
+        user inputs: each boundary applies all of them (applying one twice changes nothing:
+        the token is already cancelled, a graceful stop is one-shot). The cursor moves only over
+        the contiguous control prefix, so user inputs keep their order and exactly-once
+        delivery; the ones behind are kept for this tick's drain (one poll per tick).
+        """
         records = await self.host.inputs.poll(s.input_cursor)
+        s = self._apply_controls(s, records)
         cursor = s.input_cursor
-        # What follows the control prefix is kept for this tick's drain (one poll per tick).
         self._polled = records
         for index, rec in enumerate(records):
             if rec.kind in USER_INPUT_KINDS:
                 self._polled = records[index:]
                 break
             cursor = rec.cursor
+        else:
+            self._polled = []
+        return replace(s, input_cursor=cursor) if cursor != s.input_cursor else s
+
+    def _apply_controls(
+        self, s: LoopExecutionState, records: list[InputRecord]
+    ) -> LoopExecutionState:
+        """Take effect of the control inputs among ``records`` (idempotent)."""
+        for rec in records:
             if rec.kind == "cancel":
                 self.host.token.cancel(str(rec.payload.get("reason") or "cancelled"))
             elif rec.kind == "graceful_stop":
@@ -198,28 +223,33 @@ class _Executor:
                     self._limit_reached(s, reason)
                 s = s.request_stop(reason)
             # gate_resolved: the capability port reads the gate itself; nothing to do here.
-        else:
-            self._polled = []
-        return replace(s, input_cursor=cursor) if cursor != s.input_cursor else s
+        return s
 
     async def _drain(
         self, s: LoopExecutionState, *, follow_ups: bool, records: list[InputRecord] | None = None
     ) -> tuple[LoopExecutionState, list[InputRecord]]:
-        """Deliver the contiguous user-facing prefix after the cursor.
+        """Deliver the user-facing inputs after the cursor, in order.
 
-        Steering only, unless ``follow_ups``. Stops at the first control input (handled at the
-        next boundary) and, when not taking follow-ups, at the first follow-up.
+        Steering only, unless ``follow_ups`` (then stops at the first follow-up). Control
+        inputs in between are applied first (cancellation wins) and passed over.
         """
         if records is None:
             records = await self.host.inputs.poll(s.input_cursor)
+        s = self._apply_controls(s, records)
+        self._boundary()
         take: list[InputRecord] = []
+        cursor = s.input_cursor
         for rec in records:
+            if rec.kind not in USER_INPUT_KINDS:
+                cursor = rec.cursor
+                continue
             if rec.kind == "steering" or (rec.kind == "follow_up" and follow_ups):
                 take.append(rec)
+                cursor = rec.cursor
                 continue
             break
         if not take:
-            return s, []
+            return (replace(s, input_cursor=cursor) if cursor != s.input_cursor else s), []
         items = [
             NewItem(
                 role="user",
@@ -232,8 +262,26 @@ class _Executor:
         rows = await self.host.transcript.append(items)
         for rec in take:
             emit_input(self.host, rec)
-        s = replace(s, input_cursor=take[-1].cursor, transcript_seq=rows[-1].seq)
+        s = replace(s, input_cursor=cursor, transcript_seq=rows[-1].seq)
         return s, take
+
+    async def _seal(self, s: LoopExecutionState) -> tuple[LoopExecutionState, bool]:
+        """Close the input queue for the end of the run; deliver what was waiting.
+
+        Sealing is atomic with enqueueing: an input either is waiting here (and is delivered
+        now, into the transcript) or is refused with ``RunEndedError`` after. Returns whether
+        user inputs were delivered (the caller decides whether the run goes on).
+        """
+        delivered = False
+        while True:
+            waiting = await self.host.inputs.seal(s.input_cursor)
+            if not waiting:
+                return s, delivered
+            before = s.input_cursor
+            s, took = await self._drain(s, follow_ups=True, records=waiting)
+            delivered = delivered or bool(took)
+            if s.input_cursor == before:
+                return s, delivered  # nothing we can take (a custom input kind): stop here
 
     async def _ack(self, s: LoopExecutionState) -> None:
         if self._acked_cursor is None or s.input_cursor > self._acked_cursor:
@@ -358,23 +406,13 @@ class _Executor:
             return replace(s, iteration=s.iteration + 1)
 
         # A follow-up (or steering that arrived during the call) continues the run instead of
-        # completing it. Sealing is atomic with enqueue, so nothing slips in unseen.
-        while True:
-            waiting = await self.host.inputs.seal(s.input_cursor)
-            if not waiting:
-                break
-            if waiting[0].kind in USER_INPUT_KINDS:
-                if not self.family.inputs.drain_follow_up(s):
-                    break
-                s, _ = await self._drain(s, follow_ups=True, records=waiting)
+        # completing it. Sealing is atomic with enqueue, so nothing slips in unseen; control
+        # inputs among the waiting ones apply first (cancellation still wins; a graceful stop
+        # is moot, since the reply already is the answer).
+        if self.family.inputs.drain_follow_up(s):
+            s, delivered = await self._seal(s)
+            if delivered:
                 return replace(s, iteration=s.iteration + 1)
-            # Control inputs: cancellation still wins; a graceful stop is moot, since the
-            # reply already is the answer. Then try to seal again past them.
-            before = s.input_cursor
-            s = await self._take_control(s)
-            self._boundary()
-            if s.input_cursor == before:
-                break
         # The Final checkpoint says what completed, so a resume after a crash here knows.
         done = Completion(kind="reply", refs=s.assistant_refs)
         s = await self._commit("Final", replace(s, completion=done))
@@ -432,7 +470,10 @@ class _Executor:
         if isinstance(decision, Finish):
             # The wave produced the run's result (e.g. a terminal tool): complete with it.
             done = Completion(kind=decision.completion_kind, refs=decision.refs)
-            await self.host.inputs.seal(s.input_cursor)
+            s, delivered = await self._seal(s)
+            if delivered:
+                # A message reached the run as it finished: the model sees it and goes on.
+                return replace(s, iteration=s.iteration + 1)
             s = await self._commit("Final", replace(s, completion=done))
             raise _Exit(Completed(kind=done.kind, reply_refs=done.refs, usage=s.budget.usage()), s)
         if isinstance(decision, NoProgress):
@@ -455,6 +496,9 @@ class _Executor:
         reason = s.graceful_stop
         assert reason is not None
         kind = failure_kind_for(reason)
+        # Seal first: what was waiting is delivered into the transcript the final answer is
+        # made from; anything later is refused (an accepted input is never dropped).
+        s, _ = await self._seal(s)
         plan = self.family.context.plan(s)
         bundle = await self.host.prompt.build(
             s, plan, None, finalizer_prompt=FINALIZER_PROMPTS[reason]
@@ -493,7 +537,6 @@ class _Executor:
         )
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         emit_assistant(self.host, response.text, ())
-        await self.host.inputs.seal(s.input_cursor)
         s = await self._commit("Final", s)
         raise _Exit(
             Completed(

@@ -65,9 +65,11 @@ class Completion:
     """How a stop strategy ended the run, so a resume from its ``Final`` checkpoint is exact."""
 
     kind: str
-    """The ``Completed`` kind (e.g. ``structured``)."""
+    """The ``Completed`` kind (e.g. ``structured``), or ``cancelled`` for a cancellation."""
     refs: tuple[str, ...]
     """The rows holding the result."""
+    reason: str | None = None
+    """Why a cancelled run was cancelled."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,7 +145,11 @@ def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
     wave = state.pending_wave
     done = state.completion
     # Written only when set, so the payloads of ordinary runs are unchanged.
-    extra = {} if done is None else {"completion": {"kind": done.kind, "refs": list(done.refs)}}
+    extra: dict[str, Any] = {}
+    if done is not None:
+        extra["completion"] = {"kind": done.kind, "refs": list(done.refs)}
+        if done.reason is not None:
+            extra["completion"]["reason"] = done.reason
     return {
         **extra,
         "iteration": state.iteration,
@@ -212,7 +218,11 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
         ),
         completion=None
         if done is None
-        else Completion(kind=str(done["kind"]), refs=tuple(done["refs"])),
+        else Completion(
+            kind=str(done["kind"]),
+            refs=tuple(done["refs"]),
+            reason=None if done.get("reason") is None else str(done["reason"]),
+        ),
         **{name: dict(value) for name, value in slots.items()},
     )
 

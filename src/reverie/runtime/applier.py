@@ -26,6 +26,7 @@ from reverie.errors import NotFoundError
 from reverie.hooks import AfterTurnContext, HookDispatcher
 from reverie.runtime.events import EventBus
 from reverie.runtime.result import Gate, RunResult
+from reverie.runtime.settle import settle_open_calls
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, RunStatus, Store
 
 log = logging.getLogger("reverie.runtime")
@@ -69,6 +70,8 @@ class ExitApplier:
                 return "a reply ref does not exist"
             if any(i.role != "assistant" or i.run_id != run.run_id for i in items):
                 return "a reply ref is not an assistant message of this run"
+            if any(i.tool_calls for i in items):
+                return "a reply ref is an assistant message with tool calls, not a reply"
             if not "".join(i.content for i in items).strip():
                 return "the reply is empty"
             return None
@@ -94,6 +97,9 @@ class ExitApplier:
         """Validate, write the status, announce it, fire ``after_turn``; return the result."""
         exit_ = await self.validate(run, exit_)
         status: RunStatus = exit_.status  # type: ignore[assignment]
+        if status in TERMINAL_STATUSES:
+            # Transcript well-formedness: no call of this run is left without a result.
+            await settle_open_calls(self.store, run, fence=fence, status=status)
         record = await self.store.set_run_status(
             run.run_id, status, fence=fence, exit=exit_to_dict(exit_)
         )

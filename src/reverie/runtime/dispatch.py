@@ -43,6 +43,7 @@ __all__ = [
     "ensure_queue_schema",
     "serve_jobs",
     "wait_settled",
+    "watching_handle",
 ]
 
 TASK_NAME: Final = "reverie.advance_run"
@@ -165,29 +166,34 @@ class QueueDispatcher:
     ) -> RunHandle:
         """Enqueue the run's job; a handle whose result and single event come from the store."""
         await self.enqueue(run.run_id)
-        done: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
-        bus = EventBus()
+        return watching_handle(rt, run, spawn)
 
-        async def follow() -> None:
-            try:
-                result = await wait_settled(rt, run.run_id)
-                record = await rt.store.get_run(run.run_id)
-                bus.emit(
-                    RunFinished(
-                        run_id=run.run_id, status=record.status, exit=dict(record.exit or {})
-                    )
-                )
-                done.set_result(result)
-            except asyncio.CancelledError:
-                done.cancel()
-                raise
-            except Exception as exc:
-                done.set_exception(exc)
-            finally:
-                bus.close()
 
-        spawn(follow())
-        return RunHandle(rt, run.run_id, run.thread_id, bus, done)
+def watching_handle(
+    rt: Runtime, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]]
+) -> RunHandle:
+    """A handle on a run another process advances: result and final event read from the store."""
+    done: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+    bus = EventBus()
+
+    async def follow() -> None:
+        try:
+            result = await wait_settled(rt, run.run_id)
+            record = await rt.store.get_run(run.run_id)
+            bus.emit(
+                RunFinished(run_id=run.run_id, status=record.status, exit=dict(record.exit or {}))
+            )
+            done.set_result(result)
+        except asyncio.CancelledError:
+            done.cancel()
+            raise
+        except Exception as exc:
+            done.set_exception(exc)
+        finally:
+            bus.close()
+
+    spawn(follow())
+    return RunHandle(rt, run.run_id, run.thread_id, bus, done)
 
 
 async def serve_jobs(

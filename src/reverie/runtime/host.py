@@ -84,6 +84,19 @@ def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def descriptor_digest(d: CapabilityDescriptor) -> str:
+    """Identity of a tool's definition as the model and the approver saw it."""
+    return digest(
+        {
+            "name": d.name,
+            "description": d.description,
+            "parameters": dict(d.parameters),
+            "effects": sorted(d.effects or ()),
+            "idempotent": d.idempotent,
+        }
+    )
+
+
 def surface_of(tools: Sequence[Any]) -> Surface:
     """The surface of a tool list, with a content digest as its version."""
     descriptors = tuple(t.descriptor for t in tools)
@@ -110,6 +123,8 @@ class RunContext:
     token: CancelToken
     family_digest: str
     poisoned: set[str] = field(default_factory=set)
+    gated: dict[str, str] = field(default_factory=dict)
+    """Call key → digest of the tool descriptor a gate was opened against (checkpointed)."""
     observers: set[asyncio.Task[None]] = field(default_factory=set)
     """In-flight ``event`` hook dispatches; awaited before the segment ends."""
 
@@ -264,6 +279,11 @@ class ToolPort:
         replay: bool = True,
     ) -> CallOutcome:
         ctx = self.ctx
+        if replay and (descriptor is None or call.name not in self.tools):
+            # A gated call whose tool is gone since approval was asked: denied, never re-routed.
+            gone = await ctx.store.gate_for_call(ctx.run_id, key)
+            if gone is not None:
+                return await self._deny_changed(key, f"the tool {call.name} is no longer available")
         if descriptor is None or call.name not in self.tools:
             available = ", ".join(sorted(self.tools)) or "none"
             return CallFailed(
@@ -289,6 +309,14 @@ class ToolPort:
                 recorded = outcome_from_dict(entry.outcome)
                 if not isinstance(recorded, CallCancelled):
                     return recorded
+                if not descriptor.idempotent:
+                    # Cancelled mid-flight (a shutdown, not a cancel of the run): its effect may
+                    # have happened, so a non-idempotent call is not run again.
+                    interrupted = CallInterrupted()
+                    await ctx.store.journal_finished(
+                        ctx.run_id, key, outcome_to_dict(interrupted), fence=ctx.fence
+                    )
+                    return interrupted
             elif entry is not None and entry.state == "started" and not descriptor.idempotent:
                 interrupted = CallInterrupted()
                 await ctx.store.journal_finished(
@@ -298,6 +326,13 @@ class ToolPort:
 
         gate = await ctx.store.gate_for_call(ctx.run_id, key) if replay else None
         approved = gate is not None and gate.status == "approved"
+        if approved and ctx.gated.get(key, descriptor_digest(descriptor)) != descriptor_digest(
+            descriptor
+        ):
+            # Approval was given for the tool as it was; a changed definition is not approved.
+            return await self._deny_changed(
+                key, f"the tool {call.name} changed after approval was requested"
+            )
         if gate is not None and gate.status == "denied":
             denied = CallDenied(reason=f"a person denied this call: {gate.reason or 'no reason'}")
             await ctx.store.journal_finished(
@@ -322,10 +357,13 @@ class ToolPort:
             if verdict.decision == "deny":
                 return CallDenied(reason=verdict.reason_for_model or "denied by policy")
             if not approved and verdict.decision == "pause_auth":
+                ctx.gated[key] = descriptor_digest(descriptor)
                 return CallGated(gate_kind="auth", reason=verdict.reason or "authorisation needed")
             if not approved and verdict.decision == "pause_approval":
+                ctx.gated[key] = descriptor_digest(descriptor)
                 return CallGated(reason=verdict.reason or "approval required")
         if not approved and descriptor.requires_approval(call.arguments):
+            ctx.gated[key] = descriptor_digest(descriptor)
             return CallGated(reason=f"{call.name} needs approval")
 
         await ctx.store.journal_started(ctx.run_id, key, call.name, fence=ctx.fence)
@@ -343,7 +381,9 @@ class ToolPort:
                 )
             )
             raise
-        if not isinstance(outcome, CallGated):
+        if isinstance(outcome, CallGated):
+            ctx.gated[key] = descriptor_digest(descriptor)
+        else:
             await ctx.store.journal_finished(
                 ctx.run_id, key, outcome_to_dict(outcome), fence=ctx.fence
             )
@@ -363,6 +403,13 @@ class ToolPort:
         )
         ctx.record_hook_failures(observed.failures, observed.newly_poisoned)
         return outcome
+
+    async def _deny_changed(self, key: str, why: str) -> CallOutcome:
+        denied = CallDenied(reason=f"{why}; the call was not run. Ask again if it is still needed")
+        await self.ctx.store.journal_finished(
+            self.ctx.run_id, key, outcome_to_dict(denied), fence=self.ctx.fence
+        )
+        return denied
 
     async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
         rec = GateRecord(
@@ -404,6 +451,8 @@ class StoreCheckpoints:
         ctx = self.ctx
         host_state = dict(state.host_state)
         host_state["poisoned_hooks"] = sorted(ctx.poisoned)
+        if ctx.gated:
+            host_state["gated_tools"] = dict(ctx.gated)
         state = replace(state, host_state=host_state)
         payload = encode_checkpoint(state, family_digest=ctx.family_digest)
         await ctx.store.save_checkpoint(ctx.run_id, kind, payload, fence=ctx.fence)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
+from reverie.core.fastcopy import replace
+from reverie.core.limits import Limits
 from reverie.errors import CorruptCheckpointError
 from reverie.loop.family import LoopFamily
 from reverie.loop.state import STATE_SCHEMA_ID, LoopExecutionState, state_from_dict
@@ -47,6 +49,10 @@ async def load_state(
     # Rows a crashed segment wrote past its last checkpoint are not replayed.
     await store.supersede_items_after(run.thread_id, run.run_id, state.transcript_seq)
     if cp.kind == "Final":
+        if state.completion is not None and state.completion.kind == "cancelled":
+            return Cancelled(
+                reason=state.completion.reason or "cancelled", usage=state.budget.usage()
+            )
         if state.completion is not None:  # a strategy finished the run (e.g. structured)
             return Completed(
                 kind=state.completion.kind,
@@ -62,3 +68,24 @@ async def load_state(
             )
         return Cancelled(usage=state.budget.usage())
     return state
+
+
+def crash_resume(state: LoopExecutionState, limits: Limits) -> LoopExecutionState | Failed:
+    """Charge a crash resume: one iteration, and one of ``limits.max_resumes``.
+
+    A run whose worker dies on every attempt (a tool that kills the process, say) would
+    otherwise be resumed forever; the count lives in the checkpoint's host slot.
+    """
+    count = int(state.host_state.get("crash_resumes", 0)) + 1
+    if count > limits.max_resumes:
+        return Failed(
+            kind="resume_limit",
+            safe_summary=f"the run's worker stopped {count} times; resumed at most "
+            f"{limits.max_resumes} times (Limits.max_resumes)",
+            usage=state.budget.usage(),
+        )
+    return replace(
+        state,
+        iteration=state.iteration + 1,
+        host_state={**state.host_state, "crash_resumes": count},
+    )

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Coroutine, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,6 +27,7 @@ from reverie.errors import (
     NotFoundError,
     RunBusy,
     RunEndedError,
+    ThreadBusy,
     UnknownAgentError,
     UsageError,
 )
@@ -33,7 +35,7 @@ from reverie.hooks import HookDispatcher, HookRegistry
 from reverie.loop.control import CancelToken
 from reverie.loop.executor import LoopConfig, run_loop
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
-from reverie.loop.state import LoopExecutionState
+from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.memory.provider import MemoryProvider
 from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
 from reverie.models.base import Model
@@ -56,12 +58,17 @@ from reverie.runtime.host import (
 )
 from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
 from reverie.runtime.result import RunResult
-from reverie.runtime.resume import load_state
+from reverie.runtime.resume import crash_resume, load_state
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 
 log = logging.getLogger("reverie.runtime")
+
+ThreadPolicy = Literal["reject", "enqueue", "interrupt"]
+"""What starting a run on a thread with an active run does (see :meth:`Runtime.start`)."""
+THREAD_POLICIES: tuple[str, ...] = ("reject", "enqueue", "interrupt")
+_RUN_AGENTS_MAX = 10_000
 
 
 @dataclass(slots=True, kw_only=True)
@@ -95,7 +102,11 @@ class Runtime:
         memory_budget_bytes: int | None = None,
         curation_interval_turns: int | None = None,
         curation_model: str | Model | None = None,
+        thread_policy: ThreadPolicy = "reject",
     ) -> None:
+        if thread_policy not in THREAD_POLICIES:
+            raise UsageError(f"thread_policy must be one of {', '.join(THREAD_POLICIES)}")
+        self._thread_policy: ThreadPolicy = thread_policy
         self.store = store
         self.hooks = HookRegistry()
         """Register hooks here: ``rt.hooks.register("before_capability", fn, name=...)``."""
@@ -107,6 +118,8 @@ class Runtime:
             families if families is not None else default_families()
         )
         self._agents: dict[str, Agent] = {}
+        self._run_agents: OrderedDict[str, Agent] = OrderedDict()
+        """Run id → the agent object that started it (bounded; see ``_agent_for``)."""
         self._models: dict[str, Model] = {}
         for agent in agents:
             self.register(agent)
@@ -148,6 +161,7 @@ class Runtime:
         curation_interval_turns: int | None = None,
         curation_model: str | Model | None = None,
         dispatch: Literal["local", "queue"] = "local",
+        thread_policy: ThreadPolicy = "reject",
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
@@ -165,6 +179,9 @@ class Runtime:
         instead of advancing them here: ``start``, ``resume``, ``approve`` and ``deny`` enqueue
         a job (docs/scaling.md); handles poll the store for the result, and their ``events()``
         yield only the final ``run_finished`` (live events need the default local dispatch).
+
+        ``thread_policy`` is the default of :meth:`start`'s: what a run started on a thread
+        that already has an active run does (``"reject"``, ``"enqueue"`` or ``"interrupt"``).
 
         Raises:
             ConfigError: A bad store URL; ``curation_interval_turns`` below 2, or set while the
@@ -189,6 +206,7 @@ class Runtime:
             memory_budget_bytes=memory_budget_bytes,
             curation_interval_turns=curation_interval_turns,
             curation_model=curation_model,
+            thread_policy=thread_policy,
         )
         rt._queue = queue
         return _Opener(rt)
@@ -252,6 +270,24 @@ class Runtime:
         if self._agents.get(agent.name) is agent:
             del self._agents[agent.name]
             self._models.pop(agent.name, None)
+        for run_id in [r for r, a in self._run_agents.items() if a is agent]:
+            del self._run_agents[run_id]
+
+    def _agent_for(self, run: RunRecord) -> Agent:
+        """The agent that advances ``run``: the one that started it, if it started here.
+
+        Runs are keyed by agent identity within a process (a second ``Agent`` registered under
+        the same name never advances the first one's runs) and by name across processes.
+        """
+        started = self._run_agents.get(run.run_id)
+        if started is not None:
+            return started
+        return self._agent(run.agent_name)
+
+    def _remember_agent(self, run_id: str, agent: Agent) -> None:
+        self._run_agents[run_id] = agent
+        while len(self._run_agents) > _RUN_AGENTS_MAX:
+            self._run_agents.popitem(last=False)  # oldest first; the name lookup remains
 
     def _agent(self, name: str) -> Agent:
         try:
@@ -278,10 +314,63 @@ class Runtime:
         *,
         scope: Scope,
         thread_id: str | None = None,
+        thread_policy: ThreadPolicy | None = None,
     ) -> RunResult:
-        """Run one turn of ``agent`` and wait for its result."""
-        handle = await self.start(agent, message, scope=scope, thread_id=thread_id)
+        """Run one turn of ``agent`` and wait for its result (``thread_policy``: see start)."""
+        handle = await self.start(
+            agent, message, scope=scope, thread_id=thread_id, thread_policy=thread_policy
+        )
         return await handle.result()
+
+    async def _on_busy_thread(
+        self, busy: ThreadBusy, policy: ThreadPolicy, message: str | Sequence[Message]
+    ) -> RunHandle | None:
+        """Apply the thread policy; a handle to return, or ``None`` to try creating again."""
+        if policy == "reject":
+            raise busy
+        try:
+            active = await self.store.get_run(busy.run_id)
+        except NotFoundError:
+            return None
+        if active.status in TERMINAL_STATUSES:
+            return None  # it ended in the meantime: try again
+        if policy == "enqueue":
+            if not isinstance(message, str) or active.profile.startswith("unbound"):
+                raise busy  # only a user message can join a conversation's run
+            try:
+                await self.store.enqueue_input(
+                    active.run_id, "follow_up", {"text": message}, input_id=new_id("in")
+                )
+            except RunEndedError:
+                return None  # sealed as it ended: the thread is free now
+            return await self._handle_for(active)
+        # interrupt: end the active run, then start ours.
+        await self.cancel(active.run_id, reason="interrupted by a new turn")
+        await self._wait_ended(active.run_id)
+        return None
+
+    async def _handle_for(self, run: RunRecord) -> RunHandle:
+        """A handle on an existing run: live if it runs here, else watched through the store."""
+        here = self.attach(run.run_id)
+        if here is not None:
+            return here
+        from reverie.runtime.dispatch import watching_handle
+
+        return watching_handle(self, run, self._spawn)
+
+    async def _wait_ended(self, run_id: str) -> None:
+        """Wait until a cancelled run is terminal (its worker takes the cancel at a boundary)."""
+        active = self._active.get(run_id)
+        if active is not None and active.task is not None:
+            await asyncio.wait({active.task})
+        deadline = time.monotonic() + 3 * self._lease_ttl_s
+        delay = 0.02
+        while (await self.store.get_run(run_id)).status not in TERMINAL_STATUSES:
+            if time.monotonic() > deadline:
+                run = await self.store.get_run(run_id)
+                raise ThreadBusy(run.thread_id, run_id, run.status)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     async def start(
         self,
@@ -293,12 +382,24 @@ class Runtime:
         profile: str = "interactive",
         has_actor: bool = True,
         idempotency_key: str | None = None,
+        thread_policy: ThreadPolicy | None = None,
     ) -> RunHandle:
         """Start a turn and return at once with a :class:`RunHandle`.
 
         ``message`` is the user's message, or the run's opening messages in order (unbound
         turns). An ``idempotency_key`` that already names a run of the same owner returns that
         run's handle: it is never started a second time.
+
+        A thread has at most one active (queued, running or blocked) run. When ``thread_id``
+        has one, ``thread_policy`` (default: the runtime's, ``"reject"`` unless
+        ``Runtime.open(..., thread_policy=...)`` says otherwise) decides:
+
+        - ``"reject"``: raise :class:`~reverie.errors.ThreadBusy` naming the active run.
+        - ``"enqueue"``: the message becomes a follow-up of the active run (delivered when it
+          would otherwise finish, after any approval it waits for); the returned handle is the
+          active run's.
+        - ``"interrupt"``: cancel the active run (its pending gate is closed), wait for it to
+          end, then start this one.
         """
         self._require_open()
         if not isinstance(scope, Scope):
@@ -328,20 +429,31 @@ class Runtime:
                 # Another owner's thread does not exist for this caller.
                 raise NotFoundError(f"thread {thread_id} not found")
         minted = new_id("run")
-        run = await self.store.create_run(
-            RunRecord(
-                run_id=minted,
-                thread_id=thread_id,
-                scope=scope,
-                agent_name=agent.name,
-                profile=profile,
-                family_id=family_id,
-                has_actor=has_actor,
-                idempotency_key=idempotency_key,
-            )
+        record = RunRecord(
+            run_id=minted,
+            thread_id=thread_id,
+            scope=scope,
+            agent_name=agent.name,
+            profile=profile,
+            family_id=family_id,
+            has_actor=has_actor,
+            idempotency_key=idempotency_key,
         )
+        policy = thread_policy or self._thread_policy
+        if policy not in THREAD_POLICIES:
+            raise UsageError(f"thread_policy must be one of {', '.join(THREAD_POLICIES)}")
+        while True:
+            try:
+                run = await self.store.create_run(record)
+                break
+            except ThreadBusy as busy:
+                # The store refused a second active run on the thread (across processes).
+                joined = await self._on_busy_thread(busy, policy, message)
+                if joined is not None:
+                    return joined
         if run.run_id != minted:
             return await self._existing(run, scope)
+        self._remember_agent(run.run_id, agent)
         messages = [Message(role="user", content=message)] if isinstance(message, str) else message
         items = [
             NewItem(
@@ -417,11 +529,16 @@ class Runtime:
             active.bus.close()
             if self._active.get(run_id) is active:
                 del self._active[run_id]
+            if active.done.done() and not active.done.cancelled():
+                if active.done.exception() is None and active.done.result().status in (
+                    TERMINAL_STATUSES
+                ):
+                    self._run_agents.pop(run_id, None)
 
     async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
         run = await self.store.get_run(run_id)
-        agent = self._agent(run.agent_name)
+        agent = self._agent_for(run)
         owner = self._owner or new_owner()
         fence = await self.store.acquire_lease(
             run_id,
@@ -435,6 +552,8 @@ class Runtime:
             run = await self.store.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
                 return await self._applier.result_of(run)
+            # Still "running": the worker that advanced it died mid-segment (a crash resume).
+            crashed = resumed and run.status == "running"
             run = await self.store.set_run_status(run_id, "running", fence=fence)
             await self.store.unseal_inputs(run_id)
             family = self._families.get(run.family_id)
@@ -449,6 +568,17 @@ class Runtime:
             if not isinstance(loaded, LoopExecutionState):
                 return await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
             state = loaded
+            if crashed:
+                limited = crash_resume(state, agent.limits)
+                if not isinstance(limited, LoopExecutionState):
+                    return await self._applier.apply(run, limited, fence=fence, bus=active.bus)
+                state = limited
+                # Durable at once: a worker that dies again before its next checkpoint must
+                # still have used up this resume.
+                cp = await self.store.load_checkpoint(run_id)
+                if cp is not None:
+                    payload = encode_checkpoint(state, family_digest=family.identity.digest)
+                    await self.store.save_checkpoint(run_id, cp.kind, payload, fence=fence)
             ctx = RunContext(
                 run_id=run_id,
                 thread_id=run.thread_id,
@@ -460,6 +590,7 @@ class Runtime:
                 token=active.token,
                 family_digest=family.identity.digest,
                 poisoned=set(state.host_state.get("poisoned_hooks", ())),
+                gated=dict(state.host_state.get("gated_tools", {})),
             )
             host = RunHost(
                 run_id=run_id,
@@ -514,6 +645,9 @@ class Runtime:
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             raise RunEndedError(f"run {run_id} has ended ({run.status}); start a new turn")
+        if run.profile.startswith("unbound"):
+            # No conversation to steer: refused up front, never accepted and then dropped.
+            raise UsageError(f"run {run_id} is an unbound turn: it takes no steering or follow-ups")
         input_id = input_id or new_id("in")
         await self.store.enqueue_input(run_id, kind, {"text": text}, input_id=input_id)
         return input_id
@@ -597,7 +731,7 @@ class Runtime:
     ) -> RunResult:
         gate = await self.store.get_gate(ref)
         run = await self.store.get_run(gate.run_id)
-        self._agent(run.agent_name)  # unknown agent: typed error before anything changes
+        self._agent_for(run)  # unknown agent: typed error before anything changes
         await self.store.resolve_gate(ref, status, reason=reason, now=time.time())
         with contextlib.suppress(RunEndedError):
             await self.store.enqueue_input(
@@ -612,7 +746,7 @@ class Runtime:
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             return await self._applier.result_of(run)
-        self._agent(run.agent_name)
+        self._agent_for(run)
         # A segment of this run still advancing (or still closing) here: let it finish first,
         # then decide from what it left in the store.
         while (active := self._active.get(run_id)) is not None:
@@ -624,7 +758,8 @@ class Runtime:
                 return await self._applier.result_of(run)
         if run.status == "blocked" and run.exit is not None:
             ref = run.exit.get("gate_ref")
-            if ref is not None and (await self.store.get_gate(str(ref))).status == "pending":
+            pending = ref is not None and (await self.store.get_gate(str(ref))).status == "pending"
+            if pending and not run.cancel_requested:
                 return await self._applier.result_of(run)  # still waiting for a person
         leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
         if leased and not owner_gone(run.lease_owner) and run.lease_owner != self._owner:
@@ -641,6 +776,14 @@ class Runtime:
         running = await self.store.list_runs(statuses=["running"], limit=10_000)
         seen = {r.run_id for r in candidates}
         candidates += [r for r in running if r.run_id not in seen and owner_gone(r.lease_owner)]
+        # A blocked run whose gate was resolved (or that was cancelled) by a caller that died
+        # before resuming it would otherwise stay blocked for good.
+        for run in await self.store.list_runs(statuses=["blocked"], limit=10_000):
+            leased = bool(run.lease_expires_at and run.lease_expires_at > now)
+            if leased and not owner_gone(run.lease_owner):
+                continue
+            if run.cancel_requested or not await self._waits_for_a_person(run):
+                candidates.append(run)
         for run in candidates:
             if run.run_id in self._active or run.agent_name not in self._agents:
                 continue
@@ -649,6 +792,16 @@ class Runtime:
             except Exception:
                 log.exception("recover: run %s could not be resumed", run.run_id)
         return results
+
+    async def _waits_for_a_person(self, run: RunRecord) -> bool:
+        """Whether a blocked run's gate is still pending (not resolved since it blocked)."""
+        ref = (run.exit or {}).get("gate_ref")
+        if ref is None:
+            return False
+        try:
+            return (await self.store.get_gate(str(ref))).status == "pending"
+        except NotFoundError:
+            return False
 
     def attach(self, run_id: str) -> RunHandle | None:
         """A handle on the segment of ``run_id`` this runtime is advancing now, else ``None``.
@@ -692,4 +845,4 @@ class _Opener:
         return self._runtime.__aenter__().__await__()
 
 
-__all__ = ["Runtime"]
+__all__ = ["THREAD_POLICIES", "Runtime", "ThreadPolicy"]

@@ -22,6 +22,7 @@ from reverie.core.transcript import (
 )
 
 __all__ = [
+    "ACTIVE_STATUSES",
     "CHECKPOINT_KINDS",
     "TERMINAL_STATUSES",
     "USER_INPUT_KINDS",
@@ -42,6 +43,8 @@ __all__ = [
 
 RunStatus = Literal["queued", "running", "completed", "blocked", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+ACTIVE_STATUSES: tuple[str, ...] = ("queued", "running", "blocked")
+"""Statuses of a thread's active run: a thread holds at most one run in these at a time."""
 CheckpointKind = Literal["BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final"]
 CHECKPOINT_KINDS: tuple[str, ...] = ("BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final")
 GateStatus = Literal["pending", "approved", "denied"]
@@ -161,7 +164,16 @@ class Store(Protocol):
 
     # runs and leases
     async def create_run(self, run: RunRecord) -> RunRecord:
-        """Insert a run; if its idempotency key exists, return that run instead."""
+        """Insert a run; if its idempotency key exists, return that run instead.
+
+        Raises :class:`reverie.errors.ThreadBusy` when the thread already has an active run
+        (:data:`ACTIVE_STATUSES`): checked atomically with the insert, so two processes
+        starting runs on one thread never both succeed.
+        """
+        ...
+
+    async def active_run(self, thread_id: str) -> RunRecord | None:
+        """The thread's active (queued, running or blocked) run, if any."""
         ...
 
     async def get_run(self, run_id: str) -> RunRecord:

@@ -19,8 +19,10 @@ from reverie.errors import (
     NotFoundError,
     RunBusy,
     RunEndedError,
+    ThreadBusy,
 )
 from reverie.store.base import (
+    ACTIVE_STATUSES,
     CheckpointKind,
     CheckpointRecord,
     GateRecord,
@@ -157,6 +159,9 @@ class MemoryStore(MemoryDocuments):
             return self._runs[self._idem[run.idempotency_key]]
         if run.run_id in self._runs:
             raise ConflictError(f"run {run.run_id} already exists")
+        active = await self.active_run(run.thread_id)
+        if active is not None:
+            raise ThreadBusy(run.thread_id, active.run_id, active.status)
         now = _now()
         rec = dataclasses.replace(run, created_at=now, updated_at=now)
         self._runs[run.run_id] = rec
@@ -164,6 +169,12 @@ class MemoryStore(MemoryDocuments):
             self._idem[run.idempotency_key] = run.run_id
         self._inputs.setdefault(run.run_id, [])
         return rec
+
+    async def active_run(self, thread_id: str) -> RunRecord | None:
+        for r in self._runs.values():
+            if r.thread_id == thread_id and r.status in ACTIVE_STATUSES:
+                return r
+        return None
 
     async def get_run(self, run_id: str) -> RunRecord:
         try:

@@ -39,9 +39,17 @@ from psycopg import AsyncConnection, sql
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
-from reverie.errors import ConflictError, GateResolvedError, NotFoundError, RunBusy, RunEndedError
+from reverie.errors import (
+    ConflictError,
+    GateResolvedError,
+    NotFoundError,
+    RunBusy,
+    RunEndedError,
+    ThreadBusy,
+)
 from reverie.store import postgres_connections as db, postgres_schema as schema
 from reverie.store.base import (
+    ACTIVE_STATUSES,
     CheckpointKind,
     CheckpointRecord,
     GateRecord,
@@ -60,6 +68,11 @@ from reverie.store.postgres_documents import PostgresDocuments
 from reverie.store.postgres_schema import Conn
 
 __all__ = ["PostgresStore", "temporary_schema"]
+
+
+_ACTIVE_RUN_SQL = (
+    "SELECT * FROM runs WHERE thread_id = %s AND status IN (%s, %s, %s) ORDER BY created_at LIMIT 1"
+)
 
 
 class PostgresStore(PostgresDocuments, PostgresConnections):
@@ -197,6 +210,14 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
             sql = "SELECT 1 FROM runs WHERE run_id = %s"
             if await db.one(conn, sql, (run.run_id,)) is not None:
                 raise ConflictError(f"run {run.run_id} already exists")
+            # One active run per thread: the thread row's lock serialises run creation on the
+            # thread across every worker, so the check and the insert are one atomic step.
+            await db.one(
+                conn, "SELECT 1 FROM threads WHERE thread_id = %s FOR UPDATE", (run.thread_id,)
+            )
+            busy = await db.one(conn, _ACTIVE_RUN_SQL, (run.thread_id, *ACTIVE_STATUSES))
+            if busy is not None:
+                raise ThreadBusy(run.thread_id, busy["run_id"], busy["status"])
             # A concurrent create with the same key commits first: keep its run (a duplicate
             # run_id is still a unique violation, hence ConflictError).
             if await db.insert(conn, "runs", columns, " ON CONFLICT (idempotency_key) DO NOTHING"):
@@ -205,6 +226,16 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
             return schema.row_run(await db.found(conn, by_key, (run.idempotency_key,), what))
 
         return await self._transact("create a run", write)
+
+    async def active_run(self, thread_id: str) -> RunRecord | None:
+        """The thread's active (queued, running or blocked) run, if any."""
+        rows = await self._select(
+            "find a thread's active run",
+            schema.row_run,
+            _ACTIVE_RUN_SQL,
+            (thread_id, *ACTIVE_STATUSES),
+        )
+        return rows[0] if rows else None
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run, or :class:`NotFoundError`."""

@@ -45,9 +45,11 @@ from reverie.errors import (
     NotFoundError,
     RunBusy,
     RunEndedError,
+    ThreadBusy,
 )
 from reverie.store import sqlite_schema as schema
 from reverie.store.base import (
+    ACTIVE_STATUSES,
     CheckpointKind,
     CheckpointRecord,
     GateRecord,
@@ -66,6 +68,11 @@ from reverie.store.sqlite_documents import SQLiteDocuments
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES
 
 __all__ = ["SYNCHRONOUS_MODES", "SQLiteStore"]
+
+
+_ACTIVE_RUN_SQL = (
+    "SELECT * FROM runs WHERE thread_id = ? AND status IN (?, ?, ?) ORDER BY created_at LIMIT 1"
+)
 
 
 class SQLiteStore(SQLiteDocuments, SQLiteConnections):
@@ -242,12 +249,27 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
                     return schema.row_run(row)
             if schema.one(db, "SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)) is not None:
                 raise ConflictError(f"run {run.run_id} already exists")
+            # One active run per thread: checked inside the writer's BEGIN IMMEDIATE
+            # transaction, so of two processes starting runs on one thread only one succeeds.
+            busy = schema.one(db, _ACTIVE_RUN_SQL, (run.thread_id, *ACTIVE_STATUSES))
+            if busy is not None:
+                raise ThreadBusy(run.thread_id, busy["run_id"], busy["status"])
             now = time.time()
             rec = dataclasses.replace(run, created_at=now, updated_at=now)
             schema.insert(db, "runs", [schema.run_columns(rec)])
             return rec
 
         return await self._transact("create a run", write)
+
+    async def active_run(self, thread_id: str) -> RunRecord | None:
+        """The thread's active (queued, running or blocked) run, if any."""
+        rows = await self._select(
+            "find a thread's active run",
+            schema.row_run,
+            _ACTIVE_RUN_SQL,
+            (thread_id, *ACTIVE_STATUSES),
+        )
+        return rows[0] if rows else None
 
     async def get_run(self, run_id: str) -> RunRecord:
         """The run, or :class:`NotFoundError`."""
