@@ -529,11 +529,10 @@ class Runtime:
             active.bus.close()
             if self._active.get(run_id) is active:
                 del self._active[run_id]
-            if active.done.done() and not active.done.cancelled():
-                if active.done.exception() is None and active.done.result().status in (
-                    TERMINAL_STATUSES
-                ):
-                    self._run_agents.pop(run_id, None)
+            done = active.done
+            ended = done.done() and not done.cancelled() and done.exception() is None
+            if ended and done.result().status in TERMINAL_STATUSES:
+                self._run_agents.pop(run_id, None)  # nothing of it will be resumed
 
     async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
