@@ -198,7 +198,7 @@ class Interleavings(RuleBasedStateMachine):
     # ------------------------------------------------------------------ runtimes
     def _open_runtime(self, index: int | None = None) -> None:
         wrapper = CrashingStore(self.w.new_inner())
-        rt = Runtime(wrapper, agents=[self.w.agent], lease_ttl_s=5.0)  # type: ignore[arg-type]
+        rt = Runtime(wrapper, agents=[self.w.agent], lease_ttl_s=5.0)
         self.w.run(rt.__aenter__())
         if index is None:
             self.wrappers.append(wrapper)
@@ -472,7 +472,7 @@ async def _recover(rt: Runtime) -> None:
 def test_two_runtimes_on_one_store_keep_every_invariant_under_random_interleavings(
     backend: str, tmp_path: Path
 ) -> None:
-    machine = type(
+    machine: type[Interleavings] = type(
         f"Interleavings_{backend}", (Interleavings,), {"backend": backend, "tmp": tmp_path}
     )
     runner = machine.TestCase
