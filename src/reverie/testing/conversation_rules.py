@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from reverie.core.messages import Message
 from reverie.errors import ModelError
@@ -108,11 +108,11 @@ class ConversationRuleError(ModelError):
 # ---------------------------------------------------------------------------- shared rules
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """A message flattened for the shared rules."""
+class _Entry(NamedTuple):
+    """A message flattened for the shared rules (a tuple: checked on every scripted request)."""
 
-    index: int
+    at: int
+    """The message's index in the list checked."""
     kind: Literal["system", "user", "assistant", "result"]
     has_text: bool = False
     calls: tuple[str, ...] = ()
@@ -152,8 +152,8 @@ def _check_entries(entries: Iterable[_Entry]) -> list[Violation]:
                 out.append(
                     Violation(
                         "one_result_per_call",
-                        entry.index,
-                        f"the tool result at index {entry.index} answers call {call_id!r} a "
+                        entry.at,
+                        f"the tool result at index {entry.at} answers call {call_id!r} a "
                         "second time",
                         (call_id,),
                     )
@@ -163,8 +163,8 @@ def _check_entries(entries: Iterable[_Entry]) -> list[Violation]:
                 out.append(
                     Violation(
                         "tool_result_answers_a_call",
-                        entry.index,
-                        f"the tool result at index {entry.index} {what}, which is not a call of "
+                        entry.at,
+                        f"the tool result at index {entry.at} {what}, which is not a call of "
                         "the assistant message right before it",
                         () if call_id is None else (call_id,),
                     )
@@ -177,8 +177,8 @@ def _check_entries(entries: Iterable[_Entry]) -> list[Violation]:
             out.append(
                 Violation(
                     "no_empty_assistant_turn",
-                    entry.index,
-                    f"the assistant message at index {entry.index} has neither text nor tool calls",
+                    entry.at,
+                    f"the assistant message at index {entry.at} has neither text nor tool calls",
                 )
             )
         seen: set[str] = set()
@@ -192,14 +192,14 @@ def _check_entries(entries: Iterable[_Entry]) -> list[Violation]:
             out.append(
                 Violation(
                     "unique_tool_call_ids",
-                    entry.index,
-                    f"the assistant message at index {entry.index} repeats tool call id(s) "
+                    entry.at,
+                    f"the assistant message at index {entry.at} repeats tool call id(s) "
                     f"{', '.join(ids)}",
                     ids,
                 )
             )
         pending.update(dict.fromkeys(entry.calls))
-        owner = entry.index
+        owner = entry.at
     close()
     return sorted(out, key=lambda v: v.index)
 
@@ -212,12 +212,12 @@ def check_messages(messages: Sequence[Message]) -> list[Violation]:
     entries: list[_Entry] = []
     for i, m in enumerate(messages):
         if m.role == "tool":
-            entries.append(_Entry(i, "result", answers=m.tool_call_id or None))
+            entries.append(_Entry(i, "result", False, (), m.tool_call_id or None))
         elif m.role == "assistant":
-            calls = tuple(c.id for c in m.tool_calls)
-            entries.append(_Entry(i, "assistant", has_text=bool(m.content), calls=calls))
+            calls = tuple(c.id for c in m.tool_calls) if m.tool_calls else ()
+            entries.append(_Entry(i, "assistant", bool(m.content), calls))
         else:
-            entries.append(_Entry(i, m.role, has_text=bool(m.content)))
+            entries.append(_Entry(i, m.role, bool(m.content)))
     return _check_entries(entries)
 
 
