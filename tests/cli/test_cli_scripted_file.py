@@ -10,13 +10,29 @@ from typing import Any
 import pytest
 
 from reverie.cli.scripted_file import load_scripted_model, step_index
-from reverie.core.messages import Message, ModelRequest, ModelResponse, ToolCallPart
+from reverie.core.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolCallPart
 from reverie.errors import ConfigError, ModelError
 from reverie.models.base import complete
 
 
 def _request(*roles: str) -> ModelRequest:
-    return ModelRequest(messages=tuple(Message(role=r, content="x") for r in roles))  # type: ignore[arg-type]
+    """A conversation of these roles, well formed: each assistant message calls the tools whose
+    results follow it (a ``ScriptedModel`` refuses an unanswered call or an orphan result)."""
+    messages: list[Message] = []
+    pending: list[str] = []
+    for i, role in enumerate(roles):
+        if role == "assistant":
+            results = next(
+                (n for n, r in enumerate(roles[i + 1 :]) if r != "tool"), len(roles) - i - 1
+            )
+            pending = [f"call_{i}_{n}" for n in range(results)]
+            calls = tuple(ToolCall(id=c, name="add") for c in pending)
+            messages.append(Message(role="assistant", content="x", tool_calls=calls))
+        elif role == "tool":
+            messages.append(Message(role="tool", content="x", tool_call_id=pending.pop(0)))
+        else:
+            messages.append(Message(role=role, content="x"))  # type: ignore[arg-type]
+    return ModelRequest(messages=tuple(messages))
 
 
 def _answer(model: Any, request: ModelRequest) -> ModelResponse:

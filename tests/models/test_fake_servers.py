@@ -163,3 +163,222 @@ async def test_error_step_headers_and_non_json_request_body() -> None:
     assert limited.headers["retry-after"] == "7"
     assert limited.json()["error"]["type"] == "rate_limit_exceeded"
     assert srv.requests == [{"model": "m"}]
+
+
+# -- conversation rules on the wire ----------------------------------------------------------
+
+ASSISTANT_CALL: dict[str, Any] = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "call_a", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    ],
+}
+
+
+async def test_openai_fake_answers_a_broken_rule_as_the_api_does() -> None:
+    messages: list[Any] = [{"role": "user", "content": "hi"}, ASSISTANT_CALL]
+    messages.append({"role": "user", "content": "and?"})
+    async with (
+        FakeOpenAIServer(["never sent"]) as srv,
+        openai.AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+    ):
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(model="m", messages=messages)
+    assert info.value.status_code == 400
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body["type"] == "invalid_request_error"
+    assert body["param"] == "messages.[1].role"
+    assert "tool_calls_answered" in body["message"]
+    assert "call_a" in body["message"]
+    assert srv.requests[0]["messages"] == messages  # recorded, and no script step used
+    assert srv.remaining == 1
+
+
+async def test_openai_tool_messages_must_answer_the_preceding_tool_calls() -> None:
+    orphan: list[Any] = [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "call_z", "content": "2"},
+    ]
+    async with (
+        FakeOpenAIServer(["never sent"]) as srv,
+        openai.AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+    ):
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(model="m", messages=orphan)
+    assert isinstance(info.value.body, dict)
+    assert info.value.body["param"] == "messages.[1].role"
+    assert [v.rule for v in srv.violations] == ["tool_result_answers_a_call"]
+    assert srv.violations[0].call_ids == ("call_z",)
+
+
+async def test_openai_fake_with_strict_false_answers_a_malformed_conversation() -> None:
+    messages: list[Any] = [{"role": "user", "content": "hi"}, ASSISTANT_CALL]
+    async with (
+        FakeOpenAIServer(["anyway"], strict=False) as srv,
+        openai.AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+    ):
+        completion = await client.chat.completions.create(model="m", messages=messages)
+    assert completion.choices[0].message.content == "anyway"
+    assert srv.violations == []
+
+
+async def _anthropic_refusal(messages: list[Any]) -> tuple[str, FakeAnthropicServer]:
+    async with (
+        FakeAnthropicServer(["never sent"]) as srv,
+        anthropic.AsyncAnthropic(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+    ):
+        with pytest.raises(anthropic.BadRequestError) as info:
+            await client.messages.create(model="claude-test", max_tokens=10, messages=messages)
+    assert info.value.status_code == 400
+    body = info.value.body
+    assert isinstance(body, dict)
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert srv.remaining == 1
+    return str(body["error"]["message"]), srv
+
+
+TOOL_USE: dict[str, Any] = {"type": "tool_use", "id": "toolu_a", "name": "add", "input": {}}
+TOOL_RESULT: dict[str, Any] = {"type": "tool_result", "tool_use_id": "toolu_a", "content": "2"}
+
+
+async def test_anthropic_tool_use_is_answered_by_tool_result_in_the_next_message() -> None:
+    message, srv = await _anthropic_refusal(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [TOOL_USE]},
+            {"role": "user", "content": "and?"},
+        ]
+    )
+    assert "tool_calls_answered" in message
+    assert srv.violations[0].call_ids == ("toolu_a",)
+    assert srv.violations[0].index == 1
+
+
+async def test_anthropic_tool_result_must_match_a_tool_use_of_the_previous_message() -> None:
+    message, srv = await _anthropic_refusal(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "sure"},
+            {"role": "user", "content": [TOOL_RESULT]},
+        ]
+    )
+    assert "tool_result_answers_a_call" in message
+    assert srv.violations[0].index == 2
+
+
+async def test_anthropic_first_message_is_a_user_message() -> None:
+    message, _ = await _anthropic_refusal(
+        [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "hi"}]
+    )
+    assert "first_message_is_user" in message
+
+
+async def test_anthropic_roles_alternate() -> None:
+    message, srv = await _anthropic_refusal(
+        [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]
+    )
+    assert "roles_alternate" in message
+    assert srv.violations[0].index == 1
+
+
+async def test_anthropic_messages_have_content() -> None:
+    message, _ = await _anthropic_refusal(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": []},
+            {"role": "user", "content": "so?"},
+        ]
+    )
+    assert "no_empty_content" in message
+    assert "no_empty_assistant_turn" in message
+
+
+async def test_anthropic_text_blocks_are_non_empty() -> None:
+    message, _ = await _anthropic_refusal(
+        [{"role": "user", "content": [{"type": "text", "text": ""}]}]
+    )
+    assert "no_empty_content" in message
+
+
+async def test_anthropic_tool_results_come_first_in_their_message() -> None:
+    message, _ = await _anthropic_refusal(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [TOOL_USE]},
+            {"role": "user", "content": [{"type": "text", "text": "here"}, TOOL_RESULT]},
+        ]
+    )
+    assert "tool_results_first" in message
+
+
+async def test_anthropic_tool_use_ids_are_unique_in_the_conversation() -> None:
+    message, srv = await _anthropic_refusal(
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [TOOL_USE]},
+            {"role": "user", "content": [TOOL_RESULT]},
+            {"role": "assistant", "content": [TOOL_USE]},
+            {"role": "user", "content": [TOOL_RESULT]},
+        ]
+    )
+    assert "unique_tool_call_ids" in message
+    assert srv.violations[0].index == 3
+
+
+async def test_anthropic_fake_accepts_a_valid_conversation_with_parallel_tool_use() -> None:
+    second = {**TOOL_USE, "id": "toolu_b"}
+    messages: list[Any] = [
+        {"role": "user", "content": "add twice"},
+        {"role": "assistant", "content": [{"type": "text", "text": "adding"}, TOOL_USE, second]},
+        {
+            "role": "user",
+            "content": [
+                TOOL_RESULT,
+                {"type": "tool_result", "tool_use_id": "toolu_b", "content": "3"},
+                {"type": "text", "text": "and explain"},
+            ],
+        },
+    ]
+    async with (
+        FakeAnthropicServer(["5"]) as srv,
+        anthropic.AsyncAnthropic(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+    ):
+        answer = await client.messages.create(model="claude-test", max_tokens=10, messages=messages)
+    assert answer.content[0].type == "text"
+    assert srv.violations == []
+
+
+async def test_anthropic_fake_with_strict_false_answers_a_malformed_conversation() -> None:
+    malformed: list[Any] = [{"role": "assistant", "content": [TOOL_USE]}]
+    async with (
+        FakeAnthropicServer(["anyway"], strict=False) as srv,
+        anthropic.AsyncAnthropic(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+    ):
+        answer = await client.messages.create(
+            model="claude-test",
+            max_tokens=10,
+            messages=malformed,
+        )
+    assert answer.content[0].type == "text"
+    assert len(srv.requests) == 1
+    assert srv.violations == []
+
+
+async def test_anthropic_default_tool_use_ids_never_repeat_across_answers() -> None:
+    step = FakeReply(tool_calls=(FakeToolCall("add"), FakeToolCall("add")))
+    async with (
+        FakeAnthropicServer([step, step]) as srv,
+        anthropic.AsyncAnthropic(base_url=srv.base_url, api_key="k", max_retries=0) as client,
+    ):
+        first = await client.messages.create(
+            model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
+        async with client.messages.stream(
+            model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        ) as stream:
+            second = await stream.get_final_message()
+    ids = [b.id for m in (first, second) for b in m.content if b.type == "tool_use"]
+    assert ids == ["toolu_0", "toolu_1", "toolu_2", "toolu_3"]

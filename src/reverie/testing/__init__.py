@@ -2,18 +2,23 @@
 
 ``ScriptedModel`` answers in process; ``FakeOpenAIServer`` and ``FakeAnthropicServer`` are local
 HTTP servers speaking the providers' wire formats, so the official SDK paths run end to end.
+All three refuse, by default, a conversation the providers would reject with HTTP 400 (see
+:mod:`reverie.testing.conversation_rules`); ``strict=False`` lets a test send one on purpose.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from reverie.testing.conversation_rules import ConversationRuleError, Violation
 from reverie.testing.scripted import ScriptedModel, call, calls, error, raw_call, reply
 
 __all__ = [
+    "ConversationRuleError",
     "FakeAnthropicServer",
     "FakeOpenAIServer",
     "ScriptedModel",
+    "Violation",
     "call",
     "calls",
     "error",

@@ -12,12 +12,21 @@ Streams carry ``message_start``, ``content_block_start`` / ``content_block_delta
 and ``message_stop``. :class:`FakeError` answers with ``{"type": "error", "error": {...}}`` and
 its status; with ``mid_stream=True`` it starts a 200 stream and then sends an ``error`` event, as
 Anthropic does when it is overloaded after a stream has begun.
+
+Strict by default, like the OpenAI fake: a request breaking the Messages API's conversation rules
+(the shared ones, plus: the first message is a user message, roles alternate, no empty content,
+``tool_result`` blocks first in their message, ``tool_use`` ids unique in the conversation; see
+:mod:`reverie.testing.conversation_rules`) gets HTTP 400 with an ``invalid_request_error`` body
+naming the rule. ``FakeAnthropicServer(script, strict=False)`` answers it from the script.
+Default ``tool_use`` ids (``toolu_<n>``) count across the server's answers, so they never repeat
+within a conversation, as the API's never do.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -25,6 +34,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from reverie.errors import ModelError
+from reverie.testing.conversation_rules import Violation, check_anthropic_messages
 from reverie.testing.fake_openai import (
     FakeError,
     FakeHang,
@@ -32,6 +42,7 @@ from reverie.testing.fake_openai import (
     FakeModelServer,
     FakeReply,
     FakeStep,
+    Script,
     as_error,
     as_reply,
     bearer_token,
@@ -71,6 +82,21 @@ class FakeAnthropicServer(FakeModelServer):
     ``base_url`` is the server root (no ``/v1``), as the ``anthropic`` SDK expects.
     """
 
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        models: Sequence[str] = ("fake-model",),
+        strict: bool = True,
+    ) -> None:
+        """Args: as :class:`~reverie.testing.fake_openai.FakeModelServer`."""
+        super().__init__(script, models=models, strict=strict)
+        self._tool_ids = 0
+
+    def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
+        """The Messages API rules (see :func:`check_anthropic_messages`)."""
+        return check_anthropic_messages(body.get("messages"))
+
     def routes(self) -> list[Route]:
         """Messages and the model list."""
         return [
@@ -95,6 +121,19 @@ class FakeAnthropicServer(FakeModelServer):
                 "last_id": self.models[-1] if self.models else None,
             }
         )
+
+    def _with_ids(self, reply: FakeReply) -> FakeReply:
+        """``reply`` with a server-wide ``toolu_<n>`` id on each call that has none."""
+        if all(c.id for c in reply.tool_calls):
+            return reply
+        calls = []
+        with self._lock:
+            for c in reply.tool_calls:
+                if not c.id:
+                    c = replace(c, id=f"toolu_{self._tool_ids}")
+                    self._tool_ids += 1
+                calls.append(c)
+        return replace(reply, tool_calls=tuple(calls))
 
     async def _messages(self, request: Request) -> Response:
         # The API takes ``x-api-key``; newer SDKs send the key as a bearer token.
@@ -127,7 +166,7 @@ class FakeAnthropicServer(FakeModelServer):
                 ]
                 return StreamingResponse(iter(events), media_type="text/event-stream")
             return Response(step.body, media_type="application/json")
-        reply = as_reply(step)
+        reply = self._with_ids(as_reply(step))
         if streaming:
             return StreamingResponse(_events(reply, body, n), media_type="text/event-stream")
         return JSONResponse(_message(reply, body, n))

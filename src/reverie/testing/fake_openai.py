@@ -27,6 +27,15 @@ request body to a step). A step is:
 A request past the end of a list script gets a 400 naming the script, which the providers
 classify as ``internal``. The server runs uvicorn on ``127.0.0.1`` on a free port, in a
 background thread with its own event loop, so it serves async and sync clients alike.
+
+By default (``strict=True``) the servers enforce the providers' conversation rules
+(:mod:`reverie.testing.conversation_rules`): a request whose ``messages`` leave a tool call
+unanswered, carry an orphan or repeated tool result, repeat a call id or hold an empty assistant
+message is answered, as the real API answers it, with HTTP 400 and an ``invalid_request_error``
+body naming the rule, the message index and the call ids; the SDK raises ``BadRequestError``
+and reverie fails the run with a ``model_error``. Such a request is recorded in ``requests``
+(and its violations in ``violations``) but uses no script step. ``strict=False`` answers every
+request from the script, for tests that send a malformed conversation on purpose.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from reverie.core.messages import ModelResponse
 from reverie.errors import ModelError
+from reverie.testing.conversation_rules import Violation, check_chat_completions, describe
 
 __all__ = [
     "FakeError",
@@ -124,6 +134,8 @@ class FakeError:
     """Error type; default from the status, e.g. ``rate_limit_error``."""
     code: str | None = None
     """OpenAI error code, e.g. ``context_length_exceeded``."""
+    param: str | None = None
+    """OpenAI's ``param`` field: the request field at fault, e.g. ``messages.[3].role``."""
     headers: Mapping[str, str] = field(default_factory=dict)
     mid_stream: bool = False
     """For a streaming request: answer 200, stream ``text``, then send the error as an event
@@ -266,12 +278,23 @@ class FakeModelServer:
 
     _startup_timeout_s = 10.0
 
-    def __init__(self, script: Script = (), *, models: Sequence[str] = ("fake-model",)) -> None:
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        models: Sequence[str] = ("fake-model",),
+        strict: bool = True,
+    ) -> None:
         """Args:
         script: the answers (see the module docstring).
         models: the ids ``GET /v1/models`` lists.
+        strict: answer a request that breaks the provider's conversation rules with HTTP 400
+            naming the rule, as the real API does; ``False`` answers it from the script.
         """
         self._script = script
+        self.strict = strict
+        self.violations: list[Violation] = []
+        """The conversation rules the refused requests broke, in order (strict mode only)."""
         self._position = 0
         self._lock = threading.Lock()
         self.models = tuple(models)
@@ -383,10 +406,23 @@ class FakeModelServer:
         return len(self._script) - self._position
 
     def next_step(self, body: dict[str, Any], headers: Mapping[str, str]) -> FakeStep:
-        """Record a request and return the step that answers it."""
+        """Record a request and return the step that answers it.
+
+        In strict mode a request that breaks a conversation rule gets a 400 ``FakeError``
+        naming the rule, and uses no script step.
+        """
+        violations = self.check_conversation(body) if self.strict else []
         with self._lock:
             self.requests.append(body)
             self.headers.append(dict(headers))
+            if violations:
+                self.violations.extend(violations)
+                return FakeError(
+                    400,
+                    f"{type(self).__name__} refused the request: {describe(violations)}",
+                    type="invalid_request_error",
+                    param=self.error_param(violations[0]),
+                )
             if callable(self._script):
                 return self._script(body)
             if self._position >= len(self._script):
@@ -425,6 +461,14 @@ class FakeModelServer:
         """The Starlette routes of this server."""
         raise NotImplementedError
 
+    def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
+        """The conversation rules a request body breaks (none by default)."""
+        return []
+
+    def error_param(self, violation: Violation) -> str | None:
+        """The error's ``param`` for a refused request (OpenAI names the field at fault)."""
+        return None
+
 
 _OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",
@@ -452,6 +496,14 @@ class FakeOpenAIServer(FakeModelServer):
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/v1``."""
         return f"{self.root_url}/v1"
+
+    def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
+        """The Chat Completions rules (see :func:`check_chat_completions`)."""
+        return check_chat_completions(body.get("messages"))
+
+    def error_param(self, violation: Violation) -> str | None:
+        """``messages.[i].role``, as the API names the message at fault."""
+        return f"messages.[{violation.index}].role"
 
     def routes(self) -> list[Route]:
         """Chat completions and the model list."""
@@ -521,7 +573,7 @@ def _openai_error_body(step: FakeError, api_key: str) -> dict[str, Any]:
         "error": {
             "message": message.replace("{api_key}", api_key),
             "type": error_type,
-            "param": None,
+            "param": step.param,
             "code": code,
         }
     }

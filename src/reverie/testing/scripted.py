@@ -24,6 +24,7 @@ from reverie.core.messages import (
     ToolCallPart,
 )
 from reverie.errors import ModelError, ModelErrorKind, UsageError
+from reverie.testing.conversation_rules import ConversationRuleError, Violation, check_messages
 
 ScriptFunction = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 ScriptStep = ModelResponse | ModelError
@@ -78,6 +79,16 @@ class ScriptedModel:
             :class:`ModelRequest` returning a response (or raising :func:`error`).
         name: Label used in telemetry and in the message when a list script runs out.
         stream_chunk: Characters per streamed text delta.
+        strict: Refuse a request that breaks the providers' conversation rules (a tool call
+            with no result right after it, an orphan or repeated result, a repeated call id
+            within one message, an empty assistant message; see
+            :mod:`reverie.testing.conversation_rules`), as OpenAI and Anthropic answer it with
+            HTTP 400: :class:`~reverie.testing.conversation_rules.ConversationRuleError`, a
+            ``ModelError`` of kind ``internal`` naming the rule, the message index and the call
+            ids, which fails the run. The refused request is still recorded in
+            :attr:`requests` and its violations in :attr:`violations`; no script step is
+            used. ``strict=False`` answers any request, for tests that send a malformed
+            conversation on purpose.
     """
 
     def __init__(
@@ -86,8 +97,10 @@ class ScriptedModel:
         *,
         name: str = "scripted",
         stream_chunk: int = 16,
+        strict: bool = True,
     ) -> None:
         self._name = name
+        self._strict = strict
         self._fn: ScriptFunction | None = None
         self._steps: list[ScriptStep] = []
         if callable(script):
@@ -103,7 +116,9 @@ class ScriptedModel:
         self._position = 0
         self._chunk = max(1, stream_chunk)
         self.requests: list[ModelRequest] = []
-        """Every request the loop sent, in order."""
+        """Every request the loop sent, in order (refused ones included)."""
+        self.violations: list[Violation] = []
+        """The conversation rules the refused requests broke, in order (strict mode only)."""
 
     @property
     def name(self) -> str:
@@ -142,6 +157,11 @@ class ScriptedModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Yield the next scripted response, its text streamed in chunks."""
         self.requests.append(request)
+        if self._strict:
+            violations = check_messages(request.messages)
+            if violations:
+                self.violations.extend(violations)
+                raise ConversationRuleError(violations, source=self.name)
         response = await self._next(request)
         text = response.text
         for i in range(0, len(text), self._chunk):
