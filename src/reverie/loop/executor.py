@@ -39,7 +39,7 @@ from reverie.loop.finalizer import FINALIZER_PROMPTS, failure_kind_for, reject_r
 from reverie.loop.ports import CheckpointKind, LoopHost, PromptBundle
 from reverie.loop.state import BudgetLedger, Completion, LoopExecutionState
 from reverie.loop.strategies import Abort, Finish, GracefulStop, NoProgress, Reprompt, Retry
-from reverie.loop.wave import WaveRunner, admit_wave
+from reverie.loop.wave import WaveRunner, admit_wave, unique_call_ids
 
 OnLimit = Literal["finalize", "fail"]
 
@@ -385,6 +385,7 @@ class _Executor:
         self, s: LoopExecutionState, calls: tuple[ToolCall, ...], text: str, surface: Surface
     ) -> LoopExecutionState:
         """``surface`` is the one this tick offered the model: the wave runs against it."""
+        calls = unique_call_ids(calls)
         rows = await self.host.transcript.append(
             [NewItem(role="assistant", content=text, tool_calls=calls)]
         )
