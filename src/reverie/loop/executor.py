@@ -77,7 +77,11 @@ class _Executor:
         self.family = family
         self.config = config
         self.limits = config.limits
-        self.iteration_limit = family.budget.iteration_limit(config.limits.max_iterations)
+        # A budget strategy can only narrow the run's cap, never raise it.
+        self.iteration_limit = min(
+            config.limits.max_iterations,
+            family.budget.iteration_limit(config.limits.max_iterations),
+        )
         self._segment_start = time.monotonic()
         self._acked_cursor: int | None = None
         self._polled: list[InputRecord] = []
@@ -124,6 +128,11 @@ class _Executor:
         self._last_state = s
         # 0. Iteration cap, checked first so a resume that sits at the limit exits at once.
         if s.iteration >= self.iteration_limit and s.graceful_stop is None:
+            if self.config.on_limit == "fail":
+                # A pending cancellation (the token, or a cancel input) wins over the cap.
+                self._boundary()
+                s = await self._take_control(s)
+                self._boundary()
             self._limit_reached(s, "max_iterations")
             if self.config.on_limit == "fail":
                 raise self._fail(

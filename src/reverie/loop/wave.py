@@ -151,6 +151,15 @@ def render_outcome(outcome: CallOutcome) -> str:
             )
 
 
+def unknown_tool(name: str, surface: Surface) -> CallFailed:
+    """The result of a call to a tool the model was not offered; lists only the visible tools."""
+    available = ", ".join(sorted(surface.names())) or "none"
+    return CallFailed(
+        error_kind="input_invalid",
+        message=f"unknown tool {name!r}; available tools: {available}",
+    )
+
+
 def _ring_kind(outcome: CallOutcome) -> str:
     match outcome:
         case CallCompleted():
@@ -266,10 +275,12 @@ class WaveRunner:
         # Calls refused at admission (fan-out, budget, stopping) never ran: they are not tool
         # failures, so they do not feed the failure-kind ring (a wave of 8 against a budget of
         # 3 must end as a budget stop, not as "no progress").
+        # Each distinct outcome kind is pushed once per wave (like signatures): a parallel wave
+        # of distinct calls failing the same way is one observation, so no-progress cannot trip
+        # before the model has seen those errors.
         refused = {index for index, _ in wave.rejected}
-        s = s.with_failure_kinds(
-            tuple(_ring_kind(o) for i, o in enumerate(ordered) if i not in refused)
-        )
+        kinds = (_ring_kind(o) for i, o in enumerate(ordered) if i not in refused)
+        s = s.with_failure_kinds(tuple(dict.fromkeys(kinds)))
         return WaveResult(
             state=s,
             results=tuple(
@@ -284,9 +295,14 @@ class WaveRunner:
         attempt = 0
         while True:
             emit_tool_started(self.host, call.id, call.name, attempt)
-            outcome = await self.host.capabilities.invoke(
-                call, descriptor, attempt=attempt, key=key, replay=self._replay
-            )
+            if descriptor is None:
+                # Unknown, or hidden by the capability strategy: the model is told which tools
+                # it can use, which are only the visible ones (a hidden tool is never named).
+                outcome: CallOutcome = unknown_tool(call.name, surface)
+            else:
+                outcome = await self.host.capabilities.invoke(
+                    call, descriptor, attempt=attempt, key=key, replay=self._replay
+                )
             emit_tool_finished(self.host, call.id, call.name, outcome)
             if isinstance(outcome, CallFailed):
                 error_kind = outcome.error_kind

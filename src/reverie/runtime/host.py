@@ -265,11 +265,9 @@ class ToolPort:
     ) -> CallOutcome:
         ctx = self.ctx
         if descriptor is None or call.name not in self.tools:
-            available = ", ".join(sorted(self.tools)) or "none"
-            return CallFailed(
-                error_kind="input_invalid",
-                message=f"unknown tool {call.name!r}; available tools: {available}",
-            )
+            # The loop answers calls to tools it did not offer itself (naming only the visible
+            # ones); this port cannot tell which are visible, so it names none.
+            return CallFailed(error_kind="input_invalid", message=f"unknown tool {call.name!r}")
         if call.arguments_error is not None:
             return CallFailed(
                 error_kind="input_invalid",
