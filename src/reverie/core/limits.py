@@ -28,12 +28,17 @@ class Limits:
     """Spend, from the configured price table; a limit without a known price is a config error."""
     max_tokens: int | None = None
     """Input plus output tokens over the run."""
+    max_response_bytes: int = 4 * 1024 * 1024
+    """Size of one model response (UTF-8 text plus tool-call arguments as JSON); over it the
+    run fails with ``invalid_model_output`` and nothing of the response is stored."""
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
             raise UsageError("Limits.max_iterations must be at least 1")
         if self.max_calls_per_batch < 1:
             raise UsageError("Limits.max_calls_per_batch must be at least 1")
+        if self.max_response_bytes < 1:
+            raise UsageError("Limits.max_response_bytes must be at least 1")
         for name in ("max_model_calls", "max_capability_calls", "max_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -67,4 +72,5 @@ class Limits:
             wall_clock_s=tighter(self.wall_clock_s, other.wall_clock_s),
             max_usd=tighter(self.max_usd, other.max_usd),
             max_tokens=tighter_int(self.max_tokens, other.max_tokens),
+            max_response_bytes=min(self.max_response_bytes, other.max_response_bytes),
         )
