@@ -154,3 +154,20 @@ async def test_gate_on_the_kth_same_id_call_shows_and_runs_that_calls_arguments(
         "published third",
         "noted fourth",
     ]
+
+
+async def test_rewritten_call_ids_stay_within_openais_forty_characters(
+    rt: Runtime, scope: Scope
+) -> None:
+    _, probe = probe_tool()
+    long_id = "call_" + "x" * 35  # 40 characters, the most OpenAI accepts
+    model = ScriptedModel(
+        [same_id_calls(*[("probe", {"n": i}) for i in range(12)], call_id=long_id), reply("ok")]
+    )
+    r = await rt.run(Agent(name="p", model=model, tools=[probe]), "go", scope=scope)
+
+    assert r.text == "ok"
+    (assistant,) = [m for m in model.requests[1].messages if m.tool_calls]
+    ids = [c.id for c in assistant.tool_calls]
+    assert len(set(ids)) == 12
+    assert all(len(i) <= 40 for i in ids)

@@ -42,14 +42,15 @@ def unique_call_ids(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
     A provider may repeat an id (or send none); the loop never keys anything by it, but the
     transcript sent back to the provider pairs each result with its call by id, so a repeated
     id would make it ill formed. The first use of an id keeps it; a repeat becomes
-    ``<id>_<index>`` (letters, digits, ``_`` and ``-`` stay valid for every provider).
+    ``<id>_<index>`` (letters, digits, ``_`` and ``-`` stay valid for every provider; the id is
+    shortened first so the result stays within OpenAI's 40 characters).
     """
     seen: set[str] = set()
     out: list[ToolCall] = []
     for index, call in enumerate(calls):
         call_id = call.id
         if not call_id or call_id in seen:
-            call_id = f"{call.id or 'call'}_{index}"
+            call_id = f"{(call.id or 'call')[:32]}_{index}"
             while call_id in seen:
                 call_id += "_"
             call = replace(call, id=call_id)
