@@ -532,10 +532,10 @@ class _Executor:
         s = await self._commit("BeforeModel", s)
         await self._ack(s)
         self._boundary()
-        index = self.family.model.select(s)
         try:
             s = self._charge_model_call(s)  # budget errors pass through unchanged
             self._last_state = s
+            index = self.family.model.select(s)
             emit_model_request(self.host, s.iteration, 0, 0)
             response = await self._ask(
                 bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False
