@@ -150,6 +150,7 @@ class LimitsConfig(_Section):
     wall_clock_s: float | None = Field(default=None, gt=0)
     max_usd: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, ge=0)
+    max_response_bytes: int | None = Field(default=None, ge=1)
 
     def to_limits(self) -> Limits:
         """The :class:`Limits` these settings describe."""
@@ -267,6 +268,7 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.wall_clock_s": "set a positive number of seconds, or remove it",
     "agents.*.limits.max_usd": "set a non-negative number of US dollars, or remove it",
     "agents.*.limits.max_tokens": "set a non-negative integer, or remove it",
+    "agents.*.limits.max_response_bytes": "set an integer of at least 1 (default 4194304)",
     "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
     "models": 'write each endpoint as a table: [models.NAME] with base_url = "https://host/v1"',
     "models.*": 'write the endpoint as a table: [models.NAME] with base_url = "https://host/v1"',

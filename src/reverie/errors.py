@@ -110,6 +110,18 @@ class ModelError(ReverieError):
         self.kind: ModelErrorKind = kind
 
 
+class ModelOutputTooLarge(ReverieError):
+    """A model response exceeded the byte cap (``Limits.max_response_bytes``).
+
+    Not a :class:`ModelError`: it is the model's output that is invalid, so it is never retried;
+    the run fails with ``invalid_model_output`` and nothing of the response is stored.
+    """
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(f"the model's response exceeded the cap of {limit_bytes} bytes")
+        self.limit_bytes = limit_bytes
+
+
 class CapabilityError(ReverieError):
     """A tool failed in a classified way. Tools may raise it to choose their class."""
 

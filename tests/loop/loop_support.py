@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from reverie import RunHandle
 from reverie.core.capability import (
@@ -41,15 +42,20 @@ async def collect_events(handle: RunHandle) -> list[RunEvent]:
 # every port call is logged as one short string.
 
 
+ModelStep = ModelResponse | Awaitable[ModelResponse]
+"""What a scripted step function returns: a response, or an awaitable of one."""
+
+
 class FakeHost:
     """An in-memory ``LoopHost`` whose ports log what the executor asks of them."""
 
     def __init__(
         self,
-        responses: Sequence[ModelResponse | Callable[[FakeHost], ModelResponse]],
+        responses: Sequence[ModelResponse | Callable[[FakeHost], ModelStep]],
         *,
         tools: Sequence[CapabilityDescriptor] = (),
         inputs: Sequence[InputRecord] = (),
+        prices: Mapping[int, float] | None = None,
     ) -> None:
         self.run_id = "run-fake"
         self.token = CancelToken()
@@ -60,6 +66,10 @@ class FakeHost:
         self._responses = list(responses)
         self._surface = Surface(descriptors=tuple(tools), version="v1")
         self._inputs = list(inputs)
+        self.prices = dict(prices or {})
+        """USD per response of the model at each index."""
+        self.model_calls: list[dict[str, object]] = []
+        """The keyword arguments of each model call."""
         self.prompt = self
         self.model = _FakeModel(self)
         self.capabilities = _FakeCapabilities(self)
@@ -85,13 +95,26 @@ class _FakeModel:
     def __init__(self, host: FakeHost) -> None:
         self.host = host
 
-    async def call(self, bundle: PromptBundle, *, model_index: int) -> ModelResponse:
+    async def call(
+        self,
+        bundle: PromptBundle,
+        *,
+        model_index: int,
+        emit_text: bool = True,
+        max_bytes: int | None = None,
+    ) -> ModelResponse:
         self.host.log.append("model" if bundle.request.tools is not None else "model final")
+        self.host.model_calls.append(
+            {"model_index": model_index, "emit_text": emit_text, "max_bytes": max_bytes}
+        )
         step = self.host._responses.pop(0)
-        return step if isinstance(step, ModelResponse) else step(self.host)
+        if isinstance(step, ModelResponse):
+            return step
+        answer = step(self.host)
+        return await answer if inspect.isawaitable(answer) else answer
 
     def cost(self, response: ModelResponse, *, model_index: int) -> float:
-        return 0.0
+        return self.host.prices.get(model_index, 0.0)
 
 
 class _FakeCapabilities:

@@ -32,6 +32,9 @@ class Limits:
     """Crash resumes: a run whose worker died this many times and dies again fails with
     ``resume_limit`` instead of being resumed forever (each resume also costs an iteration).
     Resuming after an approval does not count."""
+    max_response_bytes: int = 4 * 1024 * 1024
+    """Size of one model response (UTF-8 text plus tool-call arguments as JSON); over it the
+    run fails with ``invalid_model_output`` and nothing of the response is stored."""
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
@@ -40,6 +43,8 @@ class Limits:
             raise UsageError("Limits.max_calls_per_batch must be at least 1")
         if self.max_resumes < 0:
             raise UsageError("Limits.max_resumes must not be negative")
+        if self.max_response_bytes < 1:
+            raise UsageError("Limits.max_response_bytes must be at least 1")
         for name in ("max_model_calls", "max_capability_calls", "max_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -74,4 +79,5 @@ class Limits:
             max_usd=tighter(self.max_usd, other.max_usd),
             max_tokens=tighter_int(self.max_tokens, other.max_tokens),
             max_resumes=min(self.max_resumes, other.max_resumes),
+            max_response_bytes=min(self.max_response_bytes, other.max_response_bytes),
         )

@@ -11,6 +11,7 @@ from reverie.core.events import (
     InputDelivered,
     LimitReached,
     ModelRequested,
+    TextDeltaEvent,
     ToolFinished,
     ToolStarted,
 )
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 def emit_assistant(host: LoopHost, text: str, tools: tuple[str, ...]) -> None:
     """A committed assistant message."""
     host.events.emit(AssistantMessage(run_id=host.run_id, text=text, tool_calls=tools))
+
+
+def emit_text(host: LoopHost, text: str) -> None:
+    """Answer text the loop releases itself (the finalizer's, once validated)."""
+    host.events.emit(TextDeltaEvent(run_id=host.run_id, text=text))
 
 
 def emit_input(host: LoopHost, rec: InputRecord) -> None:

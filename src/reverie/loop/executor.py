@@ -7,9 +7,12 @@ ports (:mod:`reverie.loop.ports`) and decides only through the family's strategi
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn, TypeVar
 
 from reverie.core.capability import Surface
 from reverie.core.exits import (
@@ -25,7 +28,7 @@ from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
-from reverie.errors import ModelError
+from reverie.errors import ModelError, ModelOutputTooLarge
 from reverie.loop.control import Cancelled, cancellable_sleep, race_cancellation
 from reverie.loop.events import (
     emit_assistant,
@@ -33,15 +36,17 @@ from reverie.loop.events import (
     emit_input,
     emit_limit,
     emit_model_request,
+    emit_text,
 )
 from reverie.loop.family import LoopFamily
 from reverie.loop.finalizer import FINALIZER_PROMPTS, failure_kind_for, reject_reason
 from reverie.loop.ports import CheckpointKind, LoopHost, PromptBundle
 from reverie.loop.state import BudgetLedger, Completion, LoopExecutionState
 from reverie.loop.strategies import Abort, Finish, GracefulStop, NoProgress, Reprompt, Retry
-from reverie.loop.wave import WaveRunner, admit_wave
+from reverie.loop.wave import WaveRunner, admit_wave, unique_call_ids
 
 OnLimit = Literal["finalize", "fail"]
+T = TypeVar("T")
 
 # Budgets whose exhaustion still leaves room for the finalizer's one model call.
 _FINALIZABLE_BUDGETS: frozenset[str] = frozenset({"capability_call_limit", "wall_clock_limit"})
@@ -55,6 +60,12 @@ class LoopConfig:
     on_limit: OnLimit = "finalize"
     max_parallel: int = 16
     """Concurrency bound of a parallel wave."""
+    finalizer_timeout_s: float = 120.0
+    """Deadline of the finalizer's one model call (its own: the run's budgets may be spent)."""
+    finalizer_max_tokens: int = 4096
+    """Output cap asked of the model for the finalizer's answer."""
+    finalizer_max_chars: int = 32_000
+    """A longer final answer is rejected (a model may ignore the requested output cap)."""
 
 
 class _Exit(Exception):
@@ -77,7 +88,11 @@ class _Executor:
         self.family = family
         self.config = config
         self.limits = config.limits
-        self.iteration_limit = family.budget.iteration_limit(config.limits.max_iterations)
+        # A budget strategy can only narrow the run's cap, never raise it.
+        self.iteration_limit = min(
+            config.limits.max_iterations,
+            family.budget.iteration_limit(config.limits.max_iterations),
+        )
         self._segment_start = time.monotonic()
         self._acked_cursor: int | None = None
         self._polled: list[InputRecord] = []
@@ -132,6 +147,11 @@ class _Executor:
             and s.graceful_stop is None
             and s.pending_wave is None
         ):
+            if self.config.on_limit == "fail":
+                # A pending cancellation (the token, or a cancel input) wins over the cap.
+                self._boundary()
+                s = await self._take_control(s)
+                self._boundary()
             self._limit_reached(s, "max_iterations")
             if self.config.on_limit == "fail":
                 raise self._fail(
@@ -314,7 +334,12 @@ class _Executor:
         hit = self._exhausted(s)
         if hit is None:
             return s
-        kind, summary = hit
+        return self._on_exhausted(s, *hit)
+
+    def _on_exhausted(
+        self, s: LoopExecutionState, kind: FailureKind, summary: str
+    ) -> LoopExecutionState:
+        """Request the finalizer for a budget that allows it, else fail the run."""
         finalizable = kind in _FINALIZABLE_BUDGETS and self.config.on_limit == "finalize"
         emit_limit(self.host, kind, "finalize" if finalizable else "fail")
         if finalizable:
@@ -347,12 +372,22 @@ class _Executor:
             self._last_state = s
             index = self.family.model.select(s)
             emit_model_request(self.host, s.iteration, tools, attempt)
+            # The wall clock bounds the call in flight, not only the boundaries around it.
+            wall = self.limits.wall_clock_s
             try:
-                # Cancellation first: if both are ready, cancellation wins; the token is
-                # checked again after the await, before anything is committed.
-                response = await race_cancellation(
-                    self.host.model.call(bundle, model_index=index), self.host.token
+                response = await self._ask(
+                    bundle,
+                    index,
+                    deadline_s=None if wall is None else max(0.0, wall - self._active_s(s)),
                 )
+            except _DeadlinePassed:
+                assert wall is not None
+                s = self._on_exhausted(
+                    s, "wall_clock_limit", f"wall clock limit of {wall}s reached"
+                )
+                await self._finalize(s)
+            except ModelOutputTooLarge as exc:
+                raise self._fail(s, "invalid_model_output", str(exc)) from None
             except ModelError as exc:
                 decision = self.family.recovery.on_model_error(exc.kind, attempt)
                 if isinstance(decision, Retry):
@@ -380,6 +415,28 @@ class _Executor:
             )
             self._last_state = s
             return response, s
+
+    async def _ask(
+        self,
+        bundle: PromptBundle,
+        index: int,
+        *,
+        deadline_s: float | None,
+        emit_text: bool = True,
+    ) -> ModelResponse:
+        """One model call within ``deadline_s`` (``_DeadlinePassed`` past it) and the byte cap.
+
+        Cancellation first: if both are ready, cancellation wins; the token is checked again
+        after the await, before anything is committed.
+        """
+        cap = self.limits.max_response_bytes
+        work = self.host.model.call(bundle, model_index=index, emit_text=emit_text, max_bytes=cap)
+        if deadline_s is not None:
+            work = _within(work, deadline_s)
+        response = await race_cancellation(work, self.host.token)
+        if response_bytes(response) > cap:
+            raise ModelOutputTooLarge(cap)
+        return response
 
     # ------------------------------------------------------------------------------ reply
     async def _on_reply(self, s: LoopExecutionState, text: str) -> LoopExecutionState:
@@ -423,6 +480,7 @@ class _Executor:
         self, s: LoopExecutionState, calls: tuple[ToolCall, ...], text: str, surface: Surface
     ) -> LoopExecutionState:
         """``surface`` is the one this tick offered the model: the wave runs against it."""
+        calls = unique_call_ids(calls)
         rows = await self.host.transcript.append(
             [NewItem(role="assistant", content=text, tool_calls=calls)]
         )
@@ -491,17 +549,29 @@ class _Executor:
         return replace(s, iteration=s.iteration + 1)
 
     # ------------------------------------------------------------------------------ finalizer
-    async def _finalize(self, s: LoopExecutionState) -> None:
-        """Exactly one tools-free model request; its answer is the run's graceful summary."""
+    async def _finalize(self, s: LoopExecutionState) -> NoReturn:
+        """Exactly one tools-free model request; its answer is the run's graceful summary.
+
+        The answer is validated before any of it is shown: its text deltas are held back and
+        released as one ``text_delta`` once it is accepted. The call has its own deadline and
+        output cap, and is priced with the model that answered it.
+        """
         reason = s.graceful_stop
         assert reason is not None
         kind = failure_kind_for(reason)
         # Seal first: what was waiting is delivered into the transcript the final answer is
         # made from; anything later is refused (an accepted input is never dropped).
         s, _ = await self._seal(s)
+        cfg = self.config
         plan = self.family.context.plan(s)
         bundle = await self.host.prompt.build(
             s, plan, None, finalizer_prompt=FINALIZER_PROMPTS[reason]
+        )
+        settings = bundle.request.settings
+        cap = min(settings.max_tokens or cfg.finalizer_max_tokens, cfg.finalizer_max_tokens)
+        bundle = replace(
+            bundle,
+            request=replace(bundle.request, settings=replace(settings, max_tokens=cap)),
         )
         s = await self._commit("BeforeModel", s)
         await self._ack(s)
@@ -509,15 +579,24 @@ class _Executor:
         try:
             s = self._charge_model_call(s)  # budget errors pass through unchanged
             self._last_state = s
+            index = self.family.model.select(s)
             emit_model_request(self.host, s.iteration, 0, 0)
-            response = await race_cancellation(
-                self.host.model.call(bundle, model_index=self.family.model.select(s)),
-                self.host.token,
+            response = await self._ask(
+                bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False
             )
         except ModelError as exc:
             raise self._fail(
                 s, kind, f"{reason}: the final summary call failed ({exc.kind})"
             ) from exc
+        except _DeadlinePassed:
+            raise self._fail(
+                s,
+                kind,
+                f"{reason}: the final summary call did not finish within "
+                f"{cfg.finalizer_timeout_s}s",
+            ) from None
+        except ModelOutputTooLarge as exc:
+            raise self._fail(s, kind, f"{reason}: the final summary was rejected: {exc}") from None
         self._boundary()
         b = s.budget
         s = replace(
@@ -526,16 +605,19 @@ class _Executor:
                 b,
                 input_tokens=b.input_tokens + response.usage.input_tokens,
                 output_tokens=b.output_tokens + response.usage.output_tokens,
-                usd=b.usd + self.host.model.cost(response, model_index=0),
+                usd=b.usd + self.host.model.cost(response, model_index=index),
             ),
         )
         rejected = reject_reason(response.text, bool(response.tool_calls))
+        if rejected is None and len(response.text) > cfg.finalizer_max_chars:
+            rejected = f"the final answer exceeded {cfg.finalizer_max_chars} characters"
         if rejected is not None:
             raise self._fail(s, kind, f"{reason}: {rejected}")
         rows = await self.host.transcript.append(
             [NewItem(role="assistant", content=response.text, meta={"graceful_summary": reason})]
         )
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
+        emit_text(self.host, response.text)
         emit_assistant(self.host, response.text, ())
         s = await self._commit("Final", s)
         raise _Exit(
@@ -547,6 +629,30 @@ class _Executor:
             ),
             s,
         )
+
+
+def response_bytes(response: ModelResponse) -> int:
+    """Size of a response against the byte cap: UTF-8 text plus each call's arguments as JSON."""
+    size = len(response.text.encode())
+    for call in response.tool_calls:
+        size += len(call.name.encode()) + len((call.arguments_error or "").encode())
+        size += len(json.dumps(dict(call.arguments), ensure_ascii=False, default=str).encode())
+    return size
+
+
+class _DeadlinePassed(Exception):
+    """The loop's own deadline on a model call passed (not a timeout raised by the model)."""
+
+
+async def _within(work: Awaitable[T], seconds: float) -> T:
+    deadline = asyncio.timeout(seconds)
+    try:
+        async with deadline:
+            return await work
+    except TimeoutError:
+        if deadline.expired():
+            raise _DeadlinePassed from None
+        raise
 
 
 def _detail(decision: Abort) -> str:

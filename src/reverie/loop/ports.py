@@ -46,8 +46,20 @@ class PromptPort(Protocol):
 class ModelPort(Protocol):
     """Streams one response from the chosen model."""
 
-    async def call(self, bundle: PromptBundle, *, model_index: int) -> ModelResponse:
-        """Raise :class:`reverie.errors.ModelError` on failure."""
+    async def call(
+        self,
+        bundle: PromptBundle,
+        *,
+        model_index: int,
+        emit_text: bool = True,
+        max_bytes: int | None = None,
+    ) -> ModelResponse:
+        """Raise :class:`reverie.errors.ModelError` on failure.
+
+        ``emit_text=False`` keeps the text deltas to the port (the finalizer's answer is
+        validated before any of it is shown). Streamed text past ``max_bytes`` ends the call
+        with :class:`reverie.errors.ModelOutputTooLarge` without waiting for the rest.
+        """
         ...
 
     def cost(self, response: ModelResponse, *, model_index: int) -> float:

@@ -18,8 +18,11 @@ from reverie.core.fastcopy import replace
 RING = 8
 """Length of the signature and failure-kind rings."""
 
-STATE_SCHEMA_ID = "reverie.loop.state/1"
-"""Schema id of the serialised state; bump when the payload's meaning changes."""
+STATE_SCHEMA_ID = "reverie.loop.state/2"
+"""Schema id of the serialised state; bump when the payload's meaning changes.
+
+``/2``: a pending wave names its calls by position in the response, not by provider id.
+"""
 
 WavePolicy = Literal["parallel", "sequential"]
 
@@ -54,10 +57,10 @@ class PendingWave:
     assistant_ref: str
     """The assistant row carrying the calls (their ids, names and arguments)."""
     policy: WavePolicy
-    admitted: tuple[str, ...]
-    """Ids of calls admitted to run."""
-    rejected: tuple[tuple[str, str], ...] = ()
-    """``(call id, message)`` for calls refused at admission (fan-out or budget)."""
+    admitted: tuple[int, ...]
+    """Positions (in the response) of the calls admitted to run."""
+    rejected: tuple[tuple[int, str], ...] = ()
+    """``(position, message)`` for calls refused at admission (fan-out, budget, stopping)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,6 +186,12 @@ def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
     }
 
 
+def _position(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError("a call position must be a non-negative integer")
+    return value
+
+
 def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
     """Inverse of :func:`state_to_dict`. Raises ``KeyError``/``TypeError`` on a bad payload."""
     b = data["budget"]
@@ -213,8 +222,8 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
         else PendingWave(
             assistant_ref=w["assistant_ref"],
             policy=w["policy"],
-            admitted=tuple(w["admitted"]),
-            rejected=tuple((str(a), str(m)) for a, m in w["rejected"]),
+            admitted=tuple(_position(i) for i in w["admitted"]),
+            rejected=tuple((_position(i), str(m)) for i, m in w["rejected"]),
         ),
         completion=None
         if done is None

@@ -36,6 +36,34 @@ from reverie.loop.strategies import Abort, Block, CallResult, Retry, SkipAndCont
 STOPPING_MESSAGE = "not run: the run is stopping and no new tool calls are started"
 
 
+def unique_call_ids(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """The calls with ids unique within the response, as the transcript stores them.
+
+    A provider may repeat an id (or send none); the loop never keys anything by it, but the
+    transcript sent back to the provider pairs each result with its call by id, so a repeated
+    id would make it ill formed. The first use of an id keeps it; a repeat becomes
+    ``<id>_<index>`` (letters, digits, ``_`` and ``-`` stay valid for every provider; the id is
+    shortened first so the result stays within OpenAI's 40 characters).
+    """
+    seen: set[str] = set()
+    out: list[ToolCall] = []
+    for index, call in enumerate(calls):
+        call_id = call.id
+        if not call_id or call_id in seen:
+            call_id = f"{(call.id or 'call')[:32]}_{index}"
+            while call_id in seen:
+                call_id += "_"
+            call = replace(call, id=call_id)
+        seen.add(call_id)
+        out.append(call)
+    return tuple(out)
+
+
+def call_key(assistant_ref: str, index: int) -> str:
+    """The stable identity of a call: its position in the response (never the provider's id)."""
+    return f"{assistant_ref}#{index}"
+
+
 def admit_wave(
     s: LoopExecutionState,
     calls: Sequence[ToolCall],
@@ -46,17 +74,22 @@ def admit_wave(
     *,
     stopping: bool = False,
 ) -> LoopExecutionState:
-    """Decide which calls run, charge the capability budget, push signatures."""
-    admitted: list[ToolCall] = []
-    rejected: list[tuple[str, str]] = []
+    """Decide which calls run, charge the capability budget, push signatures.
+
+    Calls are identified by their position in the response, so a provider that repeats one id
+    for many calls cannot get more of them admitted than the budgets allow.
+    """
+    admitted: list[int] = []
+    admitted_calls: list[ToolCall] = []
+    rejected: list[tuple[int, str]] = []
     used = s.budget.capability_calls
     for index, call in enumerate(calls):
         if stopping:
-            rejected.append((call.id, STOPPING_MESSAGE))
+            rejected.append((index, STOPPING_MESSAGE))
         elif index >= limits.max_calls_per_batch:
             rejected.append(
                 (
-                    call.id,
+                    index,
                     f"not run: at most {limits.max_calls_per_batch} tool calls are allowed in "
                     "one response; make fewer calls at once",
                 )
@@ -64,15 +97,16 @@ def admit_wave(
         elif limits.max_capability_calls is not None and used >= limits.max_capability_calls:
             rejected.append(
                 (
-                    call.id,
+                    index,
                     f"not run: the capability call budget of {limits.max_capability_calls} "
                     "calls for this run is used up",
                 )
             )
         else:
-            admitted.append(call)
+            admitted.append(index)
+            admitted_calls.append(call)
             used += 1
-    policy = family.batch.choose(admitted, surface)
+    policy = family.batch.choose(admitted_calls, surface)
     s = s.with_signatures(wave_signatures(calls))
     return replace(
         s,
@@ -80,7 +114,7 @@ def admit_wave(
         pending_wave=PendingWave(
             assistant_ref=assistant_ref,
             policy=policy,
-            admitted=tuple(c.id for c in admitted),
+            admitted=tuple(admitted),
             rejected=tuple(rejected),
         ),
     )
@@ -116,6 +150,15 @@ def render_outcome(outcome: CallOutcome) -> str:
                 "interrupted: outcome unknown. The run stopped while this call was running and "
                 "the tool is not safe to repeat; check its effect before calling it again."
             )
+
+
+def unknown_tool(name: str, surface: Surface) -> CallFailed:
+    """The result of a call to a tool the model was not offered; lists only the visible tools."""
+    available = ", ".join(sorted(surface.names())) or "none"
+    return CallFailed(
+        error_kind="input_invalid",
+        message=f"unknown tool {name!r}; available tools: {available}",
+    )
 
 
 def _ring_kind(outcome: CallOutcome) -> str:
@@ -155,29 +198,29 @@ class WaveRunner:
             calls = item.tool_calls
         if surface is None:
             surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
-        outcomes: dict[str, CallOutcome] = {
-            call_id: CallFailed(error_kind="permanent", message=message)
-            for call_id, message in wave.rejected
+        # Everything below is keyed by the call's position in the response.
+        outcomes: dict[int, CallOutcome] = {
+            index: CallFailed(error_kind="permanent", message=message)
+            for index, message in wave.rejected
         }
-        keys = {c.id: f"{wave.assistant_ref}#{i}" for i, c in enumerate(calls)}
-        admitted_ids = set(wave.admitted)
-        admitted = [c for c in calls if c.id in admitted_ids]
+        keys = [call_key(wave.assistant_ref, i) for i in range(len(calls))]
+        admitted = [(i, calls[i]) for i in wave.admitted]
 
-        async def run_all() -> dict[str, CallOutcome]:
-            results: dict[str, CallOutcome] = {}
+        async def run_all() -> dict[int, CallOutcome]:
+            results: dict[int, CallOutcome] = {}
             if wave.policy == "parallel":
                 gate = asyncio.Semaphore(self.max_parallel)
 
-                async def one(call: ToolCall) -> None:
+                async def one(index: int, call: ToolCall) -> None:
                     async with gate:
-                        results[call.id] = await self._run_call(call, surface, keys[call.id])
+                        results[index] = await self._run_call(call, surface, keys[index])
 
                 async with asyncio.TaskGroup() as tg:
-                    for call in admitted:
-                        tg.create_task(one(call))
+                    for index, call in admitted:
+                        tg.create_task(one(index, call))
             else:
-                for call in admitted:
-                    results[call.id] = await self._run_call(call, surface, keys[call.id])
+                for index, call in admitted:
+                    results[index] = await self._run_call(call, surface, keys[index])
             return results
 
         # In-flight tools are cancelled with the wave; the answer is checked after the await.
@@ -186,21 +229,21 @@ class WaveRunner:
             return WaveResult(state=s, abort=self._abort)
 
         # Gate decisions, in the model's order.
-        for call in calls:
-            outcome = outcomes.get(call.id)
+        for index, call in enumerate(calls):
+            outcome = outcomes.get(index)
             if not isinstance(outcome, CallGated):
                 continue
             self.host.token.check()  # before each gate decision
             decision = self.family.gates.on_gate(outcome)
             if isinstance(decision, Block):
-                return WaveResult(state=s, block=(call, outcome, keys[call.id]))
+                return WaveResult(state=s, block=(call, outcome, keys[index]))
             if isinstance(decision, SkipAndContinue):
                 if outcome.gate_kind == "approval":
                     return WaveResult(
                         state=s,
                         abort=("driver_bug", "SkipAndContinue is not valid for approval gates"),
                     )
-                outcomes[call.id] = CallFailed(
+                outcomes[index] = CallFailed(
                     error_kind="permanent", message=f"skipped: {outcome.reason}"
                 )
             elif isinstance(decision, Abort):
@@ -209,8 +252,8 @@ class WaveRunner:
                     abort=(decision.failure_kind, f"{call.name}: {outcome.reason}"),
                 )
 
-        # Commit the results in the model's order.
-        ordered = [outcomes.get(c.id, CallCancelled()) for c in calls]
+        # Commit the results in the model's order; the provider's id is only echoed back.
+        ordered = [outcomes.get(i, CallCancelled()) for i in range(len(calls))]
         rows = await self.host.transcript.append(
             [
                 NewItem(
@@ -233,10 +276,12 @@ class WaveRunner:
         # Calls refused at admission (fan-out, budget, stopping) never ran: they are not tool
         # failures, so they do not feed the failure-kind ring (a wave of 8 against a budget of
         # 3 must end as a budget stop, not as "no progress").
-        refused = {call_id for call_id, _ in wave.rejected}
-        s = s.with_failure_kinds(
-            tuple(_ring_kind(o) for c, o in zip(calls, ordered, strict=True) if c.id not in refused)
-        )
+        # Each distinct outcome kind is pushed once per wave (like signatures): a parallel wave
+        # of distinct calls failing the same way is one observation, so no-progress cannot trip
+        # before the model has seen those errors.
+        refused = {index for index, _ in wave.rejected}
+        kinds = (_ring_kind(o) for i, o in enumerate(ordered) if i not in refused)
+        s = s.with_failure_kinds(tuple(dict.fromkeys(kinds)))
         return WaveResult(
             state=s,
             results=tuple(
@@ -251,9 +296,14 @@ class WaveRunner:
         attempt = 0
         while True:
             emit_tool_started(self.host, call.id, call.name, attempt)
-            outcome = await self.host.capabilities.invoke(
-                call, descriptor, attempt=attempt, key=key, replay=self._replay
-            )
+            if descriptor is None:
+                # Unknown, or hidden by the capability strategy: the model is told which tools
+                # it can use, which are only the visible ones (a hidden tool is never named).
+                outcome: CallOutcome = unknown_tool(call.name, surface)
+            else:
+                outcome = await self.host.capabilities.invoke(
+                    call, descriptor, attempt=attempt, key=key, replay=self._replay
+                )
             emit_tool_finished(self.host, call.id, call.name, outcome)
             if isinstance(outcome, CallFailed):
                 error_kind = outcome.error_kind

@@ -42,7 +42,7 @@ from reverie.core.messages import (
 )
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
-from reverie.errors import ModelError
+from reverie.errors import ModelError, ModelOutputTooLarge
 from reverie.hooks import (
     CapabilityHookContext,
     CapabilityResultContext,
@@ -222,15 +222,34 @@ class StreamingModel:
         self.models = models
         self.prices = prices
 
-    async def call(self, bundle: PromptBundle, *, model_index: int) -> ModelResponse:
+    async def call(
+        self,
+        bundle: PromptBundle,
+        *,
+        model_index: int,
+        emit_text: bool = True,
+        max_bytes: int | None = None,
+    ) -> ModelResponse:
         model = self.models[min(model_index, len(self.models) - 1)]
         final: ModelResponse | None = None
-        async for event in model.stream(bundle.request):
-            if isinstance(event, TextDelta):
-                if not self.ctx.token.cancelled:
-                    self.ctx.bus.emit(TextDeltaEvent(run_id=self.ctx.run_id, text=event.text))
-            elif isinstance(event, ResponseComplete):
-                final = event.response
+        streamed = 0
+        stream = model.stream(bundle.request)
+        try:
+            async for event in stream:
+                if isinstance(event, TextDelta):
+                    # A runaway stream is cut here, not buffered to its end.
+                    streamed += len(event.text.encode())
+                    if max_bytes is not None and streamed > max_bytes:
+                        raise ModelOutputTooLarge(max_bytes)
+                    if emit_text and not self.ctx.token.cancelled:
+                        self.ctx.bus.emit(TextDeltaEvent(run_id=self.ctx.run_id, text=event.text))
+                elif isinstance(event, ResponseComplete):
+                    final = event.response
+        finally:
+            # Close the provider's stream now (a cut stream must not stay open until GC).
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
         if final is None:
             raise ModelError("internal", f"model {model.name} ended without a response")
         if not self.ctx.hooked("after_model"):
@@ -285,11 +304,9 @@ class ToolPort:
             if gone is not None:
                 return await self._deny_changed(key, f"the tool {call.name} is no longer available")
         if descriptor is None or call.name not in self.tools:
-            available = ", ".join(sorted(self.tools)) or "none"
-            return CallFailed(
-                error_kind="input_invalid",
-                message=f"unknown tool {call.name!r}; available tools: {available}",
-            )
+            # The loop answers calls to tools it did not offer itself (naming only the visible
+            # ones); this port cannot tell which are visible, so it names none.
+            return CallFailed(error_kind="input_invalid", message=f"unknown tool {call.name!r}")
         if call.arguments_error is not None:
             return CallFailed(
                 error_kind="input_invalid",
