@@ -158,7 +158,7 @@ async def test_approving_a_run_whose_agent_is_not_registered_is_a_typed_error() 
     async with Runtime.open(":memory:") as rt:
         r = await rt.run(agent, "go", scope=SCOPE)
         assert r.gate is not None
-        rt._agents.clear()  # a process that never registered the agent
+        rt.unregister(agent)  # as a process that never registered the agent
         with pytest.raises(UnknownAgentError, match="mailer"):
             await rt.approve(r.gate.ref)
         # Nothing changed: the gate is still pending.

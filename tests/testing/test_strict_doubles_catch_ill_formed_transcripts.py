@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ModelResponse, ToolCall, ToolCallPart
 from reverie.testing import ScriptedModel, call, calls, reply
@@ -40,9 +38,6 @@ async def echo(x: int) -> int:
     return x
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: tool_calls_answered - a cancelled call gets no tool result"
-)
 async def test_a_thread_whose_run_was_cancelled_mid_tool_stays_usable() -> None:
     slow = _Slow()
     model = ScriptedModel([call("slow", x=1), reply("back")])
@@ -58,11 +53,6 @@ async def test_a_thread_whose_run_was_cancelled_mid_tool_stays_usable() -> None:
     assert second.ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10: tool_calls_answered - steering then cancel mid-wave leaves the wave's "
-    "calls without results",
-)
 async def test_steering_then_cancel_mid_wave_leaves_the_thread_usable() -> None:
     slow = _Slow()
     model = ScriptedModel([calls(("slow", {"x": 1}), ("echo", {"x": 2})), reply("back")])
@@ -79,11 +69,6 @@ async def test_steering_then_cancel_mid_wave_leaves_the_thread_usable() -> None:
     assert second.ok
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 (5): unique_tool_call_ids - calls sharing one provider id are sent back "
-    "with that id repeated",
-)
 async def test_calls_sharing_one_provider_id_are_sent_back_well_formed() -> None:
     def same_id(x: int) -> ToolCallPart:
         return ToolCallPart(call=ToolCall(id="same", name="echo", arguments={"x": x}))

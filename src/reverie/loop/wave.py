@@ -300,6 +300,13 @@ class WaveRunner:
                 # Unknown, or hidden by the capability strategy: the model is told which tools
                 # it can use, which are only the visible ones (a hidden tool is never named).
                 outcome: CallOutcome = unknown_tool(call.name, surface)
+                if self._replay and attempt == 0:
+                    # A gated call whose tool has gone since: the port answers with a denial.
+                    gone = await self.host.capabilities.invoke(
+                        call, None, attempt=attempt, key=key, replay=True
+                    )
+                    if isinstance(gone, CallDenied):
+                        outcome = gone
             else:
                 outcome = await self.host.capabilities.invoke(
                     call, descriptor, attempt=attempt, key=key, replay=self._replay
