@@ -22,7 +22,7 @@ import json
 import sys
 from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import typer
 from rich.console import Console
@@ -56,11 +56,12 @@ from reverie.core.events import (
 from reverie.core.exits import exit_to_dict
 from reverie.core.scope import Scope
 from reverie.errors import GateResolvedError, NotFoundError, ReverieError
-from reverie.runtime.agent import Agent
-from reverie.runtime.handle import RunHandle
-from reverie.runtime.host import sanitise_arguments
-from reverie.runtime.result import Gate, RunResult
-from reverie.runtime.runtime import Runtime
+
+if TYPE_CHECKING:
+    from reverie.runtime.agent import Agent
+    from reverie.runtime.handle import RunHandle
+    from reverie.runtime.result import Gate, RunResult
+    from reverie.runtime.runtime import Runtime
 
 __all__ = ["PROMPT", "chat_command", "format_call", "parse_answer"]
 
@@ -331,6 +332,8 @@ class _Chat:
 
     async def _arguments(self, thread_id: str, call_id: str) -> Mapping[str, Any] | None:
         """A call's arguments (secret-looking values redacted), from the stored transcript."""
+        from reverie.runtime.host import sanitise_arguments
+
         if call_id not in self._calls:
             with contextlib.suppress(ReverieError):  # display only: never fail a turn over it
                 for item in await self.rt.store.thread_items(thread_id, last=50):

@@ -9,7 +9,7 @@ the agent is checked before anything changes.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -28,7 +28,9 @@ from reverie.cli.common import (
 from reverie.cli.render import gate_payload, print_json, show_gates, show_result
 from reverie.cli.runs import ModelOption
 from reverie.errors import UnknownAgentError
-from reverie.store.base import GateStatus
+
+if TYPE_CHECKING:
+    from reverie.store.base import GateStatus
 
 __all__ = ["app"]
 
@@ -36,7 +38,7 @@ app = typer.Typer(
     name="gates",
     help="Gates waiting for a person: list, approve, deny.",
     no_args_is_help=True,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -13,8 +13,10 @@ from rich.table import Table
 
 from reverie.cli.common import ExitCode, err_console, out_console
 from reverie.core.exits import exit_to_dict
-from reverie.runtime.result import RunResult
-from reverie.store.base import GateRecord, RunRecord, TranscriptItem
+
+if TYPE_CHECKING:
+    from reverie.runtime.result import RunResult
+    from reverie.store.base import GateRecord, RunRecord, TranscriptItem
 
 __all__ = [
     "exit_code_for",

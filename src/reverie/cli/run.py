@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,8 +27,10 @@ from reverie.cli.common import (
 )
 from reverie.cli.render import show_result
 from reverie.core.scope import Scope
-from reverie.runtime.handle import RunHandle
-from reverie.runtime.result import RunResult
+
+if TYPE_CHECKING:
+    from reverie.runtime.handle import RunHandle
+    from reverie.runtime.result import RunResult
 
 __all__ = ["run_command", "wait_for"]
 

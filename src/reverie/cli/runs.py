@@ -24,7 +24,6 @@ from reverie.cli.common import (
 from reverie.cli.render import print_json, run_payload, show_result, show_run, show_runs
 from reverie.core.scope import Scope
 from reverie.errors import RunBusy, UnknownAgentError
-from reverie.store.base import TERMINAL_STATUSES
 
 __all__ = ["app"]
 
@@ -32,7 +31,7 @@ app = typer.Typer(
     name="runs",
     help="Inspect and control runs: list, show, resume, cancel.",
     no_args_is_help=True,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 
@@ -140,6 +139,8 @@ def resume(
 
     async def main() -> int:
         cfg = load(config)
+        from reverie.store.base import TERMINAL_STATUSES
+
         async with open_session(cfg, store, hooks=True, memory=True) as session:
             run = await session.rt.store.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
@@ -180,6 +181,8 @@ def cancel(
 
     async def main() -> int:
         cfg = load(config)
+        from reverie.store.base import TERMINAL_STATUSES
+
         async with open_session(cfg, store, hooks=True) as session:
             before = await session.rt.store.get_run(run_id)
             if before.status in TERMINAL_STATUSES - {"cancelled"}:
