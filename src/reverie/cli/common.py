@@ -131,9 +131,10 @@ def default_user() -> str:
 
 
 def out_console() -> Console:
-    """Rich console on stdout. Wide when not a terminal, so ids are never cut in pipes."""
+    """Rich console on stdout: the terminal's width (or ``$COLUMNS``); wide in a pipe, so a
+    line is never cut for a program reading it."""
     console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         console = Console(highlight=False, soft_wrap=False, width=max(console.width, 200))
     return console
 

@@ -25,6 +25,7 @@ from reverie.cli.common import (
     open_session,
     unknown_agent,
 )
+from reverie.cli.ids import resolve_gate_ref
 from reverie.cli.render import gate_payload, print_json, show_gates, show_result
 from reverie.cli.runs import ModelOption
 from reverie.errors import UnknownAgentError
@@ -58,7 +59,10 @@ _STATUS: dict[GateStatusChoice, GateStatus | None] = {
     GateStatusChoice.all: None,
 }
 
-RefArgument = Annotated[str, typer.Argument(help="The gate ref (from `reverie gates list`).")]
+RefArgument = Annotated[
+    str,
+    typer.Argument(help="The gate ref (from `reverie gates list`), or any unique prefix of it."),
+]
 
 
 @app.command("list")
@@ -99,21 +103,21 @@ def _resolve(
     async def main() -> int:
         cfg = load(config)
         async with open_session(cfg, store, hooks=True, memory=True) as session:
-            gate = await session.rt.store.get_gate(ref)
+            gate = await session.rt.store.get_gate(await resolve_gate_ref(session.rt.store, ref))
             run = await session.rt.store.get_run(gate.run_id)
             for agent in agents_with_model(cfg, run.agent_name, model):
                 session.register(agent)
             try:
                 if decision == "approved":
-                    result = await session.rt.approve(ref)
+                    result = await session.rt.approve(gate.ref)
                 else:
-                    result = await session.rt.deny(ref, reason=reason)
+                    result = await session.rt.deny(gate.ref, reason=reason)
             except UnknownAgentError as exc:
                 # Checked by the runtime before the gate is touched: it is still pending.
-                unknown_agent(exc, cfg, f"; gate {ref} is still pending")
+                unknown_agent(exc, cfg, f"; gate {gate.ref} is still pending")
             if not as_json:
                 err_console().print(
-                    f"gate {ref} {decision}; run {run.run_id} resumed", markup=False
+                    f"gate {gate.ref} {decision}; run {run.run_id} resumed", markup=False
                 )
             return show_result(result, as_json=as_json)
 
