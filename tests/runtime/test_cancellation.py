@@ -278,3 +278,21 @@ async def test_cancel_is_recorded_durably(rt: Runtime) -> None:
     async with asyncio.timeout(2):
         r = await h.result()
     assert r.status == "cancelled"
+
+
+async def test_cancelling_a_blocked_run_keeps_the_usage_it_had(rt: Runtime) -> None:
+    @tool(effects={"write"}, needs_approval=True)
+    async def send_email(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    model = ScriptedModel([call("send_email", to="bob"), reply("sent it")])
+    blocked = await rt.run(Agent(name="c", model=model, tools=[send_email]), "go", scope=SCOPE)
+    assert blocked.status == "blocked"
+    assert blocked.usage.model_calls == 1
+
+    cancelled = await rt.cancel(blocked.run_id)
+
+    assert cancelled is not None and cancelled.status == "cancelled"
+    assert cancelled.usage == blocked.usage
+    assert (await rt.get_result(blocked.run_id)).usage == blocked.usage

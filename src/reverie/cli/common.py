@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from reverie.runtime.runtime import Runtime
 
 __all__ = [
+    "CTRL_C",
     "PASS_WAIT_S",
     "ConfigOption",
     "ExitCode",
@@ -57,6 +58,9 @@ __all__ = [
     "unknown_agent",
 ]
 
+
+CTRL_C = "Ctrl-C"
+"""The reason a run cancelled from the keyboard records (its status is ``cancelled``)."""
 
 PASS_WAIT_S = 120.0
 """How long a command waits, after its own work, for curation passes its turns started."""

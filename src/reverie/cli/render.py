@@ -109,12 +109,12 @@ def result_payload(result: RunResult) -> dict[str, Any]:
     }
 
 
-def show_result(result: RunResult, *, as_json: bool) -> ExitCode:
+def show_result(result: RunResult, *, as_json: bool, streamed: bool = False) -> ExitCode:
     """Print a run's outcome and return the exit code it maps to.
 
-    Completed: the reply on stdout, a one-line summary on stderr (so ``$(reverie run …)`` is
-    just the reply). Blocked: the gate and the commands that resolve it. Failed or cancelled:
-    the reason on stderr.
+    Completed: the reply on stdout (unless ``streamed`` already wrote it), a one-line summary
+    on stderr (so ``$(reverie run …)`` is just the reply). Blocked: the gate and the commands
+    that resolve it. Failed or cancelled: the reason on stderr.
     """
     code = exit_code_for(result)
     if as_json:
@@ -128,7 +128,8 @@ def show_result(result: RunResult, *, as_json: bool) -> ExitCode:
         f"tokens[/]"
     )
     if result.status == "completed":
-        typer.echo(result.text or "")
+        if not streamed:
+            typer.echo(result.text or "")
         err.print(summary)
     elif result.status == "blocked":
         out = out_console()
