@@ -17,6 +17,8 @@ from typer.testing import Result
 from cli.cli_support import HERE, REPO, PtyReverie, run_reverie
 from reverie.cli.chat import PROMPT, format_call, parse_answer
 
+pytestmark = pytest.mark.slow  # each test starts a Python subprocess
+
 HELLO = "Hello! I asked the add tool: 2 + 3 = 5."
 """The reply of ``examples/scripted_hello.json``."""
 
@@ -173,7 +175,7 @@ def test_ctrl_d_or_ctrl_c_at_the_prompt_quits_cleanly(
         # entering select() (it only checks signals when select is interrupted); a person
         # presses Ctrl-C again, and so does this test if the first one was swallowed.
         try:
-            code = chat.wait(timeout=3)
+            code = chat.wait(timeout=15)
         except AssertionError:
             chat.send(key)
             code = chat.wait()
