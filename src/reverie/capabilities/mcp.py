@@ -1,4 +1,4 @@
-"""MCP servers as toolsets (DESIGN §9.4), on the official ``mcp`` SDK.
+"""MCP servers as toolsets (docs/tools.md), on the official ``mcp`` SDK.
 
 ``MCPToolset(command=[...])`` starts a server over stdio; ``MCPToolset(url=...)`` connects over
 streamable HTTP. Inside ``async with``, :meth:`MCPToolset.tools` returns one :class:`MCPTool` per

@@ -1,4 +1,4 @@
-"""The ``reverie`` command (DESIGN §16): run agents, inspect runs, resolve gates, check setup.
+"""The ``reverie`` command (docs/cli.md): run agents, inspect runs, resolve gates, check setup.
 
 Commands::
 

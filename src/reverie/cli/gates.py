@@ -1,4 +1,4 @@
-"""``reverie gates list|approve|deny``: the approvals people owe blocked runs (DESIGN §8).
+"""``reverie gates list|approve|deny``: the approvals people owe blocked runs (docs/tools.md).
 
 Approving or denying resumes the run in this process, so the run's agent must be known here:
 it comes from ``reverie.toml`` (or ``--model`` for the built-in assistant). When it is not, the

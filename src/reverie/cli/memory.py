@@ -1,4 +1,4 @@
-"""``reverie memory show|edit|search|history|passes|curate``: one owner's memory (DESIGN §12, §13).
+"""``reverie memory show|edit|search|history|passes|curate``: one owner's memory (docs/memory.md).
 
 Every command acts for the scope ``--tenant`` (default ``local``) / ``--user`` (default
 ``$USER``) and needs memory configured in ``reverie.toml`` (``[memory] provider = "native"``)::

@@ -3,7 +3,7 @@
 Always streams (``stream=True`` with ``stream_options.include_usage``), assembles tool-call deltas
 by index, and maps SDK failures onto the model error classes (see :mod:`reverie.models.errors`).
 The SDK's own retries are off (``max_retries=0``): the loop's recovery strategy owns retrying
-(DESIGN §4.2).
+(docs/loop.md).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
         """Stream one response: text deltas, then exactly one ``ResponseComplete``.
 
         Raises:
-            ModelError: classified per DESIGN §4.2; the SDK error is kept in ``__cause__``.
+            ModelError: classified per docs/loop.md; the SDK error is kept in ``__cause__``.
         """
         params = self._params(request)
         text: list[str] = []
