@@ -74,6 +74,19 @@ def test_loading_the_configuration_loads_no_provider_sdk(tmp_path: Path) -> None
     assert _loaded_after(setup, tmp_path) == []
 
 
+@pytest.mark.slow
+def test_naming_an_openai_model_does_not_import_the_sdk_until_it_is_called(
+    tmp_path: Path,
+) -> None:
+    # Every command resolves the configured agents' models; only a call needs the SDK.
+    setup = (
+        "from reverie.models.registry import resolve_model\n"
+        "for spec in ('openai:gpt-4.1-mini', 'ollama:llama3.1', 'hermes:ollama:qwen3'):\n"
+        "    resolve_model(spec)\n"
+    )
+    assert _loaded_after(setup, tmp_path) == []
+
+
 def test_short_dash_h_is_help_everywhere(cli: Callable[..., Result]) -> None:
     for args in ((), ("runs",), ("runs", "show"), ("gates", "approve"), ("run",), ("chat",)):
         result = cli(*args, "-h")
