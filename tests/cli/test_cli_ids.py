@@ -177,3 +177,33 @@ def test_an_ambiguous_gate_prefix_lists_the_candidates_and_exits_2(
         assert ref in result.stderr
     pending = json.loads(cli("gates", "list", "--json").stdout)
     assert sorted(g["ref"] for g in pending) == sorted(refs)
+
+
+def test_run_thread_accepts_a_unique_prefix_of_the_thread_id(cli: Callable[..., Result]) -> None:
+    first = _run(cli, "--model", f"scripted:{EXAMPLE_SCRIPT}", "What is 2 + 3?")
+    other = _run(cli, "--model", f"scripted:{EXAMPLE_SCRIPT}", "And again?")
+    thread = str(first["thread_id"])
+    prefix = _unique_prefix(thread, [thread, str(other["thread_id"])])
+
+    follow = _run(cli, "--model", f"scripted:{EXAMPLE_SCRIPT}", "--thread", prefix, "More?")
+
+    assert follow["thread_id"] == thread
+
+
+def test_a_thread_of_another_scope_is_not_found_by_prefix(cli: Callable[..., Result]) -> None:
+    theirs = _run(cli, "--model", f"scripted:{EXAMPLE_SCRIPT}", "--user", "bob", "hi")
+    thread = str(theirs["thread_id"])
+
+    result = cli(
+        "run",
+        "--model",
+        f"scripted:{EXAMPLE_SCRIPT}",
+        "--user",
+        "ana",
+        "--thread",
+        thread[:12],
+        "x",
+    )
+
+    assert result.exit_code == 2
+    assert "no thread" in result.stderr

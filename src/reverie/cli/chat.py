@@ -46,6 +46,7 @@ from reverie.cli.common import (
     open_session,
     reported_errors,
 )
+from reverie.cli.ids import resolve_thread_id
 from reverie.core.events import (
     AssistantMessage,
     LimitReached,
@@ -56,7 +57,7 @@ from reverie.core.events import (
 )
 from reverie.core.exits import exit_to_dict
 from reverie.core.scope import Scope
-from reverie.errors import GateResolvedError, NotFoundError, ReverieError
+from reverie.errors import GateResolvedError, ReverieError
 
 if TYPE_CHECKING:
     from reverie.runtime.agent import Agent
@@ -168,14 +169,11 @@ class _Chat:
 
     # ------------------------------------------------------------------------------ the REPL
     async def check_thread(self) -> None:
-        """``--thread`` must name a thread of this scope (typed error, exit 2, otherwise)."""
+        """``--thread`` must name a thread of this scope, whole or by a unique prefix (typed
+        error, exit 2, otherwise)."""
         if self.thread_id is None:
             return
-        thread = await self.rt.store.get_thread(self.thread_id)
-        if (thread.scope.tenant, thread.scope.user) != (self.scope.tenant, self.scope.user):
-            raise NotFoundError(
-                f"thread {self.thread_id} not found for {self.scope.tenant}/{self.scope.user}"
-            )
+        self.thread_id = await resolve_thread_id(self.rt.store, self.thread_id, scope=self.scope)
 
     def repl(self) -> int:
         """Read messages until ``/exit``, EOF or Ctrl-C at the prompt; returns the exit code."""

@@ -1,14 +1,16 @@
-"""Ids as people type them: a whole run id or gate ref, or any unique prefix of one.
+"""Ids as people type them: a whole run id, gate ref or thread id, or any unique prefix of one.
 
-Every command that takes a run id or a gate ref resolves it here, once, before it acts:
+Every command that takes one resolves it here, once, before it acts:
 
 * a whole id is used as it is (when it is in the scope);
 * otherwise the ids that start with the text are looked up, with or without the kind's
-  ``run_``/``gate_`` prefix: one match is used, none is :class:`~reverie.errors.NotFoundError`,
-  several are :class:`AmbiguousIdError` listing them (both exit 2).
+  ``run_``/``gate_``/``thr_`` prefix (threads: those of the scope's runs): one match is used,
+  none is :class:`~reverie.errors.NotFoundError`, several are :class:`AmbiguousIdError`
+  listing them (both exit 2).
 
-The lookup is limited to a scope when one is given; the CLI passes ``None`` unless the command
-took ``--tenant``/``--user``, because it is an operator's tool with direct access to the store.
+The lookup is limited to a scope when one is given: ``run`` and ``chat`` look threads up in
+their ``--tenant``/``--user`` scope; the ``runs`` and ``gates`` commands pass ``None``, because
+the CLI is an operator's tool with direct access to the store (``runs list`` shows every scope).
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ if TYPE_CHECKING:
     from reverie.core.scope import Scope
     from reverie.store.base import Store
 
-__all__ = ["SCAN_LIMIT", "AmbiguousIdError", "resolve_gate_ref", "resolve_run_id"]
+__all__ = [
+    "SCAN_LIMIT",
+    "AmbiguousIdError",
+    "resolve_gate_ref",
+    "resolve_run_id",
+    "resolve_thread_id",
+]
 
 SCAN_LIMIT: Final = 10_000
 """How many of the newest runs a prefix is matched against (a whole id always works)."""
@@ -109,4 +117,32 @@ async def resolve_gate_ref(store: Store, text: str, *, scope: Scope | None = Non
         raise NotFoundError(f"no gate {text!r}{_scope_note(scope)} (see: reverie gates list)")
     if len(found) > 1:
         raise AmbiguousIdError("gate", text, found)
+    return found[0]
+
+
+async def resolve_thread_id(store: Store, text: str, *, scope: Scope | None = None) -> str:
+    """The thread id ``text`` names: the whole id, or the one thread of the scope's runs whose
+    id starts with it.
+
+    Raises:
+        NotFoundError: No thread of ``scope`` (any scope when ``None``) matches.
+        AmbiguousIdError: Several do; the error lists them.
+    """
+    text = text.strip()
+    if not text:
+        raise UsageError("a thread id is empty")
+    try:
+        thread = await store.get_thread(text)
+    except NotFoundError:
+        pass
+    else:
+        if _in_scope(thread.scope, scope):
+            return thread.thread_id
+    runs = await store.list_runs(scope=scope, limit=SCAN_LIMIT)
+    threads = list(dict.fromkeys(run.thread_id for run in runs))  # newest first, once each
+    found = _matching(threads, text, "thr_")
+    if not found:
+        raise NotFoundError(f"no thread {text!r}{_scope_note(scope)} (see: reverie runs list)")
+    if len(found) > 1:
+        raise AmbiguousIdError("thread", text, found)
     return found[0]

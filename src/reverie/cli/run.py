@@ -28,6 +28,7 @@ from reverie.cli.common import (
     load,
     open_session,
 )
+from reverie.cli.ids import resolve_thread_id
 from reverie.cli.render import show_result
 from reverie.core.scope import Scope
 
@@ -112,7 +113,10 @@ def run_command(
             return ExitCode.USAGE
         scope = Scope(tenant=tenant, user=user or default_user())
         async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
-            handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread)
+            thread_id = None
+            if thread is not None:
+                thread_id = await resolve_thread_id(session.rt.store, thread, scope=scope)
+            handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread_id)
             result = await wait_for(session, handle, stream=stream)
             return show_result(result, as_json=as_json, streamed=stream)
 
