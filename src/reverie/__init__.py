@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from reverie.core.version import __version__ as __version__
+
 if TYPE_CHECKING:
     from reverie.capabilities import tool
     from reverie.core.limits import Limits
@@ -20,7 +22,6 @@ if TYPE_CHECKING:
     from reverie.runtime import Agent, Gate, RunHandle, RunResult, Runtime
 
 __all__ = ["Agent", "Gate", "Limits", "RunHandle", "RunResult", "Runtime", "Scope", "tool"]
-__version__ = "0.1.0"
 
 _HOMES = {
     "Agent": "reverie.runtime",

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -151,6 +152,12 @@ def test_ctrl_c_during_start_up_exits_130_without_a_traceback(tmp_path: Path) ->
     assert "Traceback" not in done.stderr
     assert "not reached" not in done.stdout
     assert "interrupted" in done.stderr
+
+
+def test_the_package_version_is_the_one_pyproject_declares() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+    assert reverie.__version__ == project["version"]
 
 
 def test_the_cli_default_memory_document_is_the_standing_document() -> None:

@@ -69,11 +69,9 @@ def _mcp_memory(ctx: typer.Context) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        # The installed distribution's version (equal to ``reverie.__version__``); read from its
-        # metadata so the command line does not import the package facade above it.
-        from importlib.metadata import version
+        from reverie.core.version import __version__
 
-        typer.echo(f"reverie {version('reverie')}")
+        typer.echo(f"reverie {__version__}")
         raise typer.Exit()
 
 
