@@ -23,10 +23,13 @@ from cli.cli_support import REPO
 HEAVY = ("openai", "anthropic", "mcp", "starlette", "psycopg", "uvicorn", "procrastinate")
 """SDKs and servers a command imports only when it uses them."""
 
-_LOADED = f"""
+RUNTIME = ("reverie.runtime", "reverie.store", "reverie.config", "reverie.memory", "jsonschema")
+"""What a command that runs nothing (``--help``, ``--version``) has no use for."""
+
+_LOADED = """
 import json, sys
-{{setup}}
-print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))
+{setup}
+print(json.dumps(sorted(m for m in {modules!r} if m in sys.modules)))
 """
 
 
@@ -44,8 +47,8 @@ def _python(code: str, *args: str, home: Path) -> subprocess.CompletedProcess[st
     )
 
 
-def _loaded_after(setup: str, home: Path) -> list[str]:
-    done = _python(_LOADED.format(setup=setup), home=home)
+def _loaded_after(setup: str, home: Path, modules: tuple[str, ...] = HEAVY) -> list[str]:
+    done = _python(_LOADED.format(setup=setup, modules=modules), home=home)
     assert done.returncode == 0, done.stderr
     loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
     return loaded
@@ -67,6 +70,18 @@ def test_help_and_version_load_no_provider_sdk_or_server(tmp_path: Path, flag: s
         "    pass\n"
     )
     assert _loaded_after(setup, tmp_path) == []
+
+
+@pytest.mark.slow
+def test_help_loads_neither_the_runtime_nor_the_store(tmp_path: Path) -> None:
+    setup = (
+        "from reverie.cli.app import app\n"
+        "try:\n"
+        "    app(['runs', 'list', '--help'], prog_name='reverie')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+    )
+    assert _loaded_after(setup, tmp_path, RUNTIME) == []
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -238,10 +237,10 @@ def _fitted(columns: list[_Column], width: int) -> Table:
     return table
 
 
-def show_runs(runs: Sequence[RunRecord], console: Console | None = None) -> None:
+def show_runs(runs: Sequence[RunRecord]) -> None:
     """A table of runs, newest first. Run ids stay whole: on a narrow terminal the exit
     summary wraps, and the scope, time, agent (and last the exit) columns give way."""
-    out = console or out_console()
+    out = out_console()
     if not runs:
         out.print("No runs.")
         return
@@ -349,11 +348,11 @@ def gate_payload(gate: GateRecord) -> dict[str, Any]:
     }
 
 
-def show_gates(gates: Sequence[GateRecord], console: Console | None = None) -> None:
+def show_gates(gates: Sequence[GateRecord]) -> None:
     """A table of gates, newest first. Gate refs stay whole: on a narrow terminal the
     arguments wrap, and the scope, time, run, arguments (and last the tool) columns give way;
     a run id shown is shown whole."""
-    out = console or out_console()
+    out = out_console()
     if not gates:
         out.print("No gates.")
         return
