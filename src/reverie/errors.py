@@ -35,12 +35,12 @@ from typing import Literal
 ModelErrorKind = Literal[
     "transient", "context_overflow", "content_filtered", "unavailable", "internal"
 ]
-"""Classes of model failure (DESIGN §4.2)."""
+"""Classes of model failure (docs/loop.md)."""
 
 ToolErrorKind = Literal[
     "transient", "permanent", "input_invalid", "policy_denied", "unavailable", "internal"
 ]
-"""Classes of tool failure (DESIGN §4.2)."""
+"""Classes of tool failure (docs/loop.md)."""
 
 
 class ReverieError(Exception):

@@ -52,7 +52,7 @@ async def test_wave_of_parallel_safe_calls_runs_concurrently() -> None:
         try:
             # Only returns when all three calls are in flight at the same time: a
             # sequential wave would time out here.
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(60):
                 await seen.all_in.wait()
         finally:
             seen.leave()
@@ -140,7 +140,7 @@ async def test_parallel_results_are_appended_in_the_models_order() -> None:
         """Work."""
         if name == "first":
             # The first call finishes last.
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(60):
                 await second_and_third_done.wait()
         finished.append(name)
         if len(finished) == 2:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from typer.testing import Result
 
 import reverie
@@ -27,6 +28,7 @@ def test_version_prints_the_package_version(cli: Callable[..., Result]) -> None:
     assert result.stdout.strip() == f"reverie {reverie.__version__}"
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_same_program(tmp_path: Path) -> None:
     result = run_reverie(tmp_path / "home", "runs", "--help")
 

@@ -17,6 +17,8 @@ from typer.testing import Result
 from cli.cli_support import HERE, REPO, PtyReverie, run_reverie
 from reverie.cli.chat import PROMPT, format_call, parse_answer
 
+pytestmark = pytest.mark.slow  # each test starts a Python subprocess
+
 HELLO = "Hello! I asked the add tool: 2 + 3 = 5."
 """The reply of ``examples/scripted_hello.json``."""
 
@@ -128,7 +130,10 @@ def test_ctrl_c_cancels_the_running_turn_and_the_chat_goes_on(
     chat.send("/exit\r")
     assert chat.wait() == 0
 
-    assert [r["status"] for r in _runs(home)] == ["completed", "cancelled"]
+    runs = _runs(home)
+    assert [r["status"] for r in runs] == ["completed", "cancelled"]
+    # Labelled as what it is: cancelled by the person at the keyboard, not interrupted.
+    assert runs[1]["exit"]["reason"] == "Ctrl-C"
 
 
 def test_exit_new_and_the_readme_command_from_the_repo_root(
@@ -170,7 +175,7 @@ def test_ctrl_d_or_ctrl_c_at_the_prompt_quits_cleanly(
         # entering select() (it only checks signals when select is interrupted); a person
         # presses Ctrl-C again, and so does this test if the first one was swallowed.
         try:
-            code = chat.wait(timeout=3)
+            code = chat.wait(timeout=15)
         except AssertionError:
             chat.send(key)
             code = chat.wait()
@@ -194,6 +199,40 @@ def test_piped_input_gets_plain_text(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "→ add(a=2, b=3)\n✓ add\n" + HELLO + "\n" in result.stdout
     assert "\x1b" not in result.stdout  # no colours when stdout is not a terminal
+
+
+def test_slash_help_lists_the_chat_commands(tmp_path: Path) -> None:
+    result = run_reverie(
+        tmp_path / "home",
+        "chat",
+        "--model",
+        "scripted:examples/scripted_hello.json",
+        cwd=REPO,
+        stdin="/help\n",
+    )
+
+    assert result.returncode == 0, result.stderr
+    for command in ("/new", "/thread", "/help", "/exit"):
+        assert command in result.stdout
+    assert "unknown command" not in result.stdout
+
+
+def test_the_chat_shows_the_thread_id_it_can_be_continued_with(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    result = run_reverie(
+        home,
+        "chat",
+        "--model",
+        "scripted:examples/scripted_hello.json",
+        cwd=REPO,
+        stdin="What is 2 + 3?\n/thread\n",
+    )
+
+    assert result.returncode == 0, result.stderr
+    thread_id = _runs(home)[0]["thread_id"]
+    assert f"reverie chat --thread {thread_id}" in result.stdout
+    # Once after the first turn started the thread, once more for /thread.
+    assert result.stdout.count(f"reverie chat --thread {thread_id}") == 2
 
 
 def test_the_readme_run_command_works_from_the_repo_root(tmp_path: Path) -> None:

@@ -185,3 +185,31 @@ def test_store_option_selects_the_store(cli: Callable[..., Result], tmp_path: Pa
     assert json.loads(cli("runs", "list", "--json").stdout) == []
     elsewhere = json.loads(cli("runs", "list", "--json", "--store", f"sqlite:///{db}").stdout)
     assert len(elsewhere) == 1
+
+
+def test_run_stream_writes_the_models_text_as_it_comes_and_the_reply_once(
+    cli: Callable[..., Result], write_script: Callable[..., Path]
+) -> None:
+    # Progress text that comes with a call is streamed too; without --stream only the reply
+    # is printed.
+    script = write_script(
+        [
+            {"calls": [["add", {"a": 2, "b": 3}]], "text": "Let me add that up."},
+            {"reply": "It is 5."},
+        ]
+    )
+
+    streamed = cli("run", "--stream", "--model", f"scripted:{script}", "What is 2 + 3?")
+    plain = cli("run", "--model", f"scripted:{script}", "What is 2 + 3?")
+
+    assert streamed.exit_code == 0, streamed.output
+    assert streamed.stdout == "Let me add that up.\nIt is 5.\n"
+    assert plain.stdout == "It is 5.\n"
+    assert "completed" in streamed.stderr
+
+
+def test_run_stream_with_json_is_a_usage_error(cli: Callable[..., Result]) -> None:
+    result = cli("run", "--stream", "--json", "--model", f"scripted:{EXAMPLE_SCRIPT}", "hi")
+
+    assert result.exit_code == 2
+    assert "--stream and --json" in result.stderr

@@ -7,7 +7,11 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from cli.cli_support import EXAMPLE_SCRIPT, HERE, MAIL_SCRIPT, gate_ref, run_reverie, start_reverie
+
+pytestmark = pytest.mark.slow  # each test starts a Python subprocess
 
 
 def test_a_scripted_run_completes_offline_in_a_child_process(tmp_path: Path) -> None:

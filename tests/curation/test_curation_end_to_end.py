@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from curation.curation_support import (
     ANA,
     DUPLICATES,
@@ -35,6 +37,7 @@ def memory_context(request: ModelRequest) -> str:
     return next((m.content for m in request.messages if m.content.startswith("[memory]")), "")
 
 
+@pytest.mark.slow
 async def test_duplicates_are_tidied_after_the_nth_turn_recalled_later_and_a_racing_edit_survives(
     tmp_path: Path,
 ) -> None:

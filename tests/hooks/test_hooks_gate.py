@@ -247,7 +247,7 @@ async def test_per_hook_timeout_overrides_the_default(
         await asyncio.sleep(0.08)
         return Allow()
 
-    registry.register("before_capability", leisurely, name="leisurely", timeout_s=1.0)
+    registry.register("before_capability", leisurely, name="leisurely", timeout_s=30.0)
 
     result = await dispatcher.gate(call_ctx(), poisoned=NO_POISON)
 

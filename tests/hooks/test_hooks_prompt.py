@@ -124,7 +124,7 @@ async def test_snippets_follow_hook_order_even_when_hooks_finish_out_of_order(
         await asyncio.sleep(0.02)
         return "first by order"
 
-    registry.register("before_prompt", later, name="a", phase="validation", timeout_s=1.0)
+    registry.register("before_prompt", later, name="a", phase="validation", timeout_s=30.0)
     registry.register("before_prompt", lambda c: "second by order", name="b")
 
     result = await dispatcher.before_prompt(ctx, poisoned=NO_POISON)

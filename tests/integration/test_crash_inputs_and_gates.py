@@ -10,7 +10,7 @@ from integration.crash_support import Crash, contents
 from reverie import Runtime
 from reverie.errors import GateResolvedError
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 STEERING = "also check the cellar"
 

@@ -17,7 +17,7 @@ from reverie.loop.family import default_families
 from reverie.loop.strategies import DefaultRecovery
 from reverie.testing import ScriptedModel, reply
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 
 async def test_two_workers_racing_to_resume_a_run_exactly_one_advances_it(crash: Crash) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from integration.crash_support import Crash, contents
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 
 async def test_killed_during_a_non_idempotent_tool_it_runs_once_and_the_model_hears_outcome_unknown(

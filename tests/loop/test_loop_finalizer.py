@@ -62,7 +62,7 @@ class HeldModel:
 
     async def wait_asked(self) -> None:
         """Until the model is answering its first request."""
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(60):
             await self.asked.wait()
 
 
@@ -100,7 +100,7 @@ async def test_calls_admitted_before_a_host_stop_all_finish(rt: Runtime, scope: 
         [calls(("step", {"n": 1}), ("step", {"n": 2}), ("step", {"n": 3})), reply("wrapped up")]
     )
     h = await start(rt, scope, Agent(name="f", model=model, tools=[step]))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(60):
         await first_running.wait()
     await h.request_graceful_stop("host")
     release.set()

@@ -10,7 +10,7 @@ MODE picks how ``memory_search`` answers:
 - ``huge``: one 5 MB row in the caller's scope;
 - ``garbage``: text that is not JSON;
 - ``wrongshape``: JSON whose rows are not a list;
-- ``slow``: nothing for 30 s;
+- ``slow``: nothing for an hour;
 - ``error``: an error result;
 - ``crash``: the process exits mid-call.
 
@@ -90,7 +90,7 @@ async def memory_search(
     if MODE == "wrongshape":
         return {"rows": "should be a list"}
     if MODE == "slow":
-        await asyncio.sleep(30)
+        await asyncio.sleep(3600)
         return {"rows": []}
     if MODE == "error":
         raise ToolError("the backend is down")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from reverie.core.scope import Scope
 from reverie.memory import MCPMemory, Snippets, Unavailable
 from reverie.memory.sanitize import utf8_len
 from reverie.testing import ScriptedModel, call, reply
+
+pytestmark = pytest.mark.slow  # each test starts a Python subprocess
 
 
 @pytest.fixture
@@ -147,7 +150,7 @@ async def test_no_answer_within_the_timeout_is_unavailable(fake: type[MCPMemory]
     started = time.monotonic()
     result = await search(provider)
     assert isinstance(result, Unavailable)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # the 1 s bound, not the server's hour of silence
 
 
 async def test_unreachable_servers_are_unavailable_and_the_runtime_still_opens(
@@ -166,12 +169,16 @@ async def test_unreachable_servers_are_unavailable_and_the_runtime_still_opens(
         assert result.startswith("error (unavailable)")
 
 
-async def test_a_failed_connection_is_not_retried_on_every_call(fake: type[MCPMemory]) -> None:
-    provider = fake(command=["python3", "-c", "import sys; sys.exit(3)"], timeout_s=2.0)
+async def test_a_failed_connection_is_not_retried_on_every_call(
+    fake: type[MCPMemory], tmp_path: Path
+) -> None:
+    # The "server" notes each start in a file, then dies: a second call must not start it again.
+    starts = tmp_path / "starts"
+    code = f"import sys; open({str(starts)!r}, 'a').write('x'); sys.exit(3)"
+    provider = fake(command=[sys.executable, "-c", code], timeout_s=60.0)
     assert isinstance(await search(provider), Unavailable)
-    started = time.monotonic()
     assert isinstance(await search(provider), Unavailable)
-    assert time.monotonic() - started < 0.5  # backing off: no new process
+    assert starts.read_text() == "x"  # backing off: no new process
 
 
 async def test_recording_failure_over_mcp_does_not_fail_the_turn(fake: type[MCPMemory]) -> None:

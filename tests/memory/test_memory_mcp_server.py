@@ -22,6 +22,8 @@ from reverie import Agent, Runtime
 from reverie.memory import MCPMemory, Snippets, Unavailable
 from reverie.testing import ScriptedModel, call, reply
 
+pytestmark = pytest.mark.slow  # each test starts a Python subprocess
+
 CLI_SERVER = [sys.executable, "-m", "reverie.cli.app", "mcp-memory"]
 
 

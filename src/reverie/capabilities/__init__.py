@@ -1,4 +1,4 @@
-"""Capabilities: ``@tool`` functions and MCP toolsets (DESIGN §9).
+"""Capabilities: ``@tool`` functions and MCP toolsets (docs/tools.md).
 
 ``MCPToolset`` and ``MCPTool`` need the ``mcp`` extra and are imported on first use, so this
 package imports without it.

@@ -1,4 +1,4 @@
-"""The trusted context the host hands to a tool call (DESIGN §9.1).
+"""The trusted context the host hands to a tool call (docs/tools.md).
 
 A tool that needs to know *who* it acts for declares a parameter annotated with
 :class:`ToolContext`. The host fills it in; it never appears in the JSON Schema the model sees,

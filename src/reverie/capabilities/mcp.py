@@ -1,4 +1,4 @@
-"""MCP servers as toolsets (DESIGN §9.4), on the official ``mcp`` SDK.
+"""MCP servers as toolsets (docs/tools.md), on the official ``mcp`` SDK.
 
 ``MCPToolset(command=[...])`` starts a server over stdio; ``MCPToolset(url=...)`` connects over
 streamable HTTP. Inside ``async with``, :meth:`MCPToolset.tools` returns one :class:`MCPTool` per
@@ -99,6 +99,7 @@ class MCPToolset:
         env: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
         headers: Mapping[str, str] | None = None,
+        connect_timeout_s: float | None = None,
     ) -> None:
         """Describe the server; nothing starts until ``__aenter__``.
 
@@ -109,9 +110,12 @@ class MCPToolset:
             prefix: Prepended to every tool name as ``f"{prefix}_{name}"``.
             env: Extra environment for a ``command`` server, over the SDK's safe defaults
                 (PATH, HOME, …); the rest of this process's environment is not passed on.
-            timeout_s: Bound on connecting (handshake and tool listing) and on each call.
+            timeout_s: Bound on each call (and on connecting, unless ``connect_timeout_s``).
             headers: Extra HTTP headers for a ``url`` server (e.g. ``Authorization``). They may
                 carry credentials: they are sent, never logged or shown.
+            connect_timeout_s: Bound on connecting: starting the server, the handshake and the
+                tool listing (default: ``timeout_s``). A server slow to start needs no long
+                per-call timeout.
 
         Raises:
             UsageError: the options do not describe one server.
@@ -130,12 +134,15 @@ class MCPToolset:
             raise UsageError(f"invalid MCP tool prefix {prefix!r}: use a-z, A-Z, 0-9, '_', '-'")
         if not timeout_s > 0:
             raise UsageError("MCPToolset timeout_s must be positive")
+        if connect_timeout_s is not None and not connect_timeout_s > 0:
+            raise UsageError("MCPToolset connect_timeout_s must be positive")
         self._command = list(command) if command is not None else None
         self._url = url
         self._prefix = prefix
         self._env = dict(env) if env is not None else None
         self._headers = dict(headers) if headers is not None else None
         self._timeout_s = timeout_s
+        self._connect_timeout_s = connect_timeout_s if connect_timeout_s is not None else timeout_s
         self._max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
         self._client: Client | None = None
         self._tools: tuple[MCPTool, ...] = ()
@@ -284,13 +291,15 @@ class MCPToolset:
                     )
                 )
                 server = streamable_http_client(self._url, http_client=http)
-        return Client(server, read_timeout_seconds=self._timeout_s)
+        # The session's default read timeout bounds the handshake and the listing; each call
+        # passes ``timeout_s`` itself.
+        return Client(server, read_timeout_seconds=max(self._timeout_s, self._connect_timeout_s))
 
     async def _hold_connection(self, ready: asyncio.Future[list[mcp_types.Tool]]) -> None:
         """Own the SDK client from connect to close; report the tool listing via ``ready``."""
         try:
             async with contextlib.AsyncExitStack() as stack:
-                async with asyncio.timeout(self._timeout_s):
+                async with asyncio.timeout(self._connect_timeout_s):
                     client = await stack.enter_async_context(await self._make_client(stack))
                     listing = await _list_all_tools(client)
                 if ready.done():  # the opener gave up meanwhile
@@ -304,7 +313,7 @@ class MCPToolset:
                     "unavailable",
                     f"could not connect to MCP server {self.name!r}: "
                     + (
-                        f"no answer within {self._timeout_s}s"
+                        f"no answer within {self._connect_timeout_s}s"
                         if isinstance(exc, TimeoutError)
                         else _describe(exc)
                     ),

@@ -1,4 +1,4 @@
-"""Turning a tool's return value into the text the model reads (DESIGN §9.1).
+"""Turning a tool's return value into the text the model reads (docs/tools.md).
 
 Two steps, kept apart so MCP results (already text) can share the cap:
 

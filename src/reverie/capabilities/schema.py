@@ -1,4 +1,4 @@
-"""A tool's argument schema and validation, from its signature and docstring (DESIGN §9.1).
+"""A tool's argument schema and validation, from its signature and docstring (docs/tools.md).
 
 :class:`ArgumentsSpec` turns a function into:
 

@@ -1,4 +1,4 @@
-"""``@tool``: Python functions as capabilities (DESIGN §9.1, §9.2).
+"""``@tool``: Python functions as capabilities (docs/tools.md).
 
 A :class:`Tool` wraps a sync or async function. It is still callable like the function (so users
 can unit-test it directly), and it carries what the loop needs:
@@ -273,7 +273,7 @@ def tool(
 def normalize_effects(
     effects: Iterable[str] | None, *, tool_name: str = "?"
 ) -> frozenset[str] | None:
-    """Check declared effects against the known set (DESIGN §9.2).
+    """Check declared effects against the known set (docs/tools.md).
 
     Raises:
         UsageError: an effect is unknown, or a bare string was passed instead of a set.
@@ -321,7 +321,7 @@ def tools_by_name(tools: Iterable[C]) -> dict[str, C]:
 
 
 def outcome_from_exception(exc: Exception) -> CallOutcome:
-    """Classify an exception raised by a tool (DESIGN §4.2)."""
+    """Classify an exception raised by a tool (docs/loop.md)."""
     if isinstance(exc, CapabilityError):
         return CallFailed(error_kind=exc.kind, message=str(exc))
     if isinstance(exc, ApprovalRequired):

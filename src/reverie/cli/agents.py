@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from reverie.cli.demo_tools import DEMO_TOOLS
-from reverie.config import ReverieConfig, build_agents, resolve_model_spec
 from reverie.errors import UsageError
-from reverie.runtime.agent import Agent
+
+if TYPE_CHECKING:
+    from reverie.config import ReverieConfig
+    from reverie.runtime.agent import Agent
 
 __all__ = [
     "BUILTIN_AGENT",
@@ -71,6 +72,10 @@ class NoAgentConfigured(UsageError):
 def builtin_assistant(model_spec: str) -> Agent:
     """The built-in demo agent with the model ``model_spec`` (relative ``scripted:`` paths
     start at the current directory)."""
+    from reverie.cli.demo_tools import DEMO_TOOLS
+    from reverie.config import resolve_model_spec
+    from reverie.runtime.agent import Agent
+
     return Agent(
         name=BUILTIN_AGENT,
         model=resolve_model_spec(model_spec, base_dir=Path.cwd()),
@@ -80,6 +85,8 @@ def builtin_assistant(model_spec: str) -> Agent:
 
 
 def _with_model(agent: Agent, model_spec: str, config: ReverieConfig) -> Agent:
+    from reverie.config import resolve_model_spec
+
     model = resolve_model_spec(model_spec, config=config, base_dir=Path.cwd())
     return dataclasses.replace(agent, model=model)
 
@@ -93,6 +100,8 @@ def choose_agent(config: ReverieConfig, *, name: str | None, model_spec: str | N
             and none was chosen.
         ConfigError: ``--model`` is not a valid spec.
     """
+    from reverie.config import build_agents
+
     agents = {agent.name: agent for agent in build_agents(config)}
     if name is None:
         if model_spec is not None or BUILTIN_AGENT in agents:
@@ -125,6 +134,8 @@ def agents_with_model(config: ReverieConfig, run_agent: str, model_spec: str | N
     All configured agents; with ``--model``, the run's agent uses that model instead (and a
     run of the built-in assistant gets the built-in assistant back).
     """
+    from reverie.config import build_agents
+
     agents = build_agents(config)
     if model_spec is None:
         return agents

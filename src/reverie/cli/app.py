@@ -1,4 +1,4 @@
-"""The ``reverie`` command (DESIGN §16): run agents, inspect runs, resolve gates, check setup.
+"""The ``reverie`` command (docs/cli.md): run agents, inspect runs, resolve gates, check setup.
 
 Commands::
 
@@ -23,7 +23,7 @@ from typing import Annotated
 
 import typer
 
-from reverie.cli import gates, memory, runs
+from reverie.cli import gates, memory, restore_interrupts, runs
 from reverie.cli.chat import chat_command
 from reverie.cli.doctor import doctor_command
 from reverie.cli.run import run_command
@@ -35,7 +35,10 @@ __all__ = ["app", "main"]
 app = typer.Typer(
     name="reverie",
     no_args_is_help=True,
-    rich_markup_mode="markdown",
+    # Plain help: flags read as ``--json`` (the rich renderer labels them ``<bool>``), and it
+    # fits an 80-column terminal.
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -66,7 +69,7 @@ def _mcp_memory(ctx: typer.Context) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        from reverie import __version__
+        from reverie.core.version import __version__
 
         typer.echo(f"reverie {__version__}")
         raise typer.Exit()
@@ -87,11 +90,14 @@ def _root(
     Exit codes: 0 completed/ok, 1 failed, 2 configuration or usage problem, 3 blocked on a
     gate, 130 cancelled.
     """
+    restore_interrupts()
 
 
 def main() -> None:
-    """Console-script entry point: ``reverie``."""
-    app(prog_name="reverie")
+    """The ``reverie`` command (the console script is :func:`reverie.cli.main`)."""
+    from reverie.cli import main as cli_main
+
+    cli_main()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import json
 import sys
 from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import typer
 from rich.console import Console
@@ -30,6 +30,7 @@ from rich.markup import escape
 
 from reverie.cli.agents import NoAgentConfigured, choose_agent
 from reverie.cli.common import (
+    CTRL_C,
     AgentOption,
     ConfigOption,
     ExitCode,
@@ -45,6 +46,7 @@ from reverie.cli.common import (
     open_session,
     reported_errors,
 )
+from reverie.cli.ids import resolve_thread_id
 from reverie.core.events import (
     AssistantMessage,
     LimitReached,
@@ -55,12 +57,13 @@ from reverie.core.events import (
 )
 from reverie.core.exits import exit_to_dict
 from reverie.core.scope import Scope
-from reverie.errors import GateResolvedError, NotFoundError, ReverieError
-from reverie.runtime.agent import Agent
-from reverie.runtime.handle import RunHandle
-from reverie.runtime.host import sanitise_arguments
-from reverie.runtime.result import Gate, RunResult
-from reverie.runtime.runtime import Runtime
+from reverie.errors import GateResolvedError, ReverieError
+
+if TYPE_CHECKING:
+    from reverie.runtime.agent import Agent
+    from reverie.runtime.handle import RunHandle
+    from reverie.runtime.result import Gate, RunResult
+    from reverie.runtime.runtime import Runtime
 
 __all__ = ["PROMPT", "chat_command", "format_call", "parse_answer"]
 
@@ -69,7 +72,17 @@ PROMPT: Final = "you> "
 
 _EXIT_COMMANDS: Final = frozenset({"/exit", "/quit"})
 _NEW_COMMAND: Final = "/new"
-_HELP: Final = "commands: /new starts a new thread, /exit quits (also Ctrl-D)"
+_HELP_COMMANDS: Final = frozenset({"/help", "/?"})
+_HELP: Final = "/help lists the commands, /exit quits"
+_COMMANDS_HELP: Final = (
+    "commands:\n"
+    "  /new            start a new thread (conversation)\n"
+    "  /thread         show this thread's id (continue it later: reverie chat --thread ID)\n"
+    "  /help           this list\n"
+    "  /exit, /quit    quit (also Ctrl-D, or Ctrl-C at the prompt)\n"
+    "Ctrl-C while a turn runs cancels that turn; an approval question takes y, n or a reason."
+)
+_THREAD_COMMAND: Final = "/thread"
 _DENIED_BY_USER: Final = "denied by the user"
 _MAX_VALUE_CHARS: Final = 60
 
@@ -156,14 +169,11 @@ class _Chat:
 
     # ------------------------------------------------------------------------------ the REPL
     async def check_thread(self) -> None:
-        """``--thread`` must name a thread of this scope (typed error, exit 2, otherwise)."""
+        """``--thread`` must name a thread of this scope, whole or by a unique prefix (typed
+        error, exit 2, otherwise)."""
         if self.thread_id is None:
             return
-        thread = await self.rt.store.get_thread(self.thread_id)
-        if (thread.scope.tenant, thread.scope.user) != (self.scope.tenant, self.scope.user):
-            raise NotFoundError(
-                f"thread {self.thread_id} not found for {self.scope.tenant}/{self.scope.user}"
-            )
+        self.thread_id = await resolve_thread_id(self.rt.store, self.thread_id, scope=self.scope)
 
     def repl(self) -> int:
         """Read messages until ``/exit``, EOF or Ctrl-C at the prompt; returns the exit code."""
@@ -189,13 +199,36 @@ class _Chat:
                 self.thread_id = None
                 self.out.line("[dim]new thread: the next message starts a new conversation[/]")
                 continue
+            if text in _HELP_COMMANDS:
+                self.out.line(f"[dim]{escape(_COMMANDS_HELP)}[/]")
+                continue
+            if text == _THREAD_COMMAND:
+                self._show_thread()
+                continue
             if text.startswith("/") and " " not in text:
                 self.out.line(f"[dim]unknown command {escape(text)}; {_HELP}[/]")
                 continue
             self._turn(text)
 
+    def _show_thread(self) -> None:
+        if self.thread_id is None:
+            self.out.line("[dim]no thread yet: the next message starts one[/]")
+        else:
+            self.out.line(
+                f"[dim]thread {escape(self.thread_id)} · continue it later with: reverie chat "
+                f"--thread {escape(self.thread_id)}[/]"
+            )
+
     def _turn(self, text: str) -> None:
         """One message: stream the run, answer its gates, report how it ended."""
+        before = self.thread_id
+        try:
+            self._answer(text)
+        finally:
+            if self.thread_id is not None and self.thread_id != before:
+                self._show_thread()  # a new conversation: say which, once
+
+    def _answer(self, text: str) -> None:
         result = self.runner.run(self._start(text))
         while result.status == "blocked" and result.gate is not None:
             gate = result.gate
@@ -262,7 +295,7 @@ class _Chat:
 
     async def _cancel_blocked(self, run_id: str) -> RunResult:
         self.out.line("[magenta]cancelling the run…[/]")
-        result = await self.rt.cancel(run_id, reason="interrupted")
+        result = await self.rt.cancel(run_id, reason=CTRL_C)
         return result if result is not None else await self.rt.get_result(run_id)
 
     async def _guarded(
@@ -281,7 +314,7 @@ class _Chat:
             waiting: list[asyncio.Future[Any]] = [task, known]
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if known.done() and not task.done():
-                await self.rt.cancel(known.result(), reason="interrupted")
+                await self.rt.cancel(known.result(), reason=CTRL_C)
             return await task
 
     async def _follow(self, handle: RunHandle, outcome: Awaitable[RunResult]) -> RunResult:
@@ -331,6 +364,8 @@ class _Chat:
 
     async def _arguments(self, thread_id: str, call_id: str) -> Mapping[str, Any] | None:
         """A call's arguments (secret-looking values redacted), from the stored transcript."""
+        from reverie.runtime.host import sanitise_arguments
+
         if call_id not in self._calls:
             with contextlib.suppress(ReverieError):  # display only: never fail a turn over it
                 for item in await self.rt.store.thread_items(thread_id, last=50):

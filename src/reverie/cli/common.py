@@ -13,20 +13,12 @@ import getpass
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from enum import IntEnum
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from reverie.config import (
-    ReverieConfig,
-    curation_model,
-    load_config,
-    memory_settings,
-    register_hooks,
-    store_url,
-)
 from reverie.errors import (
     ConfigError,
     GateResolvedError,
@@ -38,11 +30,16 @@ from reverie.errors import (
     UnknownAgentError,
     UsageError,
 )
-from reverie.runtime.agent import Agent
-from reverie.runtime.runtime import Runtime
-from reverie.store import open_store
+
+if TYPE_CHECKING:
+    # The configuration, the runtime and the store are imported where a command uses them, so
+    # ``reverie --help`` loads none of them (a test keeps it so).
+    from reverie.config import ReverieConfig
+    from reverie.runtime.agent import Agent
+    from reverie.runtime.runtime import Runtime
 
 __all__ = [
+    "CTRL_C",
     "PASS_WAIT_S",
     "ConfigOption",
     "ExitCode",
@@ -62,6 +59,9 @@ __all__ = [
     "unknown_agent",
 ]
 
+
+CTRL_C = "Ctrl-C"
+"""The reason a run cancelled from the keyboard records (its status is ``cancelled``)."""
 
 PASS_WAIT_S = 120.0
 """How long a command waits, after its own work, for curation passes its turns started."""
@@ -148,9 +148,10 @@ def default_user() -> str:
 
 
 def out_console() -> Console:
-    """Rich console on stdout. Wide when not a terminal, so ids are never cut in pipes."""
+    """Rich console on stdout: the terminal's width (or ``$COLUMNS``); wide in a pipe, so a
+    line is never cut for a program reading it."""
     console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
         console = Console(highlight=False, soft_wrap=False, width=max(console.width, 200))
     return console
 
@@ -177,6 +178,8 @@ def unknown_agent(exc: UnknownAgentError, config: ReverieConfig, note: str = "")
 
 def load(path: str | None) -> ReverieConfig:
     """Load the configuration (errors become exit code 2 via :func:`execute`)."""
+    from reverie.config import load_config
+
     return load_config(path)
 
 
@@ -271,6 +274,10 @@ async def open_session(
     session first waits (up to :data:`PASS_WAIT_S`) for curation passes its turns started,
     so a one-shot command does not cut them off.
     """
+    from reverie.config import curation_model, memory_settings, register_hooks, store_url
+    from reverie.runtime.runtime import Runtime
+    from reverie.store import open_store
+
     url = store_url(config, store)
     settings = memory_settings(config) if memory else None
     provider = settings.provider if settings is not None else None

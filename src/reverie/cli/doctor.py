@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -29,17 +29,10 @@ from reverie.cli.common import (
     out_console,
 )
 from reverie.cli.render import print_json
-from reverie.config import (
-    ReverieConfig,
-    build_agents,
-    key_env_for,
-    load_config,
-    register_hooks,
-    store_url,
-)
 from reverie.errors import ConfigError, ModelError, ReverieError
-from reverie.hooks import HookRegistry
-from reverie.store import open_store
+
+if TYPE_CHECKING:
+    from reverie.config import ReverieConfig
 
 __all__ = ["doctor_command"]
 
@@ -60,6 +53,9 @@ class Check:
 
 
 async def _store_check(config: ReverieConfig, override: str | None) -> Check:
+    from reverie.config import store_url
+    from reverie.store import open_store
+
     url = store_url(config, override)
     try:
         store = open_store(url)
@@ -71,6 +67,8 @@ async def _store_check(config: ReverieConfig, override: str | None) -> Check:
 
 
 def _agent_checks(config: ReverieConfig) -> list[Check]:
+    from reverie.config import build_agents, key_env_for
+
     if not config.agents:
         return [
             Check(
@@ -107,6 +105,8 @@ def _agent_checks(config: ReverieConfig) -> list[Check]:
 
 async def _endpoint_checks(config: ReverieConfig) -> list[Check]:
     """Ask each agent's model endpoint to list its models (skipped for offline models)."""
+    from reverie.config import build_agents
+
     checks: list[Check] = []
     for agent in build_agents(config):
         model = agent.model
@@ -133,6 +133,9 @@ async def _endpoint_checks(config: ReverieConfig) -> list[Check]:
 
 
 def _hook_check(config: ReverieConfig) -> Check | None:
+    from reverie.config import register_hooks
+    from reverie.hooks import HookRegistry
+
     if not config.hooks:
         return None
     try:
@@ -178,6 +181,8 @@ def doctor_command(
     """
 
     async def main() -> int:
+        from reverie.config import load_config
+
         try:
             cfg = load_config(config)
         except ConfigError as exc:

@@ -1,4 +1,4 @@
-"""``reverie gates list|approve|deny``: the approvals people owe blocked runs (DESIGN §8).
+"""``reverie gates list|approve|deny``: the approvals people owe blocked runs (docs/tools.md).
 
 Approving or denying resumes the run in this process, so the run's agent must be known here:
 it comes from ``reverie.toml`` (or ``--model`` for the built-in assistant). When it is not, the
@@ -9,7 +9,7 @@ the agent is checked before anything changes.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -25,10 +25,13 @@ from reverie.cli.common import (
     open_session,
     unknown_agent,
 )
+from reverie.cli.ids import resolve_gate_ref
 from reverie.cli.render import gate_payload, print_json, show_gates, show_result
 from reverie.cli.runs import ModelOption
 from reverie.errors import UnknownAgentError
-from reverie.store.base import GateStatus
+
+if TYPE_CHECKING:
+    from reverie.store.base import GateStatus
 
 __all__ = ["app"]
 
@@ -36,7 +39,7 @@ app = typer.Typer(
     name="gates",
     help="Gates waiting for a person: list, approve, deny.",
     no_args_is_help=True,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 
@@ -56,7 +59,10 @@ _STATUS: dict[GateStatusChoice, GateStatus | None] = {
     GateStatusChoice.all: None,
 }
 
-RefArgument = Annotated[str, typer.Argument(help="The gate ref (from `reverie gates list`).")]
+RefArgument = Annotated[
+    str,
+    typer.Argument(help="The gate ref (from `reverie gates list`), or any unique prefix of it."),
+]
 
 
 @app.command("list")
@@ -97,21 +103,21 @@ def _resolve(
     async def main() -> int:
         cfg = load(config)
         async with open_session(cfg, store, hooks=True, memory=True) as session:
-            gate = await session.rt.store.get_gate(ref)
+            gate = await session.rt.store.get_gate(await resolve_gate_ref(session.rt.store, ref))
             run = await session.rt.store.get_run(gate.run_id)
             for agent in agents_with_model(cfg, run.agent_name, model):
                 session.register(agent)
             try:
                 if decision == "approved":
-                    result = await session.rt.approve(ref)
+                    result = await session.rt.approve(gate.ref)
                 else:
-                    result = await session.rt.deny(ref, reason=reason)
+                    result = await session.rt.deny(gate.ref, reason=reason)
             except UnknownAgentError as exc:
                 # Checked by the runtime before the gate is touched: it is still pending.
-                unknown_agent(exc, cfg, f"; gate {ref} is still pending")
+                unknown_agent(exc, cfg, f"; gate {gate.ref} is still pending")
             if not as_json:
                 err_console().print(
-                    f"gate {ref} {decision}; run {run.run_id} resumed", markup=False
+                    f"gate {gate.ref} {decision}; run {run.run_id} resumed", markup=False
                 )
             return show_result(result, as_json=as_json)
 

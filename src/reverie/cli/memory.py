@@ -1,4 +1,4 @@
-"""``reverie memory show|edit|search|history|passes|curate``: one owner's memory (DESIGN §12, §13).
+"""``reverie memory show|edit|search|history|passes|curate``: one owner's memory (docs/memory.md).
 
 Every command acts for the scope ``--tenant`` (default ``local``) / ``--user`` (default
 ``$USER``) and needs memory configured in ``reverie.toml`` (``[memory] provider = "native"``)::
@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 from rich.markup import escape
@@ -48,12 +48,12 @@ from reverie.cli.common import (
     out_console,
 )
 from reverie.cli.render import _iso, _short, _status, _time, print_json
-from reverie.config import ReverieConfig, memory_settings, resolve_model_spec
 from reverie.core.scope import Scope
 from reverie.errors import CapabilityError, ConflictError
-from reverie.memory.native import STANDING_DOCUMENT
-from reverie.memory.tools import validate_path
-from reverie.store.documents import MemoryPassRecord
+
+if TYPE_CHECKING:
+    from reverie.config import ReverieConfig
+    from reverie.store.documents import MemoryPassRecord
 
 __all__ = ["app"]
 
@@ -61,7 +61,7 @@ app = typer.Typer(
     name="memory",
     help="One owner's memory: show, edit, search, history, curation passes.",
     no_args_is_help=True,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 PathArgument = Annotated[
@@ -69,6 +69,9 @@ PathArgument = Annotated[
 ]
 LimitOption = Annotated[int, typer.Option("--limit", "-n", min=1, help="At most this many.")]
 _DEFAULT_EDITOR: Final = "vi"
+STANDING_DOCUMENT: Final = "MEMORY.md"
+"""The default document: ``reverie.memory.native.STANDING_DOCUMENT``, repeated here so that
+``reverie --help`` does not import the memory package (a test keeps the two equal)."""
 
 
 def _scope(tenant: str, user: str | None) -> Scope:
@@ -76,6 +79,8 @@ def _scope(tenant: str, user: str | None) -> Scope:
 
 
 def _path(path: str) -> str:
+    from reverie.memory.tools import validate_path
+
     try:
         return validate_path(path)
     except CapabilityError as exc:
@@ -84,6 +89,8 @@ def _path(path: str) -> str:
 
 def _load(path: str | None) -> ReverieConfig:
     """The configuration, which must turn memory on."""
+    from reverie.config import memory_settings
+
     config = load(path)
     if memory_settings(config).provider is None:
         fail(
@@ -377,6 +384,8 @@ def curate(
         )
 
     async def main() -> int:
+        from reverie.config import memory_settings, resolve_model_spec
+
         cfg = _load(config)
         chosen: Any = None
         if model is not None:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from reverie.cli.common import ExitCode, err_console, out_console
 from reverie.core.exits import exit_to_dict
-from reverie.runtime.result import RunResult
-from reverie.store.base import GateRecord, RunRecord, TranscriptItem
+
+if TYPE_CHECKING:
+    from reverie.runtime.result import RunResult
+    from reverie.store.base import GateRecord, RunRecord, TranscriptItem
 
 __all__ = [
     "exit_code_for",
@@ -104,12 +108,12 @@ def result_payload(result: RunResult) -> dict[str, Any]:
     }
 
 
-def show_result(result: RunResult, *, as_json: bool) -> ExitCode:
+def show_result(result: RunResult, *, as_json: bool, streamed: bool = False) -> ExitCode:
     """Print a run's outcome and return the exit code it maps to.
 
-    Completed: the reply on stdout, a one-line summary on stderr (so ``$(reverie run …)`` is
-    just the reply). Blocked: the gate and the commands that resolve it. Failed or cancelled:
-    the reason on stderr.
+    Completed: the reply on stdout (unless ``streamed`` already wrote it), a one-line summary
+    on stderr (so ``$(reverie run …)`` is just the reply). Blocked: the gate and the commands
+    that resolve it. Failed or cancelled: the reason on stderr.
     """
     code = exit_code_for(result)
     if as_json:
@@ -123,7 +127,8 @@ def show_result(result: RunResult, *, as_json: bool) -> ExitCode:
         f"tokens[/]"
     )
     if result.status == "completed":
-        typer.echo(result.text or "")
+        if not streamed:
+            typer.echo(result.text or "")
         err.print(summary)
     elif result.status == "blocked":
         out = out_console()
@@ -182,29 +187,72 @@ def _exit_summary(run: RunRecord) -> str:
     return str(data.get("kind", ""))
 
 
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """A table column: its header, its cells (Rich markup), and how it gives way."""
+
+    header: str
+    cells: list[str]
+    drop: int | None = None
+    """Order in which the column is dropped on a narrow terminal (lowest first); ``None``:
+    never (the ids people copy)."""
+    wrap: bool = False
+    """Wrap long cells instead of widening the table (the last, free-text column)."""
+
+
+_WRAP_MIN = 16
+"""Narrowest a wrapping column is allowed to become before other columns are dropped."""
+
+
+def _width(markup: str) -> int:
+    return Text.from_markup(markup).cell_len
+
+
+def _fitted(columns: list[_Column], width: int) -> Table:
+    """A table of ``columns`` that fits ``width``: ids are never cut or wrapped.
+
+    Columns are dropped in their ``drop`` order until the unwrapped columns (plus a usable
+    width for the wrapping one) fit; what is left is printed whole.
+    """
+    kept = list(columns)
+
+    def needed() -> int:
+        total = 0
+        for column in kept:
+            natural = max([_width(column.header), *(_width(c) for c in column.cells)])
+            total += (min(natural, _WRAP_MIN) if column.wrap else natural) + 3  # padding, rule
+        return total
+
+    droppable = sorted((c for c in columns if c.drop is not None), key=lambda c: c.drop or 0)
+    while needed() > width and droppable:
+        kept.remove(droppable.pop(0))
+    table = Table(show_edge=False, header_style="bold")
+    for column in kept:
+        if column.wrap:
+            table.add_column(column.header, overflow="fold", min_width=_WRAP_MIN)
+        else:
+            table.add_column(column.header, no_wrap=True, overflow="ignore")
+    for row in zip(*(column.cells for column in kept), strict=True):
+        table.add_row(*row)
+    return table
+
+
 def show_runs(runs: Sequence[RunRecord]) -> None:
-    """A table of runs, newest first."""
+    """A table of runs, newest first. Run ids stay whole: on a narrow terminal the exit
+    summary wraps, and the scope, time, agent (and last the exit) columns give way."""
     out = out_console()
     if not runs:
         out.print("No runs.")
         return
-    table = Table(show_edge=False, header_style="bold")
-    table.add_column("RUN", no_wrap=True)
-    table.add_column("STATUS", no_wrap=True)
-    table.add_column("AGENT", no_wrap=True)
-    table.add_column("SCOPE", no_wrap=True)
-    table.add_column("UPDATED", no_wrap=True)
-    table.add_column("EXIT")
-    for run in runs:
-        table.add_row(
-            escape(run.run_id),
-            _status(run.status),
-            escape(run.agent_name),
-            escape(f"{run.scope.tenant}/{run.scope.user}"),
-            _time(run.updated_at or run.created_at),
-            escape(_short(_exit_summary(run), 60)),
-        )
-    out.print(table)
+    columns = [
+        _Column("RUN", [escape(r.run_id) for r in runs]),
+        _Column("STATUS", [_status(r.status) for r in runs]),
+        _Column("AGENT", [escape(r.agent_name) for r in runs], drop=2),
+        _Column("SCOPE", [escape(f"{r.scope.tenant}/{r.scope.user}") for r in runs], drop=0),
+        _Column("UPDATED", [_time(r.updated_at or r.created_at) for r in runs], drop=1),
+        _Column("EXIT", [escape(_short(_exit_summary(r), 60)) for r in runs], drop=3, wrap=True),
+    ]
+    out.print(_fitted(columns, out.width))
 
 
 def item_payload(item: TranscriptItem) -> dict[str, Any]:
@@ -301,27 +349,22 @@ def gate_payload(gate: GateRecord) -> dict[str, Any]:
 
 
 def show_gates(gates: Sequence[GateRecord]) -> None:
-    """A table of gates, newest first."""
+    """A table of gates, newest first. Gate refs stay whole: on a narrow terminal the
+    arguments wrap, and the scope, time, run, arguments (and last the tool) columns give way;
+    a run id shown is shown whole."""
     out = out_console()
     if not gates:
         out.print("No gates.")
         return
-    table = Table(show_edge=False, header_style="bold")
-    table.add_column("GATE", no_wrap=True)
-    table.add_column("STATUS", no_wrap=True)
-    table.add_column("TOOL", no_wrap=True)
-    table.add_column("RUN", no_wrap=True)
-    table.add_column("SCOPE", no_wrap=True)
-    table.add_column("CREATED", no_wrap=True)
-    table.add_column("ARGUMENTS")
-    for gate in gates:
-        table.add_row(
-            escape(gate.ref),
-            _status(gate.status),
-            escape(gate.tool),
-            escape(gate.run_id),
-            escape(f"{gate.scope.tenant}/{gate.scope.user}"),
-            _time(gate.created_at),
-            escape(_short(_args(gate.arguments), 60)),
-        )
-    out.print(table)
+    columns = [
+        _Column("GATE", [escape(g.ref) for g in gates]),
+        _Column("STATUS", [_status(g.status) for g in gates]),
+        _Column("TOOL", [escape(g.tool) for g in gates], drop=4),
+        _Column("RUN", [escape(g.run_id) for g in gates], drop=2),
+        _Column("SCOPE", [escape(f"{g.scope.tenant}/{g.scope.user}") for g in gates], drop=0),
+        _Column("CREATED", [_time(g.created_at) for g in gates], drop=1),
+        _Column(
+            "ARGUMENTS", [escape(_short(_args(g.arguments), 60)) for g in gates], drop=3, wrap=True
+        ),
+    ]
+    out.print(_fitted(columns, out.width))

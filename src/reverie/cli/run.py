@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+import sys
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from reverie.cli.agents import NoAgentConfigured, choose_agent
 from reverie.cli.common import (
+    CTRL_C,
     AgentOption,
     ConfigOption,
     ExitCode,
@@ -23,21 +25,29 @@ from reverie.cli.common import (
     default_user,
     err_console,
     execute,
+    fail,
     load,
     open_session,
 )
+from reverie.cli.ids import resolve_thread_id
 from reverie.cli.render import show_result
 from reverie.core.scope import Scope
-from reverie.runtime.handle import RunHandle
-from reverie.runtime.result import RunResult
-from reverie.runtime.runtime import THREAD_POLICIES
+
+if TYPE_CHECKING:
+    from reverie.runtime.handle import RunHandle
+    from reverie.runtime.result import RunResult
 
 __all__ = ["run_command", "wait_for"]
 
 
-async def wait_for(session: Session, handle: RunHandle) -> RunResult:
-    """The run's result; Ctrl-C cancels the run (durably), not just this program."""
+async def wait_for(session: Session, handle: RunHandle, *, stream: bool = False) -> RunResult:
+    """The run's result; Ctrl-C cancels the run (durably), not just this program.
+
+    With ``stream``, the model's text is written to stdout as it arrives.
+    """
     try:
+        if stream:
+            await _stream_text(handle)
         return await handle.result()
     except asyncio.CancelledError:
         # asyncio.run turns the first Ctrl-C into a cancellation of the main task. Take it
@@ -46,8 +56,28 @@ async def wait_for(session: Session, handle: RunHandle) -> RunResult:
         if task is not None:
             task.uncancel()
         err_console().print("[magenta]cancelling the run…[/]")
-        await session.rt.cancel(handle.run_id, reason="interrupted")
+        await session.rt.cancel(handle.run_id, reason=CTRL_C)
         return await handle.result()
+
+
+async def _stream_text(handle: RunHandle) -> None:
+    """Write the run's text deltas to stdout as they come, one line per assistant message."""
+    from reverie.core.events import AssistantMessage, TextDeltaEvent
+
+    open_line = streamed = False
+    async for event in handle.events():
+        if isinstance(event, TextDeltaEvent) and event.text:
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+            open_line, streamed = not event.text.endswith("\n"), True
+        elif isinstance(event, AssistantMessage):
+            if not streamed and event.text.strip():  # a model that does not stream
+                sys.stdout.write(event.text)
+                open_line = not event.text.endswith("\n")
+            if open_line:
+                sys.stdout.write("\n")
+            sys.stdout.flush()
+            open_line = streamed = False
 
 
 def run_command(
@@ -57,6 +87,12 @@ def run_command(
     thread: ThreadOption = None,
     thread_policy: ThreadPolicyOption = None,
     as_json: JsonOption = False,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream", help="Write the model's text to stdout as it arrives (not with --json)."
+        ),
+    ] = False,
     tenant: TenantOption = "local",
     user: UserOption = None,
     config: ConfigOption = None,
@@ -68,6 +104,8 @@ def run_command(
     (approve it with: reverie gates approve REF), 75 the thread is busy (another run of it is
     running or blocked; see --thread-policy), 130 cancelled (Ctrl-C cancels the run).
     """
+    if stream and as_json:
+        fail("--stream and --json do not mix: --json prints one document when the run ends")
 
     async def main() -> int:
         cfg = load(config)
@@ -77,20 +115,25 @@ def run_command(
             err_console().print(str(exc), markup=False)
             return ExitCode.USAGE
         scope = Scope(tenant=tenant, user=user or default_user())
+        from reverie.runtime.runtime import THREAD_POLICIES
+
         if thread_policy not in (None, *THREAD_POLICIES):
             err_console().print(
                 f"--thread-policy must be one of {', '.join(THREAD_POLICIES)}", markup=False
             )
             return ExitCode.USAGE
         async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
+            thread_id = None
+            if thread is not None:
+                thread_id = await resolve_thread_id(session.rt.store, thread, scope=scope)
             handle = await session.rt.start(
                 chosen,
                 message,
                 scope=scope,
-                thread_id=thread,
+                thread_id=thread_id,
                 thread_policy=thread_policy,  # type: ignore[arg-type]
             )
-            result = await wait_for(session, handle)
-            return show_result(result, as_json=as_json)
+            result = await wait_for(session, handle, stream=stream)
+            return show_result(result, as_json=as_json, streamed=stream)
 
     execute(main)

@@ -21,10 +21,10 @@ from reverie.cli.common import (
     out_console,
     unknown_agent,
 )
+from reverie.cli.ids import resolve_run_id
 from reverie.cli.render import print_json, run_payload, show_result, show_run, show_runs
 from reverie.core.scope import Scope
 from reverie.errors import RunBusy, UnknownAgentError
-from reverie.store.base import TERMINAL_STATUSES
 
 __all__ = ["app"]
 
@@ -32,7 +32,7 @@ app = typer.Typer(
     name="runs",
     help="Inspect and control runs: list, show, resume, cancel.",
     no_args_is_help=True,
-    rich_markup_mode="markdown",
+    rich_markup_mode=None,
 )
 
 
@@ -47,7 +47,10 @@ class RunStatusChoice(StrEnum):
     cancelled = "cancelled"
 
 
-RunIdArgument = Annotated[str, typer.Argument(help="The run id (run_…).", show_default=False)]
+RunIdArgument = Annotated[
+    str,
+    typer.Argument(help="The run id (run_…), or any unique prefix of it.", show_default=False),
+]
 ModelOption = Annotated[
     str | None,
     typer.Option(
@@ -114,8 +117,8 @@ def show(
         cfg = load(config)
         async with open_session(cfg, store) as session:
             st = session.rt.store
-            run = await st.get_run(run_id)
-            items = [i for i in await st.thread_items(run.thread_id) if i.run_id == run_id]
+            run = await st.get_run(await resolve_run_id(st, run_id))
+            items = [i for i in await st.thread_items(run.thread_id) if i.run_id == run.run_id]
             gate = None
             if run.exit is not None and dict(run.exit).get("status") == "blocked":
                 gate = await st.get_gate(str(dict(run.exit)["gate_ref"]))
@@ -140,19 +143,21 @@ def resume(
 
     async def main() -> int:
         cfg = load(config)
+        from reverie.store.base import TERMINAL_STATUSES
+
         async with open_session(cfg, store, hooks=True, memory=True) as session:
-            run = await session.rt.store.get_run(run_id)
+            run = await session.rt.store.get_run(await resolve_run_id(session.rt.store, run_id))
             if run.status in TERMINAL_STATUSES:
                 # Nothing to continue, so no agent is needed: show the stored result.
                 if not as_json:
                     err_console().print(
-                        f"run {run_id} has already ended ({run.status})", markup=False
+                        f"run {run.run_id} has already ended ({run.status})", markup=False
                     )
-                return show_result(await session.rt.get_result(run_id), as_json=as_json)
+                return show_result(await session.rt.get_result(run.run_id), as_json=as_json)
             for agent in agents_with_model(cfg, run.agent_name, model):
                 session.register(agent)
             try:
-                result = await session.rt.resume(run_id)
+                result = await session.rt.resume(run.run_id)
             except UnknownAgentError as exc:
                 unknown_agent(exc, cfg)
             return show_result(result, as_json=as_json)
@@ -169,9 +174,11 @@ def cancel(
 ) -> None:
     """Cancel a run. Exit 0 when it is now cancelled, 1 when it had already ended otherwise."""
 
+    resolved = run_id
+
     def report(status: str, message: str, code: ExitCode) -> int:
         if as_json:
-            print_json({"run_id": run_id, "status": status, "message": message})
+            print_json({"run_id": resolved, "status": status, "message": message})
         elif code == ExitCode.OK:
             out_console().print(message, markup=False)
         else:
@@ -180,25 +187,29 @@ def cancel(
 
     async def main() -> int:
         cfg = load(config)
+        from reverie.store.base import TERMINAL_STATUSES
+
+        nonlocal resolved
         async with open_session(cfg, store, hooks=True) as session:
-            before = await session.rt.store.get_run(run_id)
+            resolved = await resolve_run_id(session.rt.store, run_id)
+            before = await session.rt.store.get_run(resolved)
             if before.status in TERMINAL_STATUSES - {"cancelled"}:
                 return report(
                     before.status,
-                    f"run {run_id} has already ended ({before.status}); nothing to cancel",
+                    f"run {resolved} has already ended ({before.status}); nothing to cancel",
                     ExitCode.FAILED,
                 )
             try:
-                await session.rt.cancel(run_id, reason="cancelled from the CLI")
+                await session.rt.cancel(resolved, reason="cancelled from the CLI")
             except RunBusy:
                 # A live worker holds the run: the durable request reaches it at its next step.
                 return report(
                     before.status,
-                    f"cancel requested: the worker running {run_id} will stop it",
+                    f"cancel requested: the worker running {resolved} will stop it",
                     ExitCode.OK,
                 )
-            after = await session.rt.store.get_run(run_id)
+            after = await session.rt.store.get_run(resolved)
         code = ExitCode.OK if after.status == "cancelled" else ExitCode.FAILED
-        return report(after.status, f"run {run_id} is {after.status}", code)
+        return report(after.status, f"run {resolved} is {after.status}", code)
 
     execute(main)

@@ -21,7 +21,6 @@ from reverie.cli.common import (
     load,
     open_session,
 )
-from reverie.config import auth_tokens, build_agents, serve_settings
 
 __all__ = ["serve_command"]
 
@@ -52,6 +51,8 @@ def serve_command(
     runs API. Every request needs a bearer token from [auth.tokens] (docs/http.md)."""
 
     async def main() -> int:
+        from reverie.config import auth_tokens, build_agents, serve_settings
+
         cfg = load(config)
         settings = serve_settings(cfg)
         tokens = auth_tokens(cfg)

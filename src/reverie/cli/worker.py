@@ -20,7 +20,6 @@ from reverie.cli.common import (
     load,
     open_session,
 )
-from reverie.config import build_agents, store_url
 
 __all__ = ["worker_command"]
 
@@ -37,6 +36,8 @@ def worker_command(
     Ctrl-C. Runs whose worker died are recovered at start and every 30 s."""
 
     async def main() -> int:
+        from reverie.config import build_agents, store_url
+
         cfg = load(config)
         url = store_url(cfg, store)
         if not url.startswith(("postgresql://", "postgres://")):

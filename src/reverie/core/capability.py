@@ -1,4 +1,4 @@
-"""Capability descriptors, concurrency hints and call outcomes (DESIGN §9)."""
+"""Capability descriptors, concurrency hints and call outcomes (docs/tools.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The untrusted-data envelope: how text we do not trust enters a prompt.
 
 Memory snippets, the standing ``MEMORY.md`` document and the snippets of ``installed`` and
-``self_authored`` hooks are *data*, never instructions (DESIGN §11, §12). Before such text is
+``self_authored`` hooks are *data*, never instructions (docs/hooks.md). Before such text is
 placed in a prompt it is wrapped like this::
 
     <untrusted-data source="memory:MEMORY.md">

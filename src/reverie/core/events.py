@@ -1,4 +1,4 @@
-"""Typed run events (DESIGN §17). The CLI, SSE and tests consume the same stream."""
+"""Typed run events (docs/http.md). The CLI, SSE and tests consume the same stream."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How a loop ends: the ``LoopExit`` union (DESIGN §3.6) and run usage."""
+"""How a loop ends: the ``LoopExit`` union (docs/loop.md) and run usage."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``Limits``: the hard budgets of a run (DESIGN §4.5)."""
+"""``Limits``: the hard budgets of a run (docs/loop.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hooks: middleware around the loop's host ports (DESIGN §11).
+"""Hooks: middleware around the loop's host ports (docs/hooks.md).
 
 A hook is a sync or async function bound to a *point* of a run. Its *trust class* comes from
 where it was registered, never from the hook, and decides its powers::

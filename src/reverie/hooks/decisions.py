@@ -1,4 +1,4 @@
-"""What hooks return, and what the dispatcher hands back to the runtime (DESIGN §11).
+"""What hooks return, and what the dispatcher hands back to the runtime (docs/hooks.md).
 
 Hooks return the public decision values: a gate returns :class:`Allow`, :class:`Deny`,
 :class:`PauseApproval`, :class:`PauseAuth` or ``None`` (no opinion); a mutator returns a
@@ -76,7 +76,7 @@ class Deny:
 
 @dataclass(frozen=True, slots=True)
 class PauseApproval:
-    """A gate holds the call until a person approves it (DESIGN §8)."""
+    """A gate holds the call until a person approves it (docs/tools.md)."""
 
     reason: str
     """Why approval is needed. Shown to the approver."""

@@ -1,6 +1,6 @@
-"""The hook dispatcher: runs the hooks of one point and composes their results (DESIGN §11).
+"""The hook dispatcher: runs the hooks of one point and composes their results (docs/hooks.md).
 
-The runtime's host ports (DESIGN §3.2) call the dispatcher as middleware: the capability port
+The runtime's host ports (docs/loop.md) call the dispatcher as middleware: the capability port
 calls :meth:`HookDispatcher.gate` before each call, the prompt port :meth:`~HookDispatcher.
 before_prompt`, the other ports :meth:`~HookDispatcher.observe`, and the exit applier
 :meth:`~HookDispatcher.after_turn`. The loop cannot tell a hook's deny from a policy deny.

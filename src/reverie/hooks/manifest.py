@@ -3,7 +3,7 @@
 Both use the same ``[[hooks]]`` tables::
 
     [[hooks]]
-    point = "before_capability"          # a hook point (DESIGN §11)
+    point = "before_capability"          # a hook point (docs/hooks.md)
     callable = "acme_ext.hooks:no_rm"    # "package.module:attribute" (dots allowed after ':')
     name = "acme.no-rm"                  # the hook id: unique
     phase = "policy"                     # optional: validation | authorization | policy | telemetry

@@ -1,4 +1,4 @@
-"""Hook points, phases, trust classes and the contexts handed to hooks (DESIGN §11).
+"""Hook points, phases, trust classes and the contexts handed to hooks (docs/hooks.md).
 
 A hook is a sync or async callable that takes one context object. Which context it gets depends
 on the point it is bound to:
@@ -162,13 +162,13 @@ class CheckpointHookContext:
     run_id: str
     """The run that was checkpointed."""
     checkpoint_kind: str
-    """``BeforeModel``, ``BeforeSideEffect``, ``BeforeBlock`` or ``Final`` (DESIGN §6)."""
+    """``BeforeModel``, ``BeforeSideEffect``, ``BeforeBlock`` or ``Final`` (docs/durability.md)."""
     iteration: int
     """The loop iteration the checkpoint was taken in."""
 
 
 class EventLike(Protocol):
-    """Anything with a ``kind``: the typed run events of DESIGN §17 all qualify."""
+    """Anything with a ``kind``: the typed run events of docs/http.md all qualify."""
 
     @property
     def kind(self) -> str:

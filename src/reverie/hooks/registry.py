@@ -1,4 +1,4 @@
-"""The hook registry: which hooks exist, where they bind, and what they may do (DESIGN §11).
+"""The hook registry: which hooks exist, where they bind, and what they may do (docs/hooks.md).
 
 The trust class of a hook is fixed by the method that registers it, never by the hook:
 
@@ -52,7 +52,7 @@ _PHASE_RANK: Final[dict[Phase, int]] = {phase: rank for rank, phase in enumerate
 
 
 class HookRegistrationError(UsageError):
-    """A hook was registered (or unregistered) in a way the rules of DESIGN §11 forbid.
+    """A hook was registered (or unregistered) in a way the rules of docs/hooks.md forbid.
 
     The message reads ``hook 'NAME': PROBLEM. Fix: FIX``; the parts are kept as attributes so a
     manifest loader can name the matching TOML key and phrase the fix for TOML.

@@ -1,4 +1,4 @@
-"""Run control: the in-process cancellation token and the cancellation-first race (DESIGN §5)."""
+"""Run control: the in-process cancellation token and the cancellation-first race (docs/loop.md)."""
 
 from __future__ import annotations
 

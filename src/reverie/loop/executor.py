@@ -1,4 +1,4 @@
-"""The canonical executor: one tick, in the order of DESIGN §3.5, until the loop exits.
+"""The canonical executor: one tick, in the order of docs/architecture.md, until the loop exits.
 
 The executor only *returns* a :data:`~reverie.core.exits.LoopExit`; the runtime's applier
 validates it and writes the run's terminal status. It talks to the world only through the host

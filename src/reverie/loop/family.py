@@ -1,4 +1,4 @@
-"""Loop families: named, immutable compositions of the nine strategies (DESIGN §3.4)."""
+"""Loop families: named, immutable compositions of the nine strategies (docs/loop.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The graceful finalizer's prompts and answer validation (DESIGN §4.4)."""
+"""The graceful finalizer's prompts and answer validation (docs/loop.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``FinishOnTool``: a stop strategy for runs that must end by calling one tool.
 
-Structured unbound runs (DESIGN §14) end by calling ``structured_result``; nothing in this
+Structured unbound runs (docs/unbound.md) end by calling ``structured_result``; nothing in this
 strategy is specific to that tool. After a wave, a *completed* call of the tool finishes the run
 with that call's result row (``Finish``). After a plain-text reply, the run may not complete: the
 model gets ``max_reprompts`` reminders (``Reprompt``), then the run fails with ``failure_kind``.

@@ -1,4 +1,4 @@
-"""Host ports: the only way the loop talks to the world (DESIGN §3.2).
+"""Host ports: the only way the loop talks to the world (docs/loop.md).
 
 The runtime implements these over the store, the models, the tools, the hooks and memory. Hooks
 are middleware around the ports, so the executor cannot tell a hook's deny from a policy deny.

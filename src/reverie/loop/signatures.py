@@ -1,4 +1,4 @@
-"""Call signatures for no-progress detection (DESIGN §4.3)."""
+"""Call signatures for no-progress detection (docs/loop.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``LoopExecutionState``: the frozen, reference-holding state of a run (DESIGN §3.3).
+"""``LoopExecutionState``: the frozen, reference-holding state of a run (docs/loop.md).
 
 The state is rebuilt every tick with :func:`dataclasses.replace`, never mutated in place. It holds
 *references* to transcript rows, and only those of the current tick, so a checkpoint has the same

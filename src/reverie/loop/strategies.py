@@ -1,4 +1,4 @@
-"""The nine strategy protocols and their defaults (DESIGN §3.4).
+"""The nine strategy protocols and their defaults (docs/loop.md).
 
 A strategy decides; the executor acts. Strategies are pure functions of the state they are given
 (and their own configuration): they never perform I/O, never touch another strategy's slot, and
@@ -345,7 +345,7 @@ _RETRY_TOOL_KINDS = frozenset({"transient", "unavailable", "internal"})
 
 @dataclass(frozen=True, slots=True)
 class DefaultRecovery:
-    """DESIGN §4.2: skip denials and input errors, retry transient ones with backoff."""
+    """docs/loop.md: skip denials and input errors, retry transient ones with backoff."""
 
     max_tool_retries: int = 2
     max_model_retries: int = 2
@@ -405,7 +405,7 @@ class AbortOnGates:
 
 @dataclass(frozen=True, slots=True)
 class RepetitionStop:
-    """Default no-progress detection (DESIGN §4.3).
+    """Default no-progress detection (docs/loop.md).
 
     No progress when the most common signature occurs at least ``repeat_threshold`` times in the
     last ``signature_window`` pushed, or the last ``failure_run`` outcome kinds are the same

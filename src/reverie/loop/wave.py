@@ -1,4 +1,4 @@
-"""Waves: admitting a response's calls, running them, routing each outcome (DESIGN §3.5 step 8).
+"""Waves: admitting a response's calls, running them, routing each outcome (docs/architecture.md).
 
 Admission happens once, before the ``BeforeSideEffect`` checkpoint: fan-out and capability
 budgets are charged there, and signatures are pushed there, so a resume that replays the wave

@@ -1,4 +1,4 @@
-"""Memory: scoped providers, the standing document, memory tools, MCP-bound providers (DESIGN §12).
+"""Memory: scoped providers, the standing document, memory tools, MCP providers (docs/memory.md).
 
 ::
 
@@ -16,7 +16,7 @@ provider recalls for the user's message in its prompt (enveloped, in a user-role
 tools ``memory_read``/``memory_write``/``memory_search``, and its turn recorded afterwards. The
 scope is always the host's. ``Runtime.open(..., curation_interval_turns=N)`` also tidies each
 owner's ``MEMORY.md`` in the background every N completed turns (:mod:`reverie.memory.curation`,
-DESIGN §13); ``rt.memory.passes(scope)`` lists the passes. See ``docs/memory.md``.
+docs/memory.md); ``rt.memory.passes(scope)`` lists the passes. See ``docs/memory.md``.
 """
 
 from __future__ import annotations

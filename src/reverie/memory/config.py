@@ -16,7 +16,7 @@
     max_rows = 50
     max_bytes = 64000
 
-    curation_interval_turns = 10     # curation (DESIGN §13): a pass every 10th turn (>= 2)
+    curation_interval_turns = 10     # curation (docs/memory.md): a pass every 10th turn (>= 2)
     curation_model = "openai:gpt-4.1-mini"   # default: the model of the triggering agent
 
 ``curation_interval_turns`` is checked here (a whole number >= 2); whether the provider

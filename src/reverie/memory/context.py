@@ -1,4 +1,4 @@
-"""Context assembly: how remembered text enters a prompt (DESIGN §12, contract).
+"""Context assembly: how remembered text enters a prompt (docs/memory.md, contract).
 
 The pipeline, in order, for the snippets of the read lanes:
 

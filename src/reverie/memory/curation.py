@@ -1,4 +1,4 @@
-"""Curation ("dreaming"): the memory side of the passes that tidy an owner's memory (DESIGN §13).
+"""Curation ("dreaming"): the memory side of the passes that tidy an owner's memory.
 
 A provider's manifest *arms* curation by declaring an ``after_turn`` scheduled op with a pass;
 the operator *enables* it with ``[memory] curation_interval_turns = N`` (or
@@ -91,7 +91,7 @@ REPORT_SCHEMA: Final[Mapping[str, Any]] = {
     "required": ["changed", "summary"],
     "additionalProperties": False,
 }
-"""The JSON report a pass ends with (DESIGN §13)."""
+"""The JSON report a pass ends with (docs/memory.md)."""
 
 PASS_OPENING: Final = (
     "Curate the standing memory document MEMORY.md now, following your instructions. "

@@ -1,4 +1,4 @@
-"""Memory provider manifests: what a provider implements, in TOML (DESIGN §12, §13).
+"""Memory provider manifests: what a provider implements, in TOML (docs/memory.md).
 
 ::
 
@@ -19,7 +19,7 @@
   ``record_interaction``); the host never calls one that is not listed.
 - ``tools``: the memory tools offered to the model (``memory_read``, ``memory_write``,
   ``memory_search``).
-- ``[[memory.scheduled_ops]]``: upkeep the provider asks for (curation, DESIGN §13). The rules
+- ``[[memory.scheduled_ops]]``: upkeep the provider asks for (curation, docs/memory.md). The rules
   are checked here: ``trigger`` is a closed vocabulary (``after_turn``); exactly one of ``pass``
   and ``tool`` (``tool`` is recognised and refused as unsupported); ``interval_turns >= 2``;
   ``max_model_calls <= 16``; one op per trigger; a pass's tools are tools this manifest

@@ -1,4 +1,4 @@
-"""``MCPMemory``: any memory system that speaks the memory-over-MCP contract (DESIGN §12).
+"""``MCPMemory``: any memory system that speaks the memory-over-MCP contract (docs/memory.md).
 
 Bound by configuration only — a server (``command=[...]`` over stdio, or ``url=...`` over
 streamable HTTP), a credential (the *name* of an environment variable), tool names and bounds —

@@ -1,4 +1,4 @@
-"""``reverie mcp-memory``: reverie's native memory served over MCP (DESIGN §12).
+"""``reverie mcp-memory``: reverie's native memory served over MCP (docs/memory.md).
 
 The same tool contract :class:`~reverie.memory.MCPMemory` consumes, so other agents can use
 reverie's memory and the contract has a second implementer (``docs/memory-over-mcp.md``):

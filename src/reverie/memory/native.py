@@ -1,4 +1,4 @@
-"""``NativeMemory``: reverie's own memory provider, on the runtime's store (DESIGN §12).
+"""``NativeMemory``: reverie's own memory provider, on the runtime's store (docs/memory.md).
 
 It keeps everything in the store's :class:`~reverie.store.documents.DocumentStore` part:
 

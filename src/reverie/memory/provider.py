@@ -1,4 +1,4 @@
-"""The ``MemoryProvider`` protocol and what its lanes return (DESIGN §12).
+"""The ``MemoryProvider`` protocol and what its lanes return (docs/memory.md).
 
 A provider has four *lanes*; its manifest (:mod:`reverie.memory.manifest`) says which it
 implements, and the host calls only those:

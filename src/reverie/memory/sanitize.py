@@ -1,6 +1,6 @@
 """Cleaning remembered text before a model sees it: control characters, credentials, size.
 
-These are steps 2–4 of the context pipeline (DESIGN §12) and are also applied to what the
+These are steps 2–4 of the context pipeline (docs/memory.md) and are also applied to what the
 memory tools return and to what the native provider records. They are deliberately
 conservative: redaction may hide a harmless string that looks like a key; it must not let a real
 key through.

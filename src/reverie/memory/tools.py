@@ -1,4 +1,4 @@
-"""The memory tools a model gets when the runtime has memory (DESIGN §12, contract).
+"""The memory tools a model gets when the runtime has memory (docs/memory.md, contract).
 
 - ``memory_read(path)`` → the document's ``content`` and ``version`` (0: it does not exist).
 - ``memory_write(target, content, append, expected_version, old_string, new_string)`` →
@@ -18,7 +18,7 @@ The scope is never an argument: every tool takes a :class:`~reverie.capabilities
 parameter, which the host fills with the run's scope and hides from the model.
 
 A :class:`WriteGuard` (``memory_tools(..., guard=...)``) puts rules of its own around the
-document tools: curation passes (DESIGN §13) use one to allow a single ``memory_write``,
+document tools: curation passes (docs/memory.md) use one to allow a single ``memory_write``,
 conditional on the version their ``memory_read`` saw (:class:`reverie.memory.curation.PassGuard`).
 """
 

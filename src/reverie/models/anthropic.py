@@ -3,7 +3,7 @@
 Streams every request, splits system messages out into ``system``, sends tool results as
 ``tool_result`` blocks in a user message (consecutive results merged into one message), and maps
 SDK failures onto the model error classes (see :mod:`reverie.models.errors`). The SDK's own
-retries are off (``max_retries=0``): the loop's recovery strategy owns retrying (DESIGN §4.2).
+retries are off (``max_retries=0``): the loop's recovery strategy owns retrying (docs/loop.md).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         """Stream one response: text deltas, then exactly one ``ResponseComplete``.
 
         Raises:
-            ModelError: classified per DESIGN §4.2; the SDK error is kept in ``__cause__``.
+            ModelError: classified per docs/loop.md; the SDK error is kept in ``__cause__``.
         """
         params = self._params(request)
         blocks: dict[int, _Block] = {}

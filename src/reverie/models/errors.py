@@ -1,6 +1,6 @@
 """Plumbing shared by the SDK-backed providers: error classification, safe messages, credentials.
 
-Every provider maps its SDK's failures onto the five model error classes of DESIGN §4.2::
+Every provider maps its SDK's failures onto the five model error classes of docs/loop.md::
 
     transient          429, 408, 5xx (incl. Anthropic's 529), timeouts, overload/server errors
     context_overflow   a 400/413 whose code or message says the prompt is too long

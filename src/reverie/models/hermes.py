@@ -14,7 +14,7 @@ parses the answer with :func:`parse_hermes` into text and :class:`ToolCall` valu
 
 Parsing never raises. A tag that cannot be read (bad JSON, no name, no closing tag) still becomes
 a call, with ``arguments_error`` saying what is wrong, so the loop answers the model with an
-``input_invalid`` result and the model can try again (DESIGN §4.2). A tag inside a fenced code
+``input_invalid`` result and the model can try again (docs/loop.md). A tag inside a fenced code
 block (three backticks) is an example the model is showing, not a call.
 """
 

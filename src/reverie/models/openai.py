@@ -3,7 +3,7 @@
 Always streams (``stream=True`` with ``stream_options.include_usage``), assembles tool-call deltas
 by index, and maps SDK failures onto the model error classes (see :mod:`reverie.models.errors`).
 The SDK's own retries are off (``max_retries=0``): the loop's recovery strategy owns retrying
-(DESIGN §4.2).
+(docs/loop.md).
 """
 
 from __future__ import annotations
@@ -13,11 +13,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
-
-import openai
-from openai.types.chat import ChatCompletionChunk
-from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+from typing import TYPE_CHECKING, Any, cast
 
 from reverie.core.messages import (
     Message,
@@ -40,6 +36,13 @@ from reverie.models.errors import (
     key_source,
 )
 from reverie.models.sdk_model import SDKModel
+
+if TYPE_CHECKING:
+    # The SDK is imported where a call needs it: naming an OpenAI model (which every command
+    # does for a configured agent) costs nothing until the model is called.
+    import openai
+    from openai.types.chat import ChatCompletionChunk
+    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 __all__ = ["OpenAIChatModel", "loads_strict", "parse_tool_arguments"]
 
@@ -103,7 +106,7 @@ class _CallAccumulator:
     arguments: str = ""
 
 
-class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
+class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
     """A chat model behind the Chat Completions API, via the official ``openai`` SDK.
 
     Example::
@@ -153,6 +156,8 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
         )
 
     def _make_client(self, key: str) -> openai.AsyncOpenAI:
+        import openai
+
         return openai.AsyncOpenAI(
             api_key=key,
             base_url=self._base_url,
@@ -161,14 +166,18 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
         )
 
     def _api_error(self) -> type[Exception]:
+        import openai
+
         return openai.APIError
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         """Stream one response: text deltas, then exactly one ``ResponseComplete``.
 
         Raises:
-            ModelError: classified per DESIGN §4.2; the SDK error is kept in ``__cause__``.
+            ModelError: classified per docs/loop.md; the SDK error is kept in ``__cause__``.
         """
+        import openai
+
         params = self._params(request)
         text: list[str] = []
         calls: dict[int, _CallAccumulator] = {}
@@ -262,6 +271,8 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
         return self._base_url is None or "api.openai.com" in self._base_url
 
     def _map_error(self, exc: openai.APIError) -> ModelError:
+        import openai
+
         name = self._name
         if isinstance(exc, openai.APITimeoutError):
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")

@@ -1,4 +1,4 @@
-"""Token prices per model, for the USD budget (DESIGN §4.5).
+"""Token prices per model, for the USD budget (docs/loop.md).
 
 A :class:`PriceTable` maps model names to :class:`Price` values (US dollars per million tokens).
 The built-in table covers a few well-known OpenAI and Anthropic models; configuration merges its

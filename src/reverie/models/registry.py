@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 from reverie.errors import ConfigError
 from reverie.models.base import Model
-from reverie.models.hermes import HermesModel
-from reverie.models.openai import OpenAIChatModel
 
 __all__ = ["OLLAMA_BASE_URL", "SPEC_FORMS", "EndpointConfig", "resolve_model"]
 
@@ -75,6 +73,10 @@ def resolve_model(
                 f"endpoint name {reserved!r} is reserved for the {reserved}: spec form; "
                 "choose another name for this endpoint"
             )
+    # The providers (and their SDKs) are imported on use, so naming a model costs nothing
+    # until a run needs it and ``reverie --help`` never loads the openai SDK.
+    from reverie.models.openai import OpenAIChatModel
+
     text = spec.strip()
     prefix, sep, rest = text.partition(":")
     if not sep:
@@ -84,6 +86,8 @@ def resolve_model(
     endpoint = configured.get(prefix)
 
     if prefix == "hermes":
+        from reverie.models.hermes import HermesModel
+
         if not rest:
             raise _unknown(
                 spec, configured, "hermes: needs an inner spec, e.g. hermes:ollama:qwen3"

@@ -97,7 +97,7 @@ class SDKModel(ABC, Generic[ClientT]):
 
     @abstractmethod
     def _map_error(self, exc: Any) -> ModelError:
-        """Classify an SDK error per DESIGN §4.2 (never echoing the key)."""
+        """Classify an SDK error per docs/loop.md (never echoing the key)."""
 
     @abstractmethod
     def _make_client(self, key: str) -> ClientT:

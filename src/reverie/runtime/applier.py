@@ -1,4 +1,4 @@
-"""The exit applier: the only code that writes a run's terminal status (DESIGN §3.6).
+"""The exit applier: the only code that writes a run's terminal status (docs/loop.md).
 
 Every terminal path goes through :meth:`ExitApplier.apply` — the executor's exits, failures
 raised outside the executor, cancellation of a blocked run, checkpoint problems on resume. It

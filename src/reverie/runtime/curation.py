@@ -1,4 +1,4 @@
-"""The curation hook and passes: memory that tidies itself, under hard bounds (DESIGN §13).
+"""The curation hook and passes: memory that tidies itself, under hard bounds (docs/memory.md).
 
 :class:`Curator` is what a runtime holds when its memory provider declares an ``after_turn``
 curation pass. With ``curation_interval_turns = N`` it registers the builtin ``after_turn``

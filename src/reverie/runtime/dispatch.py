@@ -1,4 +1,4 @@
-"""Queue dispatch (DESIGN §15): "advance run R" jobs on procrastinate, run by ``reverie worker``.
+"""Queue dispatch (docs/scaling.md): "advance run R" jobs on procrastinate, for ``reverie worker``.
 
 A runtime opened with ``Runtime.open(url, dispatch="queue")`` creates runs in the store as usual
 but, instead of advancing them in its own process, defers a job ``reverie.advance_run(run_id)``
@@ -8,8 +8,9 @@ processes (:func:`serve_jobs`, behind ``reverie worker``) take the jobs and call
 
 Every job of a run carries the lock and the queueing lock ``reverie:run:<run_id>``: at most one
 job per run waits in the queue, and jobs of one run never run at once. Should a job still be
-delivered twice (a worker lost mid-job and its job retried), the run lease (DESIGN §6) keeps the
-run single-writer: the second worker gets ``RunBusy`` and treats the job as done.
+delivered twice (a worker lost mid-job and its job retried), the run lease
+(docs/durability.md) keeps the run single-writer: the second worker gets ``RunBusy`` and
+treats the job as done.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
+from reverie.core.exits import Cancelled, Completed, Failed, LoopExit, Usage
 from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
 from reverie.errors import CorruptCheckpointError
@@ -89,3 +89,18 @@ def crash_resume(state: LoopExecutionState, limits: Limits) -> LoopExecutionStat
         iteration=state.iteration + 1,
         host_state={**state.host_state, "crash_resumes": count},
     )
+
+
+async def usage_so_far(store: Store, run: RunRecord) -> Usage:
+    """What a run has consumed, for an exit written outside the loop (a cancel of a blocked,
+    queued or orphaned run): the usage its last exit recorded, else its last checkpoint's."""
+    recorded = dict(run.exit).get("usage") if run.exit is not None else None
+    if isinstance(recorded, dict):
+        return Usage.from_dict(recorded)
+    cp = await store.load_checkpoint(run.run_id)
+    if cp is None:
+        return Usage()
+    try:
+        return state_from_dict(json.loads(cp.payload)["state"]).budget.usage()
+    except (ValueError, KeyError, TypeError):
+        return Usage()  # an unreadable checkpoint costs the figures, not the cancel

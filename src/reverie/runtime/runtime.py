@@ -58,7 +58,7 @@ from reverie.runtime.host import (
 )
 from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
 from reverie.runtime.result import RunResult
-from reverie.runtime.resume import crash_resume, load_state
+from reverie.runtime.resume import crash_resume, load_state, usage_so_far
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
@@ -702,7 +702,10 @@ class Runtime:
                         await self.store.resolve_gate(
                             gate.ref, "denied", reason="run cancelled", now=time.time()
                         )
-            return await self._applier.apply(run, Cancelled(reason=reason), fence=fence)
+            usage = await usage_so_far(self.store, run)  # what it spent before it stopped
+            return await self._applier.apply(
+                run, Cancelled(reason=reason, usage=usage), fence=fence
+            )
         finally:
             await self.store.release_lease(run_id, fence)
 

@@ -1,4 +1,4 @@
-"""Structured output for unbound turns (DESIGN §14).
+"""Structured output for unbound turns (docs/unbound.md).
 
 An :class:`OutputContract` says what an unbound run must produce: an assistant message, JSON
 matching a schema, or any JSON object. A structured run gets one extra capability,

@@ -1,4 +1,4 @@
-"""``UnboundTurnService``: runs no person waits on (DESIGN §14).
+"""``UnboundTurnService``: runs no person waits on (docs/unbound.md).
 
 An unbound turn has no conversation and no reply target: a system prompt, opening messages,
 the tools it may use, an :class:`~reverie.runtime.structured.OutputContract` and its limits.
@@ -11,7 +11,7 @@ It runs through the ordinary start path as an ephemeral agent with profile ``unb
 * the idempotency key names the run: submitting it again returns the same run id and never
   starts a second run (nor a second segment of a finished one).
 
-Curation passes (DESIGN §13) are built on this service.
+Curation passes (docs/memory.md) are built on this service.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The HTTP surface (DESIGN §16): OpenAI-compatible chat completions and reverie's runs API.
+"""The HTTP surface (docs/cli.md): OpenAI-compatible chat completions and reverie's runs API.
 
 Needs the ``serve`` extra (Starlette, uvicorn, sse-starlette)::
 

@@ -1,6 +1,6 @@
 """The OpenAI-compatible surface: ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
-``model`` names a served agent. Each request is one **unbound turn** (DESIGN §14) of that agent:
+``model`` names a served agent. Each request is one **unbound turn** (docs/unbound.md) of the agent:
 its instructions (then the request's ``system``/``developer`` messages) as the system prompt, the
 request's other messages as the conversation, the agent's tools run on the server, its limits
 bound the turn, and ``response_format`` becomes the turn's

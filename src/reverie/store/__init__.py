@@ -1,4 +1,4 @@
-"""Durable state of runs: the ``Store`` protocol, its records and its backends (DESIGN §15).
+"""Durable state of runs: the ``Store`` protocol, its records and its backends (docs/scaling.md).
 
 Pick a backend by URL with :func:`open_store`:
 

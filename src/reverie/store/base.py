@@ -1,4 +1,4 @@
-"""The ``Store`` protocol and the records it holds (DESIGN §6, §7, §8, §15).
+"""The ``Store`` protocol and the records it holds (docs/durability.md, docs/scaling.md).
 
 Every backend (in-memory, SQLite, PostgreSQL) implements this protocol and passes the
 conformance suite in ``tests/conformance``. The protocol is deliberately narrow: rows are

@@ -1,4 +1,4 @@
-"""Memory in the store: the ``DocumentStore`` protocol and its records (DESIGN §12).
+"""Memory in the store: the ``DocumentStore`` protocol and its records (docs/memory.md).
 
 A store that also holds memory implements :class:`DocumentStore` next to
 :class:`~reverie.store.base.Store`. It keeps, per scope:
@@ -89,7 +89,7 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryPassRecord:
-    """A curation pass over one scope's memory and its report (DESIGN §13)."""
+    """A curation pass over one scope's memory and its report (docs/memory.md)."""
 
     pass_id: str
     """``memory-curation-{tenant}-{user}-{triggering_run_id}``: the idempotency key."""

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (DESIGN §15): the same schema and semantics as SQLite, for many workers.
+"""The PostgreSQL backend (docs/scaling.md): the schema and semantics of SQLite, for many workers.
 
 :class:`PostgresStore` keeps runs, transcripts, leases, inputs, gates and memory in one
 PostgreSQL database that any number of processes on any number of machines share. It talks to

@@ -1,4 +1,4 @@
-"""The embedded SQLite backend (DESIGN §15): one file, WAL, writes from one connection.
+"""The embedded SQLite backend (docs/scaling.md): one file, WAL, writes from one connection.
 
 Layout of a :class:`SQLiteStore`:
 

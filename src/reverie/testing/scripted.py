@@ -1,4 +1,4 @@
-"""``ScriptedModel``: a model whose answers are written in advance (DESIGN §2).
+"""``ScriptedModel``: a model whose answers are written in advance (README.md).
 
 It ships in the library so users can test their own agents: script the model's answers, run the
 agent through the real runtime, and assert on the result and on ``model.requests``.

@@ -1,0 +1,148 @@
+"""Ids as people type them: a whole run id, gate ref or thread id, or any unique prefix of one.
+
+Every command that takes one resolves it here, once, before it acts:
+
+* a whole id is used as it is (when it is in the scope);
+* otherwise the ids that start with the text are looked up, with or without the kind's
+  ``run_``/``gate_``/``thr_`` prefix (threads: those of the scope's runs): one match is used,
+  none is :class:`~reverie.errors.NotFoundError`, several are :class:`AmbiguousIdError`
+  listing them (both exit 2).
+
+The lookup is limited to a scope when one is given: ``run`` and ``chat`` look threads up in
+their ``--tenant``/``--user`` scope; the ``runs`` and ``gates`` commands pass ``None``, because
+the CLI is an operator's tool with direct access to the store (``runs list`` shows every scope).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from reverie.errors import NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from reverie.core.scope import Scope
+    from reverie.store.base import Store
+
+__all__ = [
+    "SCAN_LIMIT",
+    "AmbiguousIdError",
+    "resolve_gate_ref",
+    "resolve_run_id",
+    "resolve_thread_id",
+]
+
+SCAN_LIMIT: Final = 10_000
+"""How many of the newest runs a prefix is matched against (a whole id always works)."""
+
+_SHOWN: Final = 8
+"""How many candidates an ambiguity error lists."""
+
+
+class AmbiguousIdError(UsageError):
+    """An id prefix matches more than one run or gate."""
+
+    def __init__(self, kind: str, prefix: str, candidates: Sequence[str]) -> None:
+        self.candidates = tuple(candidates)
+        """Every id the prefix matches, newest first."""
+        shown = ", ".join(self.candidates[:_SHOWN])
+        more = len(self.candidates) - _SHOWN
+        if more > 0:
+            shown += f" and {more} more"
+        super().__init__(
+            f"{kind} {prefix!r} is ambiguous: it matches {len(self.candidates)} {kind}s "
+            f"({shown}); type more of the id"
+        )
+
+
+def _in_scope(record_scope: Scope, scope: Scope | None) -> bool:
+    return scope is None or (record_scope.tenant, record_scope.user) == (scope.tenant, scope.user)
+
+
+def _matching(ids: Sequence[str], text: str, kind_prefix: str) -> list[str]:
+    wanted = (text, kind_prefix + text)
+    return [one for one in ids if one.startswith(wanted)]
+
+
+def _scope_note(scope: Scope | None) -> str:
+    return f" for {scope.tenant}/{scope.user}" if scope is not None else ""
+
+
+async def resolve_run_id(store: Store, text: str, *, scope: Scope | None = None) -> str:
+    """The run id ``text`` names: the whole id, or the one run whose id starts with it.
+
+    Raises:
+        NotFoundError: No run of ``scope`` (any scope when ``None``) matches.
+        AmbiguousIdError: Several do; the error lists them.
+    """
+    text = text.strip()
+    if not text:
+        raise UsageError("a run id is empty")
+    try:
+        run = await store.get_run(text)
+    except NotFoundError:
+        pass
+    else:
+        if _in_scope(run.scope, scope):
+            return run.run_id
+    runs = await store.list_runs(scope=scope, limit=SCAN_LIMIT)
+    found = _matching([run.run_id for run in runs], text, "run_")
+    if not found:
+        raise NotFoundError(f"no run {text!r}{_scope_note(scope)} (see: reverie runs list)")
+    if len(found) > 1:
+        raise AmbiguousIdError("run", text, found)
+    return found[0]
+
+
+async def resolve_gate_ref(store: Store, text: str, *, scope: Scope | None = None) -> str:
+    """The gate ref ``text`` names: the whole ref, or the one gate whose ref starts with it.
+
+    Raises:
+        NotFoundError: No gate of ``scope`` (any scope when ``None``) matches.
+        AmbiguousIdError: Several do; the error lists them.
+    """
+    text = text.strip()
+    if not text:
+        raise UsageError("a gate ref is empty")
+    try:
+        gate = await store.get_gate(text)
+    except NotFoundError:
+        pass
+    else:
+        if _in_scope(gate.scope, scope):
+            return gate.ref
+    gates = await store.list_gates(scope=scope, status=None)
+    found = _matching([gate.ref for gate in gates], text, "gate_")
+    if not found:
+        raise NotFoundError(f"no gate {text!r}{_scope_note(scope)} (see: reverie gates list)")
+    if len(found) > 1:
+        raise AmbiguousIdError("gate", text, found)
+    return found[0]
+
+
+async def resolve_thread_id(store: Store, text: str, *, scope: Scope | None = None) -> str:
+    """The thread id ``text`` names: the whole id, or the one thread of the scope's runs whose
+    id starts with it.
+
+    Raises:
+        NotFoundError: No thread of ``scope`` (any scope when ``None``) matches.
+        AmbiguousIdError: Several do; the error lists them.
+    """
+    text = text.strip()
+    if not text:
+        raise UsageError("a thread id is empty")
+    try:
+        thread = await store.get_thread(text)
+    except NotFoundError:
+        pass
+    else:
+        if _in_scope(thread.scope, scope):
+            return thread.thread_id
+    runs = await store.list_runs(scope=scope, limit=SCAN_LIMIT)
+    threads = list(dict.fromkeys(run.thread_id for run in runs))  # newest first, once each
+    found = _matching(threads, text, "thr_")
+    if not found:
+        raise NotFoundError(f"no thread {text!r}{_scope_note(scope)} (see: reverie runs list)")
+    if len(found) > 1:
+        raise AmbiguousIdError("thread", text, found)
+    return found[0]
