@@ -25,6 +25,7 @@ from reverie.cli.common import (
     load,
     open_session,
 )
+from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
 from reverie.cli.render import show_result
 from reverie.core.scope import Scope
 from reverie.runtime.handle import RunHandle
@@ -58,6 +59,8 @@ def run_command(
     user: UserOption = None,
     config: ConfigOption = None,
     store: StoreOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Run one turn and print the reply.
 
@@ -78,4 +81,5 @@ def run_command(
             result = await wait_for(session, handle)
             return show_result(result, as_json=as_json)
 
-    execute(main)
+    with observed(log_level, log_format, default="warning"):
+        execute(main)

@@ -41,7 +41,6 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import (
-    HookFailedEvent,
     LimitReached,
     ModelRequested,
     RunEvent,
@@ -562,7 +561,10 @@ class _TracedCheckpoints:
 
 
 class _LoggedEvents:
-    """Logs run events: retries, limits and hook failures at WARNING, every event at DEBUG."""
+    """Logs run events: retries and limits at WARNING, every event at DEBUG.
+
+    (A failed hook is logged at WARNING by the hook dispatcher itself.)
+    """
 
     def __init__(self, inner: EventPort) -> None:
         self._inner = inner
@@ -577,14 +579,6 @@ class _LoggedEvents:
             )
         elif isinstance(event, LimitReached):
             log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
-        elif isinstance(event, HookFailedEvent):
-            log.warning(
-                "run %s: hook %s failed at %s (%s); poisoned for the rest of the run",
-                event.run_id,
-                event.hook,
-                event.point,
-                event.reason,
-            )
         if isinstance(event, TextDeltaEvent) or not log.isEnabledFor(logging.DEBUG):
             return  # deltas are the reply itself, not a detail of the run
         detail = {
