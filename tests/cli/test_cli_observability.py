@@ -1,0 +1,120 @@
+"""``--log-level``/``--log-format`` and OTLP export from ``OTEL_*`` (docs/observability.md)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from typer.testing import Result
+
+from cli.cli_support import EXAMPLE_SCRIPT, run_reverie
+
+
+def json_lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_run_log_format_json_writes_one_json_object_per_log_line_to_stderr(
+    cli: Callable[..., Result],
+) -> None:
+    result = cli(
+        "run",
+        "--log-level",
+        "info",
+        "--log-format",
+        "json",
+        "--model",
+        f"scripted:{EXAMPLE_SCRIPT}",
+        "hi",
+    )
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stderr)
+    lifecycle = [r for r in records if r["logger"] == "reverie.runtime"]
+    assert [r["level"] for r in lifecycle] == ["info", "info"]
+    assert " started (agent " in str(lifecycle[0]["message"])
+    assert " finished: completed (model calls 2," in str(lifecycle[1]["message"])
+    assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert result.stdout.strip() == "Hello! I asked the add tool: 2 + 3 = 5."
+
+
+def test_run_logs_nothing_below_warning_unless_a_log_level_is_given(
+    cli: Callable[..., Result],
+) -> None:
+    quiet = cli("run", "--log-format", "json", "--model", f"scripted:{EXAMPLE_SCRIPT}", "hi")
+    assert quiet.exit_code == 0, quiet.output
+    assert json_lines(quiet.stderr) == []
+    loud = cli("run", "--log-level", "debug", "--model", f"scripted:{EXAMPLE_SCRIPT}", "hi")
+    assert loud.exit_code == 0, loud.output
+    assert " DEBUG reverie.runtime: run " in loud.stderr
+    assert " INFO reverie.runtime: run " in loud.stderr
+
+
+@pytest.mark.parametrize("command", ["serve", "worker", "run", "chat"])
+def test_every_command_that_advances_runs_takes_log_level_and_log_format(
+    cli: Callable[..., Result], command: str
+) -> None:
+    result = cli(command, "--help")
+    assert result.exit_code == 0
+    assert "--log-level" in result.stdout and "--log-format" in result.stdout
+
+
+class _Collector(BaseHTTPRequestHandler):
+    """An OTLP/HTTP trace receiver: keeps each export request's body."""
+
+    bodies: list[bytes]
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length)
+        if self.path == "/v1/traces":
+            type(self).bodies.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # keep the test output clean
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[str, list[bytes]]]:
+    bodies: list[bytes] = []
+    handler = type("Collector", (_Collector,), {"bodies": bodies})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", bodies
+    server.shutdown()
+    server.server_close()
+
+
+def test_otel_environment_variables_export_the_run_spans_to_an_otlp_collector(
+    tmp_path: Path, collector: tuple[str, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, bodies = collector
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "reverie-test")
+    result = run_reverie(tmp_path, "run", "--model", f"scripted:{EXAMPLE_SCRIPT}", "hi")
+    assert result.returncode == 0, result.stderr
+    names: list[str] = []
+    services: set[str] = set()
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for rs in request.resource_spans:
+            for a in rs.resource.attributes:
+                if a.key == "service.name":
+                    services.add(a.value.string_value)
+            names += [s.name for ss in rs.scope_spans for s in ss.spans]
+    assert services == {"reverie-test"}
+    assert sorted(names) == [
+        "chat scripted:scripted_hello.json",
+        "chat scripted:scripted_hello.json",
+        "execute_tool add",
+        "invoke_agent assistant",
+    ]
