@@ -11,6 +11,7 @@ Two tools, both pure functions of their input:
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable
 
@@ -54,11 +55,32 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return mask_urls(text)
 
 
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without its userinfo, and the HTTP Basic ``Authorization`` value it stood for.
+
+    An HTTP client given ``http://user:pw@host`` sends those credentials as Basic auth, and
+    also logs the URL, password and all. Sending the header explicitly with the bare URL
+    keeps the behaviour and keeps the password out of the client's logs.
+    """
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    host = parts.netloc.rsplit("@", 1)[1]
+    bare = urlunsplit(parts._replace(netloc=host))
+    if parts.username is None:
+        return bare, None
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return bare, "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+
+
 def url_secrets(url: str | None) -> tuple[str, ...]:
     """The password embedded in ``url``, as values :func:`redact` should mask.
 
-    A server quoting a URL back may decode it, so both forms are returned. The user name is
-    not a secret (and masking a common word like ``postgres`` everywhere would hide too much).
+    A server quoting a URL back may decode it, and one quoting the request's headers back
+    shows the Basic credentials, so all three forms are returned. The user name is not a
+    secret (and masking a common word like ``postgres`` everywhere would hide too much).
     """
     if not url:
         return ()
@@ -70,7 +92,16 @@ def url_secrets(url: str | None) -> tuple[str, ...]:
         return ()
     if not parts.password:
         return ()
-    return tuple(sorted({parts.password, unquote(parts.password)}))
+    basic = split_userinfo(url)[1] or ""
+    return tuple(sorted({parts.password, unquote(parts.password), basic.removeprefix("Basic ")}))
 
 
-__all__ = ["MASK", "MIN_SECRET_CHARS", "mask_url", "mask_urls", "redact", "url_secrets"]
+__all__ = [
+    "MASK",
+    "MIN_SECRET_CHARS",
+    "mask_url",
+    "mask_urls",
+    "redact",
+    "split_userinfo",
+    "url_secrets",
+]

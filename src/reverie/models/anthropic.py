@@ -120,7 +120,8 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
     def _make_client(self, key: str) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
             api_key=key,
-            base_url=self._base_url,
+            base_url=self._client_url,
+            default_headers=self._client_headers,
             timeout=self._timeout_s,
             max_retries=0,
         )

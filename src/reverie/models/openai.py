@@ -155,7 +155,8 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
     def _make_client(self, key: str) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(
             api_key=key,
-            base_url=self._base_url,
+            base_url=self._client_url,
+            default_headers=self._client_headers,
             timeout=self._timeout_s,
             max_retries=0,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Generic, Self, cast
 
-from reverie.core.redact import mask_url, mask_urls, url_secrets
+from reverie.core.redact import mask_url, mask_urls, split_userinfo, url_secrets
 from reverie.errors import ModelError
 from reverie.models.errors import ClientHolder, ClientT, resolve_api_key
 
@@ -40,6 +40,13 @@ class SDKModel(ABC, Generic[ClientT]):
         self._name = mask_urls(name or f"{self._prefix}:{model}")
         self._shown_url = mask_url(base_url) if base_url else None
         self._url_secrets = url_secrets(base_url)
+        # The SDK client gets the bare URL plus the Basic header userinfo stood for, so the
+        # HTTP client's own request log never shows the password.
+        self._client_url: str | None = base_url
+        basic: str | None = None
+        if base_url:
+            self._client_url, basic = split_userinfo(base_url)
+        self._client_headers = {"Authorization": basic} if basic else None
         self._sent_key: str | None = None
         self._clients: ClientHolder[ClientT] = ClientHolder(self._new_client, self._close_client)
 
