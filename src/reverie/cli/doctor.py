@@ -37,6 +37,7 @@ from reverie.config import (
     register_hooks,
     store_url,
 )
+from reverie.core.redact import mask_url, mask_urls
 from reverie.errors import ConfigError, ModelError, ReverieError
 from reverie.hooks import HookRegistry
 from reverie.store import open_store
@@ -66,8 +67,8 @@ async def _store_check(config: ReverieConfig, override: str | None) -> Check:
         await store.open()
         await store.close()
     except (ReverieError, OSError) as exc:
-        return Check(name="store", status="fail", detail=f"{url}: {exc}")
-    return Check(name="store", status="ok", detail=f"{url} opens")
+        return Check(name="store", status="fail", detail=mask_urls(f"{url}: {exc}"))
+    return Check(name="store", status="ok", detail=f"{mask_url(url)} opens")
 
 
 def _agent_checks(config: ReverieConfig) -> list[Check]:
