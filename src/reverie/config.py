@@ -88,6 +88,7 @@ __all__ = [
     "ReverieConfig",
     "ServeConfig",
     "StoreConfig",
+    "TelemetryConfig",
     "TokenConfig",
     "auth_tokens",
     "build_agents",
@@ -140,6 +141,13 @@ class StoreConfig(_Section):
     default ``sqlite:///$REVERIE_HOME/reverie.db``."""
 
 
+class TelemetryConfig(_Section):
+    """``[telemetry]``: what spans may carry (docs/observability.md)."""
+
+    trace_content: bool = False
+    """Put message content and tool arguments on spans (off: only names, ids, usage, kinds)."""
+
+
 class LimitsConfig(_Section):
     """``limits`` of an agent: the fields of :class:`reverie.Limits`; unset keeps the default."""
 
@@ -189,6 +197,7 @@ class ReverieConfig(_Section):
     pythonpath: list[str] = Field(default_factory=list)
     """Directories (relative to the file) put first on ``sys.path`` before tools are imported."""
     store: StoreConfig = Field(default_factory=StoreConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     models: dict[str, EndpointSection] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)

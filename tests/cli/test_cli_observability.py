@@ -93,6 +93,24 @@ def collector() -> Iterator[tuple[str, list[bytes]]]:
     server.server_close()
 
 
+def exported(bodies: list[bytes]) -> tuple[set[str], list[tuple[str, dict[str, str]]]]:
+    """The service names and the spans (name, string attributes) of OTLP export requests."""
+    services: set[str] = set()
+    spans: list[tuple[str, dict[str, str]]] = []
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for rs in request.resource_spans:
+            services |= {
+                a.value.string_value for a in rs.resource.attributes if a.key == "service.name"
+            }
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    attrs = {a.key: a.value.string_value for a in span.attributes}
+                    spans.append((span.name, attrs))
+    return services, spans
+
+
 def test_otel_environment_variables_export_the_run_spans_to_an_otlp_collector(
     tmp_path: Path, collector: tuple[str, list[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,20 +119,27 @@ def test_otel_environment_variables_export_the_run_spans_to_an_otlp_collector(
     monkeypatch.setenv("OTEL_SERVICE_NAME", "reverie-test")
     result = run_reverie(tmp_path, "run", "--model", f"scripted:{EXAMPLE_SCRIPT}", "hi")
     assert result.returncode == 0, result.stderr
-    names: list[str] = []
-    services: set[str] = set()
-    for body in bodies:
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        for rs in request.resource_spans:
-            for a in rs.resource.attributes:
-                if a.key == "service.name":
-                    services.add(a.value.string_value)
-            names += [s.name for ss in rs.scope_spans for s in ss.spans]
+    services, spans = exported(bodies)
     assert services == {"reverie-test"}
-    assert sorted(names) == [
+    assert sorted(name for name, _ in spans) == [
         "chat scripted:scripted_hello.json",
         "chat scripted:scripted_hello.json",
         "execute_tool add",
         "invoke_agent assistant",
     ]
+    assert not any("gen_ai.input.messages" in attrs for _, attrs in spans)
+
+
+def test_telemetry_trace_content_in_the_config_puts_message_content_on_exported_spans(
+    tmp_path: Path, collector: tuple[str, list[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    endpoint, bodies = collector
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{endpoint}/v1/traces")
+    (tmp_path / "reverie.toml").write_text("[telemetry]\ntrace_content = true\n", encoding="utf-8")
+    result = run_reverie(tmp_path, "run", "--model", f"scripted:{EXAMPLE_SCRIPT}", "hi there")
+    assert result.returncode == 0, result.stderr
+    _, spans = exported(bodies)
+    chats = [attrs for name, attrs in spans if name.startswith("chat ")]
+    assert chats and all("hi there" in attrs["gen_ai.input.messages"] for attrs in chats)
+    (tool_attrs,) = [attrs for name, attrs in spans if name == "execute_tool add"]
+    assert json.loads(tool_attrs["gen_ai.tool.call.arguments"]) == {"a": 2, "b": 3}
