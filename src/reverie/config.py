@@ -197,7 +197,6 @@ class ReverieConfig(_Section):
     pythonpath: list[str] = Field(default_factory=list)
     """Directories (relative to the file) put first on ``sys.path`` before tools are imported."""
     store: StoreConfig = Field(default_factory=StoreConfig)
-    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     models: dict[str, EndpointSection] = Field(default_factory=dict)
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
@@ -217,6 +216,8 @@ class ReverieConfig(_Section):
     :func:`reverie.memory.memory_from_config` (see :func:`memory_settings`)."""
     serve: dict[str, Any] = Field(default_factory=dict)
     """``[serve]``: where ``reverie serve`` listens, read by :func:`serve_settings`."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """``[telemetry]``: whether spans carry content (docs/observability.md)."""
 
     _source: str = PrivateAttr(default=CONFIG_FILE_NAME)
     _base_dir: Path | None = PrivateAttr(default=None)
