@@ -107,6 +107,5 @@ async def test_details_of_a_run_are_logged_at_debug(caplog: pytest.LogCaptureFix
     async with Runtime.open(":memory:") as rt:
         r = await rt.run(Agent(name="calc", model=model, tools=[add]), "hi", scope=SCOPE)
     debug = [m for m in messages(caplog, logging.DEBUG) if r.run_id in m]
-    assert f"run {r.run_id}: tool add completed" in debug
     assert any(m.startswith(f"run {r.run_id}: model_request ") for m in debug)
     assert any(m.startswith(f"run {r.run_id}: tool_finished ") for m in debug)

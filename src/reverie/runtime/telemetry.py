@@ -15,9 +15,11 @@ Spans are built around the host ports of one run segment, never inside the loop:
 Message content and tool arguments go on spans only when the operator opts in
 (``Runtime.open(..., trace_content=True)`` or ``[telemetry] trace_content = true``).
 
-Without the ``otel`` extra, or with no tracer provider configured, no span is made and the
-ports are not wrapped: the hot path pays nothing. Logs use the stdlib ``reverie.runtime``
-logger: lifecycle at INFO, retries and degradations at WARNING, details at DEBUG.
+Without the ``otel`` extra, or with no tracer provider configured, no span is made and the tool
+and checkpoint ports are not wrapped: the hot path pays no tracing cost. Logs use the stdlib
+``reverie.runtime`` logger: lifecycle at INFO, retries and degradations at WARNING, details at
+DEBUG; for them the model and event ports are wrapped while ``reverie`` logs at WARNING or
+below (a call and a level check per model call and per event).
 """
 
 from __future__ import annotations
@@ -243,7 +245,10 @@ class Segment:
             token=host.token,
             prompt=host.prompt,
             model=_ObservedModel(host.model, self, tracing),
-            capabilities=_ObservedTools(host.capabilities, self, tracing),
+            # Without tracing the tool port stays bare: tool_finished events carry the outcome.
+            capabilities=_ObservedTools(host.capabilities, self, tracing)
+            if tracing is not None
+            else host.capabilities,
             transcript=host.transcript,
             checkpoints=_TracedCheckpoints(host.checkpoints, self._span)
             if self._span is not None
@@ -451,7 +456,7 @@ class _ObservedModel:
 class _ObservedTools:
     """``execute_tool {tool}`` and ``gate {tool}`` spans around the capability port."""
 
-    def __init__(self, inner: CapabilityPort, segment: Segment, tracer: Tracer | None) -> None:
+    def __init__(self, inner: CapabilityPort, segment: Segment, tracer: Tracer) -> None:
         self._inner = inner
         self._segment = segment
         self._tracer = tracer
@@ -468,12 +473,6 @@ class _ObservedTools:
         key: str,
         replay: bool = True,
     ) -> CallOutcome:
-        if self._tracer is None:
-            outcome = await self._inner.invoke(
-                call, descriptor, attempt=attempt, key=key, replay=replay
-            )
-            _log_outcome(self._segment.run_id, call.name, outcome)
-            return outcome
         from opentelemetry.trace import SpanKind
 
         from reverie.runtime.host import sanitise_arguments
@@ -517,12 +516,9 @@ class _ObservedTools:
         elif isinstance(outcome, CallCompleted) and self._segment._telemetry.trace_content:
             span.set_attribute("gen_ai.tool.call.result", _clip(outcome.output))
         span.end()
-        _log_outcome(self._segment.run_id, call.name, outcome)
         return outcome
 
     async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
-        if self._tracer is None:
-            return await self._inner.open_gate(call, gated, key=key)
         with self._tracer.start_as_current_span(
             f"gate {call.name}",
             attributes={
@@ -536,13 +532,6 @@ class _ObservedTools:
             ref = await self._inner.open_gate(call, gated, key=key)
             span.set_attribute("reverie.gate.ref", ref)
             return ref
-
-
-def _log_outcome(run_id: str, tool: str, outcome: CallOutcome) -> None:
-    if isinstance(outcome, CallFailed):
-        log.debug("run %s: tool %s failed (%s)", run_id, tool, outcome.error_kind)
-    else:
-        log.debug("run %s: tool %s %s", run_id, tool, outcome.kind)
 
 
 class _TracedCheckpoints:
