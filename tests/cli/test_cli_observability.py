@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from typer.testing import Result
@@ -143,3 +150,77 @@ def test_telemetry_trace_content_in_the_config_puts_message_content_on_exported_
     assert chats and all("hi there" in attrs["gen_ai.input.messages"] for attrs in chats)
     (tool_attrs,) = [attrs for name, attrs in spans if name == "execute_tool add"]
     assert json.loads(tool_attrs["gen_ai.tool.call.arguments"]) == {"a": 2, "b": 3}
+
+
+def test_reverie_serve_exports_its_runs_spans_over_otlp_and_logs_json_lines(
+    tmp_path: Path, collector: tuple[str, list[bytes]]
+) -> None:
+    endpoint, bodies = collector
+    token = "tok-otel-serve-9d2a"
+    (tmp_path / "reverie.toml").write_text(
+        "[agents.assistant]\n"
+        f"model = {json.dumps('scripted:' + str(EXAMPLE_SCRIPT))}\n"
+        'tools = ["reverie.cli.demo_tools:add"]\n'
+        "[auth.tokens]\n"
+        'ana = { token_env = "API_TOKEN_ANA", tenant = "acme", user = "ana" }\n',
+        encoding="utf-8",
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(
+        REVERIE_HOME=str(tmp_path),
+        USER="tester",
+        API_TOKEN_ANA=token,
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reverie.cli.app",
+            "serve",
+            "--port",
+            str(port),
+            "--log-format",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, process.communicate()
+            try:
+                httpx.get(f"{url}/v1/models", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "reverie serve did not start listening"
+                time.sleep(0.05)
+        answer = httpx.post(
+            f"{url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"model": "assistant", "messages": [{"role": "user", "content": "2+3?"}]},
+            timeout=20,
+        )
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+    assert answer.status_code == 200, answer.text
+    assert process.returncode == 0, stderr
+    _, spans = exported(bodies)  # flushed when the server stopped
+    names = [name for name, _ in spans]
+    # An HTTP chat turn is an unbound turn: its segment span is named for that, not per turn.
+    assert "invoke_agent unbound" in names and "execute_tool add" in names
+    lifecycle = [r for r in json_lines(stderr) if r["logger"] == "reverie.runtime"]
+    assert any(" finished: completed " in str(r["message"]) for r in lifecycle)
+    assert token not in stderr

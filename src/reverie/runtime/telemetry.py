@@ -281,12 +281,15 @@ class Segment:
                         },
                     )
                 )
+        # An unbound turn's agent is named per turn: span names stay low-cardinality.
+        agent = "unbound" if run.agent_name.startswith("unbound:") else run.agent_name
         span = tracer.start_span(
-            f"invoke_agent {run.agent_name}",
+            f"invoke_agent {agent}",
             kind=SpanKind.INTERNAL,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": run.agent_name,
+                "gen_ai.agent.name": agent,
+                "gen_ai.agent.id": run.agent_name,
                 "gen_ai.conversation.id": run.thread_id,
                 "reverie.run.id": run.run_id,
                 "reverie.run.profile": run.profile,
