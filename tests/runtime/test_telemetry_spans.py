@@ -286,3 +286,21 @@ async def test_without_a_tracer_provider_no_span_is_made_and_the_ports_are_not_w
     # No span context is kept in the checkpoint either.
     assert store_checkpoint is not None
     assert b'"trace"' not in store_checkpoint.payload
+
+
+async def test_a_denied_gate_is_a_resolve_gate_span_and_a_denied_execute_tool_span(
+    traces: Traces,
+) -> None:
+    model = ScriptedModel([call("send_email", to="bob@x", body="hi"), reply("not sent")])
+    agent = Agent(name="mailer", model=model, tools=[send_email])
+    async with Runtime.open(":memory:", tracer_provider=traces.provider) as rt:
+        r = await rt.run(agent, "mail bob", scope=SCOPE)
+        assert r.gate is not None
+        await rt.deny(r.gate.ref, reason="not today")
+    resolve = traces.one("resolve_gate")
+    assert attr(resolve, "reverie.gate.status") == "denied"
+    _, resumed = traces.named("invoke_agent mailer")
+    _, denied = traces.named("execute_tool send_email")
+    assert parent_of(denied) == span_id(resumed)
+    assert attr(denied, "reverie.tool.outcome") == "denied"
+    assert attr(denied, "error.type") == "denied"
