@@ -88,6 +88,7 @@ __all__ = [
     "ReverieConfig",
     "ServeConfig",
     "StoreConfig",
+    "TelemetryConfig",
     "TokenConfig",
     "auth_tokens",
     "build_agents",
@@ -138,6 +139,13 @@ class StoreConfig(_Section):
     url: str | None = Field(default=None, min_length=1)
     """A store URL (``sqlite:///path.db``, ``:memory:``, ``postgresql://…``); ``None`` for the
     default ``sqlite:///$REVERIE_HOME/reverie.db``."""
+
+
+class TelemetryConfig(_Section):
+    """``[telemetry]``: what spans may carry (docs/observability.md)."""
+
+    trace_content: bool = False
+    """Put message content and tool arguments on spans (off: only names, ids, usage, kinds)."""
 
 
 class LimitsConfig(_Section):
@@ -209,6 +217,8 @@ class ReverieConfig(_Section):
     :func:`reverie.memory.memory_from_config` (see :func:`memory_settings`)."""
     serve: dict[str, Any] = Field(default_factory=dict)
     """``[serve]``: where ``reverie serve`` listens, read by :func:`serve_settings`."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """``[telemetry]``: whether spans carry content (docs/observability.md)."""
 
     _source: str = PrivateAttr(default=CONFIG_FILE_NAME)
     _base_dir: Path | None = PrivateAttr(default=None)

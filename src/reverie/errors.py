@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from reverie.core.redact import mask_urls
+
 ModelErrorKind = Literal[
     "transient", "context_overflow", "content_filtered", "unavailable", "internal"
 ]
@@ -106,7 +108,8 @@ class ModelError(ReverieError):
     """A model call failed. ``kind`` classifies it for the recovery strategy."""
 
     def __init__(self, kind: ModelErrorKind, message: str) -> None:
-        super().__init__(message)
+        # Model errors quote endpoints and remote text: a URL's password never survives here.
+        super().__init__(mask_urls(message))
         self.kind: ModelErrorKind = kind
 
 

@@ -39,6 +39,12 @@ async def slow(seconds: float) -> str:
 
 
 @server.tool()
+def whoami() -> str:
+    """Fail quoting the credential the server was started with (a careless server)."""
+    raise ToolError(f"token {os.environ.get('DEMO_TOKEN')} has no access")
+
+
+@server.tool()
 def crash() -> str:
     """Kill the server process mid-call."""
     os._exit(1)

@@ -59,7 +59,7 @@ def failed(outcome: CallOutcome) -> CallFailed:
 async def test_mcp_toolset_lists_and_calls_a_stdio_server(ctx: ToolContext) -> None:
     async with MCPToolset(SERVER) as ts:
         tools = tools_by_name(ts.tools())
-        assert set(tools) == {"add", "shout", "refuse", "slow", "crash"}
+        assert set(tools) == {"add", "shout", "refuse", "slow", "whoami", "crash"}
         add = tools["add"]
         assert isinstance(add, Capability)
         assert add.descriptor.description == "Add two integers."
@@ -213,3 +213,13 @@ def test_mcp_toolset_options_must_describe_one_server(make: object) -> None:
     assert callable(make)
     with pytest.raises(UsageError):
         make()
+
+
+async def test_a_configured_credential_quoted_back_by_the_server_is_masked_in_the_outcome(
+    ctx: ToolContext,
+) -> None:
+    secret = "demo-CANARY-token-3141"
+    async with MCPToolset(SERVER, env={"DEMO_TOKEN": secret}, timeout_s=20.0) as ts:
+        outcome = failed(await tools_by_name(ts.tools())["whoami"].invoke({}, ctx))
+    assert outcome.message.endswith("token *** has no access")
+    assert secret not in outcome.message

@@ -12,7 +12,8 @@ MODE picks how ``memory_search`` answers:
 - ``wrongshape``: JSON whose rows are not a list;
 - ``slow``: nothing for an hour;
 - ``error``: an error result;
-- ``crash``: the process exits mid-call.
+- ``crash``: the process exits mid-call;
+- ``quote``: a protocol error quoting the credential back (``memory_add_session`` too).
 
 ``memory_add_session`` fails in ``crash``/``error`` modes and records to a file named by the
 ``FAKE_MEMORY_LOG`` environment variable otherwise. The echo reports a digest of
@@ -30,6 +31,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "honest"
@@ -96,6 +98,8 @@ async def memory_search(
         raise ToolError("the backend is down")
     if MODE == "crash":
         os._exit(3)
+    if MODE == "quote":
+        raise MCPError(-32603, f"token {os.environ.get('FAKE_MEMORY_TOKEN')} is not allowed here")
     raise ToolError(f"unknown mode {MODE}")
 
 
@@ -110,6 +114,8 @@ def memory_add_session(
     """Record a session (fails in the error and crash modes)."""
     if MODE in ("error", "crash"):
         raise ToolError("cannot record")
+    if MODE == "quote":
+        raise MCPError(-32603, f"bad credential {os.environ.get('FAKE_MEMORY_TOKEN')}")
     path = os.environ.get("FAKE_MEMORY_LOG")
     if path:
         with open(path, "a", encoding="utf-8") as handle:

@@ -227,3 +227,34 @@ async def test_a_missing_credential_is_unavailable(
     provider = fake(**serve("honest", credential_env="FAKE_MEMORY_TOKEN"))  # type: ignore[arg-type]
     result = await search(provider)
     assert isinstance(result, Unavailable) and "FAKE_MEMORY_TOKEN" in result.reason
+
+
+def database_bytes(db: Path) -> bytes:
+    """The bytes of a SQLite database and its ``-wal`` and ``-shm`` files."""
+    return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+
+async def test_a_credential_quoted_back_by_the_server_is_redacted_before_it_is_logged_or_stored(
+    fake: type[MCPMemory],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    secret = "tok-QUOTED-BACK-7373"
+    monkeypatch.setenv("FAKE_MEMORY_TOKEN", secret)
+    caplog.set_level(logging.DEBUG)
+    provider = fake(**serve("quote", credential_env="FAKE_MEMORY_TOKEN"))  # type: ignore[arg-type]
+    model = ScriptedModel([call("memory_search", query="colour"), reply("ok")])
+    db = tmp_path / "quote.db"
+    async with Runtime.open(f"sqlite:///{db}", memory=provider) as rt:
+        r = await rt.run(Agent(name="a", model=model), "hello memory", scope=ANA)
+        assert r.status == "completed"
+        [result] = tool_results(model.requests[1])
+        assert secret not in result
+        stored = database_bytes(db)
+    assert stored
+    assert secret.encode() not in stored
+    # The server's text reached the log at INFO, with the credential masked.
+    assert "memory_search: token *** is not allowed here" in caplog.text
+    assert secret not in caplog.text
+    assert all(secret not in prompt_text(request) for request in model.requests)

@@ -173,3 +173,20 @@ async def test_a_gated_run_approved_through_the_producer_completes_on_a_worker(
         assert pool.executions() == Counter({("send", handle.run_id): 1})
         items = await rt.store.thread_items(handle.thread_id)
         assert [i.role for i in items] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_the_worker_logs_each_job_it_runs_at_info(pool: Pool) -> None:
+    async with Runtime.open(pool.url, dispatch="queue", agents=_agents()) as rt:
+        handle = await rt.start(_agents()[0], "note", scope=ANA)
+        async with asyncio.timeout(RESULT_TIMEOUT_S):
+            result = await handle.result()
+    assert result.status == "completed"
+    wanted = [f"job: advance run {handle.run_id}", f"job: run {handle.run_id} is completed"]
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    while True:
+        logs = "".join(err.read_text(encoding="utf-8") for err in pool.stderr)
+        if all(w in logs for w in wanted) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert all(w in logs for w in wanted), logs
+    assert f"run {handle.run_id} resumed (agent counter" in logs  # a worker resumes a queued run

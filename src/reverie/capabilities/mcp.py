@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -37,6 +38,7 @@ from reverie.capabilities.output import DEFAULT_MAX_OUTPUT_BYTES, cap_output, se
 from reverie.capabilities.schema import find_non_finite
 from reverie.capabilities.tool import TOOL_NAME_PATTERN
 from reverie.core.capability import CallCompleted, CallFailed, CallOutcome, CapabilityDescriptor
+from reverie.core.redact import redact, url_secrets
 from reverie.errors import CapabilityError, UsageError
 
 try:
@@ -141,6 +143,9 @@ class MCPToolset:
         self._prefix = prefix
         self._env = dict(env) if env is not None else None
         self._headers = dict(headers) if headers is not None else None
+        # Configured credentials, masked in any text that came from the server (it may quote
+        # them back in an error) before that text is logged, shown to the model or stored.
+        self._secrets = _credential_values(self._env, self._headers, url)
         self._timeout_s = timeout_s
         self._connect_timeout_s = connect_timeout_s if connect_timeout_s is not None else timeout_s
         self._max_output_bytes = DEFAULT_MAX_OUTPUT_BYTES
@@ -230,8 +235,23 @@ class MCPToolset:
             )
         return await client.call_tool(name, dict(arguments), read_timeout_seconds=self._timeout_s)
 
+    def redact(self, text: str) -> str:
+        """``text`` (from the server) with this toolset's configured credentials masked."""
+        return redact(text, self._secrets)
+
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallOutcome:
-        """Call the server tool ``name`` (its remote name) and classify the result."""
+        """Call the server tool ``name`` (its remote name) and classify the result.
+
+        Server text in the outcome has the configured credentials masked.
+        """
+        outcome = await self._call_tool(name, arguments)
+        if isinstance(outcome, CallFailed):
+            return dataclasses.replace(outcome, message=self.redact(outcome.message))
+        if isinstance(outcome, CallCompleted):
+            return dataclasses.replace(outcome, output=self.redact(outcome.output))
+        return outcome
+
+    async def _call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallOutcome:
         where = f"MCP server {self.name!r}, tool {name!r}"
         if self._client is None:
             return CallFailed(error_kind="unavailable", message=f"{where}: not connected")
@@ -309,19 +329,25 @@ class MCPToolset:
                 await self._closing.wait()
         except Exception as exc:
             if not ready.done():
+                described = _describe(exc)
+                shown = self.redact(described)
                 error = CapabilityError(
                     "unavailable",
                     f"could not connect to MCP server {self.name!r}: "
                     + (
                         f"no answer within {self._connect_timeout_s}s"
                         if isinstance(exc, TimeoutError)
-                        else _describe(exc)
+                        else shown
                     ),
                 )
-                error.__cause__ = exc
+                # The cause keeps the server's raw text: dropped when it quoted a credential.
+                error.__cause__ = exc if shown == described else None
+                error.__suppress_context__ = shown != described
                 ready.set_exception(error)
             else:
-                logger.warning("MCP server %r: session ended with %s", self.name, _describe(exc))
+                logger.warning(
+                    "MCP server %r: session ended with %s", self.name, self.redact(_describe(exc))
+                )
         finally:
             self._client = None
             if not ready.done():
@@ -394,6 +420,22 @@ def _render_result(result: mcp_types.CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         return serialize_output(result.structured_content)
     return "\n".join(parts)
+
+
+def _credential_values(
+    env: Mapping[str, str] | None, headers: Mapping[str, str] | None, url: str | None
+) -> tuple[str, ...]:
+    """The secret values a toolset was configured with: env and header values, a bearer
+    token without its scheme, and a password in the URL (env values under 8 characters are
+    taken for settings, not credentials)."""
+    # Short env values are settings ("1", "info"), not credentials: masking them would garble.
+    values = [v for v in (env or {}).values() if len(v) >= 8]
+    for value in (headers or {}).values():
+        values.append(value)
+        scheme, _, token = value.partition(" ")
+        if token and scheme.lower() in ("bearer", "basic", "token"):
+            values.append(token)
+    return (*values, *url_secrets(url))
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,6 +47,7 @@ from reverie.cli.common import (
     reported_errors,
 )
 from reverie.cli.ids import resolve_thread_id
+from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
 from reverie.core.events import (
     AssistantMessage,
     LimitReached,
@@ -418,6 +419,8 @@ def chat_command(
     user: UserOption = None,
     config: ConfigOption = None,
     store: StoreOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Chat with an agent: streamed replies, tool calls as they run, approvals inline.
 
@@ -425,7 +428,7 @@ def chat_command(
     cancels the running turn (the run ends cancelled) and keeps the chat; at the prompt it
     quits. Exit code: 0, or 2 for a configuration or usage problem.
     """
-    with reported_errors():
+    with observed(log_level, log_format), reported_errors():
         code = _chat(
             agent=agent,
             model=model,

@@ -297,6 +297,7 @@ async def open_session(
             memory_budget_bytes=settings.budget_bytes if settings is not None else None,
             curation_interval_turns=settings.curation_interval_turns if settings else None,
             curation_model=curator_model,
+            trace_content=config.telemetry.trace_content,
         )
     except ConfigError as exc:
         raise ConfigError(f"{config.source}: [memory]: {exc}") from None

@@ -29,6 +29,7 @@ from reverie.cli.common import (
     out_console,
 )
 from reverie.cli.render import print_json
+from reverie.core.redact import mask_url, mask_urls
 from reverie.errors import ConfigError, ModelError, ReverieError
 
 if TYPE_CHECKING:
@@ -62,8 +63,8 @@ async def _store_check(config: ReverieConfig, override: str | None) -> Check:
         await store.open()
         await store.close()
     except (ReverieError, OSError) as exc:
-        return Check(name="store", status="fail", detail=f"{url}: {exc}")
-    return Check(name="store", status="ok", detail=f"{url} opens")
+        return Check(name="store", status="fail", detail=mask_urls(f"{url}: {exc}"))
+    return Check(name="store", status="ok", detail=f"{mask_url(url)} opens")
 
 
 def _agent_checks(config: ReverieConfig) -> list[Check]:

@@ -30,6 +30,7 @@ from reverie.cli.common import (
     open_session,
 )
 from reverie.cli.ids import resolve_thread_id
+from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
 from reverie.cli.render import show_result
 from reverie.core.scope import Scope
 
@@ -97,6 +98,8 @@ def run_command(
     user: UserOption = None,
     config: ConfigOption = None,
     store: StoreOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Run one turn and print the reply.
 
@@ -136,4 +139,5 @@ def run_command(
             result = await wait_for(session, handle, stream=stream)
             return show_result(result, as_json=as_json, streamed=stream)
 
-    execute(main)
+    with observed(log_level, log_format, default="warning"):
+        execute(main)

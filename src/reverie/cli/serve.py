@@ -21,6 +21,7 @@ from reverie.cli.common import (
     load,
     open_session,
 )
+from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
 
 __all__ = ["serve_command"]
 
@@ -46,6 +47,8 @@ def serve_command(
     ] = None,
     config: ConfigOption = None,
     store: StoreOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Serve the configured agents over HTTP: OpenAI-compatible chat completions and the
     runs API. Every request needs a bearer token from [auth.tokens] (docs/http.md)."""
@@ -85,4 +88,5 @@ def serve_command(
             await run_server(app, host=where_host, port=where_port)
         return ExitCode.OK
 
-    execute(main)
+    with observed(log_level, log_format, default="info"):
+        execute(main)

@@ -20,6 +20,7 @@ from reverie.cli.common import (
     load,
     open_session,
 )
+from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
 
 __all__ = ["worker_command"]
 
@@ -31,6 +32,8 @@ def worker_command(
     ] = 4,
     config: ConfigOption = None,
     store: StoreOption = None,
+    log_level: LogLevelOption = None,
+    log_format: LogFormatOption = "text",
 ) -> None:
     """Take "advance run" jobs from the PostgreSQL job queue and run them, until SIGTERM or
     Ctrl-C. Runs whose worker died are recovered at start and every 30 s."""
@@ -67,4 +70,5 @@ def worker_command(
         err_console().print("reverie worker: stopped", markup=False)
         return ExitCode.OK
 
-    execute(main)
+    with observed(log_level, log_format, default="info"):
+        execute(main)

@@ -265,8 +265,12 @@ class MCPMemory:
                 "unavailable", f"{tool}: no answer within {self.timeout_s}s"
             ) from exc
         except Exception as exc:
-            detail = getattr(exc, "message", None) or type(exc).__name__
-            raise CapabilityError("unavailable", f"{tool}: {detail}") from exc
+            raw = getattr(exc, "message", None) or type(exc).__name__
+            # The server's text may quote the credential back: masked before it goes anywhere.
+            detail = toolset.redact(str(raw))
+            raise CapabilityError("unavailable", f"{tool}: {detail}") from (
+                exc if detail == raw else None
+            )
         if getattr(result, "is_error", False):
             raise CapabilityError("unavailable", f"{tool}: the server reported an error")
         return result

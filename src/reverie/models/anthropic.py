@@ -120,7 +120,8 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
     def _make_client(self, key: str) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
             api_key=key,
-            base_url=self._base_url,
+            base_url=self._client_url,
+            default_headers=self._client_headers,
             timeout=self._timeout_s,
             max_retries=0,
         )
@@ -253,7 +254,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         if isinstance(exc, anthropic.APITimeoutError):
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
         if isinstance(exc, anthropic.APIConnectionError):
-            where = self._base_url or "the Anthropic API"
+            where = self._shown_url or "the Anthropic API"
             return ModelError("unavailable", f"{name}: cannot connect to {where}")
         status: int | None = None
         error_type: str | None = None
@@ -270,7 +271,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         kind = classify_api_error(status, code=code, type_=error_type, message=message)
         what = f"HTTP {status}" if status is not None else "error in stream"
         label = f" [{error_type}]" if error_type else ""
-        text = detail(message, self._sent_key)
+        text = detail(message, self._sent_key, self._url_secrets)
         return ModelError(kind, f"{name}: {what}{label}" + (f": {text}" if text else ""))
 
 

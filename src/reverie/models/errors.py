@@ -19,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
+from reverie.core.redact import redact as redact_all
 from reverie.errors import ModelError, ModelErrorKind
 
 __all__ = [
@@ -101,11 +102,15 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
-def detail(message: str | None, secret: str | None) -> str:
-    """A short, redacted form of a provider's error message for our own message."""
+def detail(message: str | None, secret: str | None, also: Iterable[str] = ()) -> str:
+    """A short, redacted form of a provider's error message for our own message.
+
+    ``secret`` (the key sent) and ``also`` (say, the endpoint URL's password) are masked, and so
+    is the userinfo of any URL the server quoted back.
+    """
     if not message:
         return ""
-    text = redact(" ".join(message.split()), secret)
+    text = redact_all(redact(" ".join(message.split()), secret), also)
     return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
 
 

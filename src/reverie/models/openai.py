@@ -160,7 +160,8 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
 
         return openai.AsyncOpenAI(
             api_key=key,
-            base_url=self._base_url,
+            base_url=self._client_url,
+            default_headers=self._client_headers,
             timeout=self._timeout_s,
             max_retries=0,
         )
@@ -277,14 +278,14 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
         if isinstance(exc, openai.APITimeoutError):
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
         if isinstance(exc, openai.APIConnectionError):
-            where = self._base_url or "the OpenAI API"
+            where = self._shown_url or "the OpenAI API"
             return ModelError("unavailable", f"{name}: cannot connect to {where}")
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
         kind = classify_api_error(status, code=exc.code, type_=exc.type, message=_body_message(exc))
         what = f"HTTP {status}" if status is not None else "error in stream"
-        text = detail(_body_message(exc), self._sent_key)
+        text = detail(_body_message(exc), self._sent_key, self._url_secrets)
         code = f" [{exc.code}]" if exc.code else ""
         return ModelError(kind, f"{name}: {what}{code}" + (f": {text}" if text else ""))
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from reverie.core.redact import mask_url
 from reverie.errors import ConfigError
 from reverie.models.base import Model
 
@@ -99,7 +100,7 @@ def resolve_model(
         if not url.startswith(("http://", "https://")) or not model:
             raise _unknown(spec, configured, "openai-compat needs <url>#<model>")
         return OpenAIChatModel(
-            model, base_url=url, api_key_env=None, name=f"openai-compat:{url}#{model}"
+            model, base_url=url, api_key_env=None, name=f"openai-compat:{mask_url(url)}#{model}"
         )
     if not rest:
         raise _unknown(spec, configured, f"{spec!r} has no model name after {prefix!r}")

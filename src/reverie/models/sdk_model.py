@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Generic, Self, cast
 
+from reverie.core.redact import mask_url, mask_urls, split_userinfo, url_secrets
 from reverie.errors import ModelError
 from reverie.models.errors import ClientHolder, ClientT, resolve_api_key
 
@@ -35,7 +36,17 @@ class SDKModel(ABC, Generic[ClientT]):
         self._api_key_env = api_key_env
         self._api_key = api_key
         self._timeout_s = timeout_s
-        self._name = name or f"{self._prefix}:{model}"
+        # A password in the endpoint URL never reaches a name, an error, a repr or a span.
+        self._name = mask_urls(name or f"{self._prefix}:{model}")
+        self._shown_url = mask_url(base_url) if base_url else None
+        self._url_secrets = url_secrets(base_url)
+        # The SDK client gets the bare URL plus the Basic header userinfo stood for, so the
+        # HTTP client's own request log never shows the password.
+        self._client_url: str | None = base_url
+        basic: str | None = None
+        if base_url:
+            self._client_url, basic = split_userinfo(base_url)
+        self._client_headers = {"Authorization": basic} if basic else None
         self._sent_key: str | None = None
         self._clients: ClientHolder[ClientT] = ClientHolder(self._new_client, self._close_client)
 
@@ -50,7 +61,7 @@ class SDKModel(ABC, Generic[ClientT]):
         return self._model
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self._name!r}, base_url={self._base_url!r})"
+        return f"{type(self).__name__}(name={self._name!r}, base_url={self._shown_url!r})"
 
     async def __aenter__(self) -> Self:
         """Keep one SDK client (and its connections) until exit."""

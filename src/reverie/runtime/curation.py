@@ -61,6 +61,7 @@ from reverie.memory.service import MemoryService
 from reverie.models.base import Model
 from reverie.runtime.applier import INTERACTIVE_PROFILES
 from reverie.runtime.structured import OutputContract
+from reverie.runtime.telemetry import PassSpan
 from reverie.store.documents import DocumentStore, MemoryPassRecord
 
 if TYPE_CHECKING:
@@ -221,26 +222,29 @@ class Curator:
         self._inflight[key] = done
         spec = self.op.pass_
         guard = PassGuard()
+        span = self._rt._telemetry.curation_pass(key)
         try:
-            run_id = await self._rt.unbound.submit(
-                system_prompt=self._load_prompt(),
-                messages=[PASS_OPENING],
-                tools=self._service.pass_tools(spec.tools, guard),
-                output_contract=REPORT_CONTRACT,
-                limits=pass_limits(spec),
-                idempotency_key=key,
-                scope=scope,
-                model=chosen,
-                agent=agent if chosen is None else None,
-            )
+            with span.current():  # the pass's run is the span's child
+                run_id = await self._rt.unbound.submit(
+                    system_prompt=self._load_prompt(),
+                    messages=[PASS_OPENING],
+                    tools=self._service.pass_tools(spec.tools, guard),
+                    output_contract=REPORT_CONTRACT,
+                    limits=pass_limits(spec),
+                    idempotency_key=key,
+                    scope=scope,
+                    model=chosen,
+                    agent=agent if chosen is None else None,
+                )
         except BaseException as exc:
             del self._inflight[key]
+            span.end(error=exc)
             if isinstance(exc, Exception):
                 done.set_exception(exc)
             else:
                 done.cancel()
             raise
-        self._rt._spawn(self._finish(key, run_id, scope, guard, done))
+        self._rt._spawn(self._finish(key, run_id, scope, guard, done, span))
         return done
 
     async def _finish(
@@ -250,6 +254,7 @@ class Curator:
         scope: Scope,
         guard: PassGuard,
         done: asyncio.Future[MemoryPassRecord],
+        span: PassSpan,
     ) -> None:
         """Wait for the pass's run, keep its record; failures are logged at debug."""
         try:
@@ -261,12 +266,15 @@ class Curator:
             if isinstance(store, DocumentStore):
                 record = await store.save_memory_pass(record)
             log.debug("curation: pass %s ended %s", key, result.status)
+            span.end(status=result.status)
             if not done.done():
                 done.set_result(record)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            span.end(error=exc)
             done.cancel()
             raise
         except Exception as exc:
+            span.end(error=exc)
             log.debug("curation: pass %s failed (%s)", key, type(exc).__name__)
             if not done.done():
                 done.set_exception(exc)

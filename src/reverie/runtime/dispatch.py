@@ -219,10 +219,16 @@ async def serve_jobs(
 
     @app.task(name=TASK_NAME, queue=QUEUE, retry=3)
     async def advance_run(run_id: str) -> None:
+        log.info("job: advance run %s", run_id)
         try:
-            await rt.resume(run_id)
+            result = await rt.resume(run_id)
         except (RunBusy, LeaseLost):
             log.info("run %s: another worker has it", run_id)
+            return
+        except Exception as exc:
+            log.warning("job: run %s raised %s (the job is retried)", run_id, type(exc).__name__)
+            raise
+        log.info("job: run %s is %s", run_id, result.status)
 
     async def recover_forever() -> None:
         while True:

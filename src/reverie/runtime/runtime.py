@@ -59,6 +59,7 @@ from reverie.runtime.host import (
 from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state, usage_so_far
+from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
@@ -103,11 +104,14 @@ class Runtime:
         curation_interval_turns: int | None = None,
         curation_model: str | Model | None = None,
         thread_policy: ThreadPolicy = "reject",
+        tracer_provider: Any = None,
+        trace_content: bool = False,
     ) -> None:
         if thread_policy not in THREAD_POLICIES:
             raise UsageError(f"thread_policy must be one of {', '.join(THREAD_POLICIES)}")
         self._thread_policy: ThreadPolicy = thread_policy
         self.store = store
+        self._telemetry = Telemetry(tracer_provider=tracer_provider, trace_content=trace_content)
         self.hooks = HookRegistry()
         """Register hooks here: ``rt.hooks.register("before_capability", fn, name=...)``."""
         self._dispatcher = HookDispatcher(self.hooks)
@@ -162,6 +166,8 @@ class Runtime:
         curation_model: str | Model | None = None,
         dispatch: Literal["local", "queue"] = "local",
         thread_policy: ThreadPolicy = "reject",
+        tracer_provider: Any = None,
+        trace_content: bool = False,
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
@@ -182,6 +188,9 @@ class Runtime:
 
         ``thread_policy`` is the default of :meth:`start`'s: what a run started on a thread
         that already has an active run does (``"reject"``, ``"enqueue"`` or ``"interrupt"``).
+        With the ``otel`` extra and a tracer provider (``tracer_provider``, else the global one)
+        runs emit OpenTelemetry spans (docs/observability.md); ``trace_content=True`` puts
+        message content and tool arguments on them, which is off by default.
 
         Raises:
             ConfigError: A bad store URL; ``curation_interval_turns`` below 2, or set while the
@@ -207,6 +216,8 @@ class Runtime:
             curation_interval_turns=curation_interval_turns,
             curation_model=curation_model,
             thread_policy=thread_policy,
+            tracer_provider=tracer_provider,
+            trace_content=trace_content,
         )
         rt._queue = queue
         return _Opener(rt)
@@ -546,6 +557,7 @@ class Runtime:
             now=time.time(),
             take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
         )
+        segment = self._telemetry.segment(run, resumed=resumed)
         try:
             # Another worker may have finished the run while we waited for the lease.
             run = await self.store.get_run(run_id)
@@ -602,10 +614,11 @@ class Runtime:
                 inputs=StoreInputs(ctx),
                 events=BusEvents(ctx),
             )
+            traced = segment.instrument(host, state)
             config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit)
             async with heartbeat(self.store, run_id, fence, ttl_s=self._lease_ttl_s):
                 try:
-                    exit_, _ = await run_loop(host, family, state, config)
+                    exit_, _ = await run_loop(traced, family, state, config)
                 except LeaseLost:
                     raise
                 except Exception as exc:  # a bug below the loop: recorded, never a crash
@@ -615,10 +628,11 @@ class Runtime:
                         safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
                     )
             await ctx.drain_observers()
-            return await self._applier.apply(
-                run, exit_, fence=fence, bus=active.bus, hooks=dispatcher
+            return segment.finished(
+                await self._applier.apply(run, exit_, fence=fence, bus=active.bus, hooks=dispatcher)
             )
         finally:
+            segment.close()
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.store.release_lease(run_id, fence))
 
@@ -722,11 +736,17 @@ class Runtime:
     # ------------------------------------------------------------------------------ gates
     async def approve(self, ref: str) -> RunResult:
         """Approve a pending gate once and resume its run until it next ends or blocks."""
-        return await self._resolve(ref, "approved", None)
+        with self._telemetry.span(
+            "resolve_gate", {"reverie.gate.ref": ref, "reverie.gate.status": "approved"}
+        ):
+            return await self._resolve(ref, "approved", None)
 
     async def deny(self, ref: str, *, reason: str = "denied") -> RunResult:
         """Deny a pending gate once; the model is told and the run continues."""
-        return await self._resolve(ref, "denied", reason)
+        with self._telemetry.span(
+            "resolve_gate", {"reverie.gate.ref": ref, "reverie.gate.status": "denied"}
+        ):
+            return await self._resolve(ref, "denied", reason)
 
     async def _resolve(
         self, ref: str, status: Literal["approved", "denied"], reason: str | None
@@ -766,8 +786,9 @@ class Runtime:
         leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
         if leased and not owner_gone(run.lease_owner) and run.lease_owner != self._owner:
             raise RunBusy(f"run {run_id} is leased by a live worker")
-        handle = await self._dispatch(run, resumed=True)
-        return await handle.result()
+        with self._telemetry.span("resume_run", {"reverie.run.id": run_id}):
+            handle = await self._dispatch(run, resumed=True)
+            return await handle.result()
 
     async def recover(self) -> list[RunResult]:
         """Resume every run whose worker died (lease expired or owner gone)."""

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from reverie.core.exits import Cancelled, Failed, LoopExit
+from reverie.core.redact import mask_urls
 from reverie.errors import (
     ConfigError,
     ConflictError,
@@ -81,7 +82,7 @@ _MIN_SECRET_CHARS = 8
 
 
 class Redactor:
-    """Masks known secret values in text that is about to leave the server."""
+    """Masks known secret values (and URL userinfo) in text that is about to leave the server."""
 
     def __init__(
         self, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None
@@ -98,7 +99,7 @@ class Redactor:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, "***")
-        return text
+        return mask_urls(text)  # and any URL's userinfo
 
 
 def error_body(
