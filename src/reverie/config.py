@@ -141,6 +141,14 @@ class StoreConfig(_Section):
     default ``sqlite:///$REVERIE_HOME/reverie.db``."""
 
 
+class RuntimeSection(_Section):
+    """``[runtime]``: defaults of the runtime every command opens."""
+
+    thread_policy: Literal["reject", "enqueue", "interrupt"] = "reject"
+    """What a run started on a thread with a running or blocked run does (docs/durability.md):
+    refuse (``ThreadBusy``), become its follow-up, or cancel it first."""
+
+
 class TelemetryConfig(_Section):
     """``[telemetry]``: what spans may carry (docs/observability.md)."""
 
@@ -219,6 +227,8 @@ class ReverieConfig(_Section):
     """``[serve]``: where ``reverie serve`` listens, read by :func:`serve_settings`."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """``[telemetry]``: whether spans carry content (docs/observability.md)."""
+    runtime: RuntimeSection = Field(default_factory=RuntimeSection)
+    """``[runtime]``: the default thread policy."""
 
     _source: str = PrivateAttr(default=CONFIG_FILE_NAME)
     _base_dir: Path | None = PrivateAttr(default=None)

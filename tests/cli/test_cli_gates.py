@@ -116,3 +116,53 @@ def test_gates_list_with_no_gates_says_so(cli: Callable[..., Result]) -> None:
 
     assert result.exit_code == 0
     assert "No gates." in result.stdout
+
+
+def test_run_on_a_thread_with_a_blocked_run_exits_75_naming_the_thread_policy(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    first = json.loads(cli("run", "--json", "--agent", "mailer", "email ana").stdout)
+    thread = first["thread_id"]
+
+    busy = cli("run", "--agent", "mailer", "--thread", thread, "and bob")
+
+    assert busy.exit_code == 75, busy.output
+    assert first["run_id"] in busy.stderr and "--thread-policy" in busy.stderr
+
+
+def test_thread_policy_interrupt_cancels_the_blocked_run_and_runs_the_new_turn(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    first = json.loads(cli("run", "--json", "--agent", "mailer", "email ana").stdout)
+
+    again = cli(
+        "run",
+        "--json",
+        "--agent",
+        "mailer",
+        "--thread",
+        first["thread_id"],
+        "--thread-policy",
+        "interrupt",
+        "email bob",
+    )
+
+    assert again.exit_code == 3, again.output  # the new turn blocks on its own gate
+    shown = json.loads(cli("runs", "show", "--json", first["run_id"]).stdout)
+    assert shown["status"] == "cancelled"
+
+
+def test_runtime_thread_policy_in_the_config_is_the_default(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    mailer_config.write_text(
+        mailer_config.read_text(encoding="utf-8") + '\n[runtime]\nthread_policy = "interrupt"\n',
+        encoding="utf-8",
+    )
+    first = json.loads(cli("run", "--json", "--agent", "mailer", "email ana").stdout)
+
+    again = cli("run", "--agent", "mailer", "--thread", first["thread_id"], "email bob")
+
+    assert again.exit_code == 3, again.output
+    bad = cli("run", "--agent", "mailer", "--thread-policy", "sometimes", "x")
+    assert bad.exit_code == 2

@@ -298,6 +298,7 @@ async def open_session(
             curation_interval_turns=settings.curation_interval_turns if settings else None,
             curation_model=curator_model,
             trace_content=config.telemetry.trace_content,
+            thread_policy=config.runtime.thread_policy,
         )
     except ConfigError as exc:
         raise ConfigError(f"{config.source}: [memory]: {exc}") from None
