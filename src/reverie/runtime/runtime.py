@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Generator, Iterable, Sequence
+from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -293,12 +293,14 @@ class Runtime:
         profile: str = "interactive",
         has_actor: bool = True,
         idempotency_key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Start a turn and return at once with a :class:`RunHandle`.
 
         ``message`` is the user's message, or the run's opening messages in order (unbound
         turns). An ``idempotency_key`` that already names a run of the same owner returns that
-        run's handle: it is never started a second time.
+        run's handle: it is never started a second time (keys are per owner: another owner's
+        same key starts that owner's own run). ``meta`` is stored on the run record as it is.
         """
         self._require_open()
         if not isinstance(scope, Scope):
@@ -319,8 +321,10 @@ class Runtime:
         self._families.get(family_id)  # unknown family: a typed error now, not later
         if thread_id is None:
             # Keyed runs get a thread named by the key: a repeated start leaves no empty thread.
+            # Keys are per owner: another owner's same key names another thread and run.
             keyed = idempotency_key is not None
-            thread_id = f"thr_{digest(idempotency_key)[:32]}" if keyed else new_id("thr")
+            owned_key = [scope.tenant, scope.user, idempotency_key]
+            thread_id = f"thr_{digest(owned_key)[:32]}" if keyed else new_id("thr")
             await self.store.create_thread(thread_id, scope)
         else:
             thread = await self.store.get_thread(thread_id)
@@ -338,6 +342,7 @@ class Runtime:
                 family_id=family_id,
                 has_actor=has_actor,
                 idempotency_key=idempotency_key,
+                meta=dict(meta or {}),
             )
         )
         if run.run_id != minted:

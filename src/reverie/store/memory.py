@@ -52,7 +52,8 @@ class MemoryStore(MemoryDocuments):
         self._items: dict[str, TranscriptItem] = {}
         self._thread_items: dict[str, list[str]] = {}
         self._runs: dict[str, RunRecord] = {}
-        self._idem: dict[str, str] = {}
+        self._idem: dict[tuple[str, str, str], str] = {}
+        """(tenant, user, idempotency key) → run id: keys are per owner."""
         self._checkpoints: dict[str, CheckpointRecord] = {}
         self._journal: dict[tuple[str, str], JournalEntry] = {}
         self._inputs: dict[str, list[InputRecord]] = {}
@@ -153,15 +154,18 @@ class MemoryStore(MemoryDocuments):
 
     # runs and leases ----------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> RunRecord:
-        if run.idempotency_key is not None and run.idempotency_key in self._idem:
-            return self._runs[self._idem[run.idempotency_key]]
+        key = None
+        if run.idempotency_key is not None:
+            key = (run.scope.tenant, run.scope.user, run.idempotency_key)
+            if key in self._idem:
+                return self._runs[self._idem[key]]
         if run.run_id in self._runs:
             raise ConflictError(f"run {run.run_id} already exists")
         now = _now()
         rec = dataclasses.replace(run, created_at=now, updated_at=now)
         self._runs[run.run_id] = rec
-        if run.idempotency_key is not None:
-            self._idem[run.idempotency_key] = run.run_id
+        if key is not None:
+            self._idem[key] = run.run_id
         self._inputs.setdefault(run.run_id, [])
         return rec
 

@@ -179,7 +179,7 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
 
     # runs and leases ----------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> RunRecord:
-        """Insert a run; if its idempotency key exists, return that run instead.
+        """Insert a run; if its owner's idempotency key exists, return that run instead.
 
         Raises:
             ConflictError: A run with the same id (and no matching idempotency key) exists.
@@ -188,10 +188,11 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
         rec = dataclasses.replace(run, created_at=now, updated_at=now)
         columns = schema.run_columns(rec)
         by_key = "SELECT * FROM runs WHERE idempotency_key = %s"
+        key = columns["idempotency_key"]  # qualified by the owner
 
         async def write(conn: Conn) -> RunRecord:
             if run.idempotency_key is not None:
-                row = await db.one(conn, by_key, (run.idempotency_key,))
+                row = await db.one(conn, by_key, (key,))
                 if row is not None:
                     return schema.row_run(row)
             sql = "SELECT 1 FROM runs WHERE run_id = %s"
@@ -202,7 +203,7 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
             if await db.insert(conn, "runs", columns, " ON CONFLICT (idempotency_key) DO NOTHING"):
                 return rec
             what = f"run with idempotency key of {run.run_id}"
-            return schema.row_run(await db.found(conn, by_key, (run.idempotency_key,), what))
+            return schema.row_run(await db.found(conn, by_key, (key,), what))
 
         return await self._transact("create a run", write)
 

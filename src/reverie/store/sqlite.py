@@ -228,7 +228,7 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
 
     # runs and leases ----------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> RunRecord:
-        """Insert a run; if its idempotency key exists, return that run instead.
+        """Insert a run; if its owner's idempotency key exists, return that run instead.
 
         Raises:
             ConflictError: A run with the same id (and no matching idempotency key) exists.
@@ -237,7 +237,7 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
         def write(db: sqlite3.Connection) -> RunRecord:
             if run.idempotency_key is not None:
                 sql = "SELECT * FROM runs WHERE idempotency_key = ?"
-                row = schema.one(db, sql, (run.idempotency_key,))
+                row = schema.one(db, sql, (schema.owner_key(run.scope, run.idempotency_key),))
                 if row is not None:
                     return schema.row_run(row)
             if schema.one(db, "SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)) is not None:

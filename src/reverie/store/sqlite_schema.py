@@ -40,6 +40,7 @@ from reverie.store.rows import (
     exit_column as exit_column,
     gate_columns as gate_columns,
     input_columns as input_columns,
+    owner_key as owner_key,
     row_checkpoint as row_checkpoint,
     row_gate as row_gate,
     row_input as row_input,
