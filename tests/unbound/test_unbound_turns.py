@@ -10,7 +10,7 @@ import pytest
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.core.exits import Completed, Failed
 from reverie.core.messages import Message, ModelRequest, ModelResponse
-from reverie.errors import ConflictError, UsageError
+from reverie.errors import UsageError
 from reverie.hooks import AfterTurnContext
 from reverie.testing import ScriptedModel, call, reply
 from unbound.unbound_support import make_step

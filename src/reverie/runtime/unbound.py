@@ -17,7 +17,7 @@ Curation passes (DESIGN §13) are built on this service.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from reverie.capabilities.tool import tools_by_name
@@ -73,6 +73,7 @@ class UnboundTurnService:
         scope: Scope,
         model: str | Model | None = None,
         agent: Agent | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> str:
         """Start an unbound turn and return its run id at once.
 
@@ -92,6 +93,7 @@ class UnboundTurnService:
             model: The model (spec or instance). Exactly one of ``model`` and ``agent``.
             agent: Use this agent's model and its hooks (its policies travel with it), not its
                 tools or instructions.
+            meta: Stored on the run record (``RunRecord.meta``) as it is.
 
         Raises:
             UsageError: neither or both of ``model``/``agent``; a system-role message; a tool
@@ -123,10 +125,12 @@ class UnboundTurnService:
             hooks=tuple(agent.hooks) if agent is not None else (),
         )
         # The served agent's name, for listings: the run's own agent is the ephemeral one.
-        meta = {SERVED_AGENT_META: agent.name} if agent is not None else {}
+        stored = dict(meta or {})
+        if agent is not None:
+            stored[SERVED_AGENT_META] = agent.name
         if idempotency_key is None:
             handle = await rt.start(
-                ephemeral, opening, scope=scope, profile=profile, has_actor=False, meta=meta
+                ephemeral, opening, scope=scope, profile=profile, has_actor=False, meta=stored
             )
         else:
             async with self._submitting:
@@ -137,7 +141,7 @@ class UnboundTurnService:
                     profile=profile,
                     has_actor=False,
                     idempotency_key=idempotency_key,
-                    meta=meta,
+                    meta=stored,
                 )
         self._retire_when_done(handle.run_id, ephemeral)
         return handle.run_id
@@ -169,6 +173,7 @@ class UnboundTurnService:
         scope: Scope,
         model: str | Model | None = None,
         agent: Agent | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> RunResult:
         """:meth:`submit`, then wait for :meth:`result`."""
         run_id = await self.submit(
@@ -181,6 +186,7 @@ class UnboundTurnService:
             scope=scope,
             model=model,
             agent=agent,
+            meta=meta,
         )
         return await self.result(run_id)
 

@@ -39,6 +39,7 @@ from reverie.serve.auth import owner_of
 from reverie.serve.bodies import parse_body
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, error_body, failure_error, from_reverie_error
+from reverie.serve.idempotency import idempotency_of
 
 __all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn"]
 
@@ -310,6 +311,7 @@ class ChatRoutes:
         body = await parse_body(request, ChatCompletionBody, invalid_status=400)
         agent = self.ctx.agent(body.model, param="model")
         turn = to_turn(body, agent)
+        keyed = idempotency_of(request, body, route="chat")
         rt = self.ctx.rt
         run_id = await rt.unbound.submit(
             system_prompt=turn.system_prompt,
@@ -317,9 +319,13 @@ class ChatRoutes:
             tools=list(agent.tools),
             output_contract=turn.contract,
             limits=agent.limits,
+            idempotency_key=keyed.key if keyed else None,
             scope=owner,
             agent=agent,
+            meta=keyed.meta if keyed else None,
         )
+        if keyed is not None:
+            keyed.check(await rt.store.get_run(run_id))
         created = int(time.time())
         headers = {"x-reverie-run-id": run_id}
         if body.stream:
@@ -390,9 +396,13 @@ class _Stream:
         return _sse(error_body(error.status, message, code=error.code))
 
     async def _text(self) -> AsyncIterator[str]:
-        """The turn's text pieces, live."""
+        """The turn's text pieces, live; a turn that already ended (the same
+        ``Idempotency-Key`` again) sends its final text in one piece."""
         handle = self.ctx.rt.attach(self.run_id)
         if handle is None:
+            result = await self.ctx.rt.unbound.result(self.run_id)
+            if result.status == "completed" and result.text:
+                yield result.text
             return
         streamed = False  # text deltas seen since the last assistant message
         wrote = False  # any text sent yet (later messages are set apart by a blank line)

@@ -28,6 +28,7 @@ from reverie.serve.bodies import FollowUpBody, ResolveBody, StartRunBody, SteerB
 from reverie.serve.chat import SSE_PING_S
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError
+from reverie.serve.idempotency import idempotency_of
 from reverie.serve.views import (
     event_json,
     finished_event,
@@ -87,9 +88,15 @@ class RunRoutes:
         owner = owner_of(request)
         body = await parse_body(request, StartRunBody)
         agent = self.ctx.agent(body.agent, param="agent")
+        keyed = idempotency_of(request, body, route="runs")
         try:
             handle = await self.ctx.rt.start(
-                agent, body.input, scope=owner, thread_id=body.thread_id
+                agent,
+                body.input,
+                scope=owner,
+                thread_id=body.thread_id,
+                idempotency_key=keyed.key if keyed else None,
+                meta=keyed.meta if keyed else None,
             )
         except NotFoundError:
             # A missing thread and another owner's thread answer alike.
@@ -100,8 +107,11 @@ class RunRoutes:
                 param="thread_id",
             ) from None
         run = await self.ctx.rt.store.get_run(handle.run_id)
+        if keyed is not None:
+            keyed.check(run)
         return JSONResponse(
             {"run_id": run.run_id, "thread_id": run.thread_id, "status": run.status},
+            # A repeated key answers as the first request did, with the run it started.
             status_code=201,
             headers={"location": f"/v1/runs/{run.run_id}"},
         )
