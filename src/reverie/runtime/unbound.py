@@ -74,6 +74,7 @@ class UnboundTurnService:
         model: str | Model | None = None,
         agent: Agent | None = None,
         meta: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
     ) -> str:
         """Start an unbound turn and return its run id at once.
 
@@ -94,10 +95,13 @@ class UnboundTurnService:
             agent: Use this agent's model and its hooks (its policies travel with it), not its
                 tools or instructions.
             meta: Stored on the run record (``RunRecord.meta``) as it is.
+            thread_id: Continue this thread of ``scope`` (its transcript comes before
+                ``messages``); omitted: a new thread.
 
         Raises:
             UsageError: neither or both of ``model``/``agent``; a system-role message; a tool
                 named ``structured_result`` with a structured contract; duplicate tool names.
+            NotFoundError: ``thread_id`` is not a thread of ``scope``.
         """
         contract = output_contract or OutputContract.assistant_message()
         if (model is None) == (agent is None):
@@ -130,7 +134,13 @@ class UnboundTurnService:
             stored[SERVED_AGENT_META] = agent.name
         if idempotency_key is None:
             handle = await rt.start(
-                ephemeral, opening, scope=scope, profile=profile, has_actor=False, meta=stored
+                ephemeral,
+                opening,
+                scope=scope,
+                thread_id=thread_id,
+                profile=profile,
+                has_actor=False,
+                meta=stored,
             )
         else:
             async with self._submitting:
@@ -138,6 +148,7 @@ class UnboundTurnService:
                     ephemeral,
                     opening,
                     scope=scope,
+                    thread_id=thread_id,
                     profile=profile,
                     has_actor=False,
                     idempotency_key=idempotency_key,
@@ -174,6 +185,7 @@ class UnboundTurnService:
         model: str | Model | None = None,
         agent: Agent | None = None,
         meta: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
     ) -> RunResult:
         """:meth:`submit`, then wait for :meth:`result`."""
         run_id = await self.submit(
@@ -187,6 +199,7 @@ class UnboundTurnService:
             model=model,
             agent=agent,
             meta=meta,
+            thread_id=thread_id,
         )
         return await self.result(run_id)
 

@@ -16,6 +16,7 @@ from reverie.serve.auth import BearerAuth, TokenTable
 from reverie.serve.chat import ChatRoutes
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import Redactor, exception_handlers
+from reverie.serve.responses import ResponseRoutes
 from reverie.serve.runs import RunRoutes
 
 __all__ = ["create_app"]
@@ -70,7 +71,11 @@ def create_app(
             await ctx.tasks.aclose()
 
     app = Starlette(
-        routes=[*ChatRoutes(ctx).routes(), *RunRoutes(ctx).routes()],
+        routes=[
+            *ChatRoutes(ctx).routes(),
+            *ResponseRoutes(ctx).routes(),
+            *RunRoutes(ctx).routes(),
+        ],
         middleware=[Middleware(BearerAuth, tokens=table)],
         exception_handlers=exception_handlers(),
         lifespan=lifespan,

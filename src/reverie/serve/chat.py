@@ -41,7 +41,7 @@ from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, error_body, failure_error, from_reverie_error
 from reverie.serve.idempotency import idempotency_of
 
-__all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn"]
+__all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn", "turn_text"]
 
 log = logging.getLogger("reverie.serve")
 
@@ -395,38 +395,12 @@ class _Stream:
         message = self.ctx.redact(error.message)
         return _sse(error_body(error.status, message, code=error.code))
 
-    async def _text(self) -> AsyncIterator[str]:
-        """The turn's text pieces, live; a turn that already ended (the same
-        ``Idempotency-Key`` again) sends its final text in one piece."""
-        handle = self.ctx.rt.attach(self.run_id)
-        if handle is None:
-            result = await self.ctx.rt.unbound.result(self.run_id)
-            if result.status == "completed" and result.text:
-                yield result.text
-            return
-        streamed = False  # text deltas seen since the last assistant message
-        wrote = False  # any text sent yet (later messages are set apart by a blank line)
-        async for event in handle.events():
-            text = ""
-            if isinstance(event, TextDeltaEvent):
-                text = event.text
-                if text and not streamed and wrote:
-                    text = "\n\n" + text
-                streamed = streamed or bool(event.text)
-            elif isinstance(event, AssistantMessage):
-                if not streamed and event.text.strip():  # a model that does not stream
-                    text = ("\n\n" if wrote else "") + event.text
-                streamed = False
-            if text:
-                wrote = True
-                yield text
-
     async def events(self) -> AsyncIterator[ServerSentEvent]:
         """The SSE events of the response."""
         done = False
         try:
             yield self._chunk({"role": "assistant", "content": ""})
-            async for text in self._text():
+            async for text in turn_text(self.ctx, self.run_id):
                 if not self.structured:
                     yield self._chunk({"content": text})
             result = await self.ctx.rt.unbound.result(self.run_id)
@@ -450,6 +424,34 @@ class _Stream:
                 # The client went away (or the server is stopping): nobody will read the answer.
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await self.ctx.rt.cancel(self.run_id, reason="client disconnected")
+
+
+async def turn_text(ctx: ServeContext, run_id: str) -> AsyncIterator[str]:
+    """An unbound turn's text pieces, live, as the model produces them (every model call of
+    the turn; later messages set apart by a blank line). A turn that already ended, or is
+    advanced by another process, sends its final text in one piece once it ends."""
+    handle = ctx.rt.attach(run_id)
+    if handle is None:
+        result = await ctx.rt.unbound.result(run_id)
+        if result.status == "completed" and result.text:
+            yield result.text
+        return
+    streamed = False  # text deltas seen since the last assistant message
+    wrote = False  # any text sent yet (later messages are set apart by a blank line)
+    async for event in handle.events():
+        text = ""
+        if isinstance(event, TextDeltaEvent):
+            text = event.text
+            if text and not streamed and wrote:
+                text = "\n\n" + text
+            streamed = streamed or bool(event.text)
+        elif isinstance(event, AssistantMessage):
+            if not streamed and event.text.strip():  # a model that does not stream
+                text = ("\n\n" if wrote else "") + event.text
+            streamed = False
+        if text:
+            wrote = True
+            yield text
 
 
 def _sse(data: dict[str, Any]) -> ServerSentEvent:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from reverie.core.events import RunEvent, RunFinished
 from reverie.core.exits import exit_to_dict
 from reverie.runtime.result import Gate
+from reverie.runtime.unbound import SERVED_AGENT_META
 from reverie.store.base import TERMINAL_STATUSES, GateRecord, RunRecord
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         "object": "run",
         "run_id": run.run_id,
         "thread_id": run.thread_id,
-        "agent": run.agent_name,
+        # An HTTP turn runs an ephemeral agent: name the served agent it ran for.
+        "agent": str(run.meta.get(SERVED_AGENT_META, run.agent_name)),
         "profile": run.profile,
         "status": run.status,
         "created_at": run.created_at,
