@@ -271,7 +271,9 @@ async def _launched(rt: Runtime, run_id: str, task: asyncio.Task[RunResult]) -> 
 
 def _limit(request: Request) -> int:
     raw = request.query_params.get("limit", "50")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
+    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+    digits = raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_LIST))
+    if not digits or not 1 <= int(raw) <= MAX_LIST:
         raise APIError(
             422,
             f"limit: use an integer from 1 to {MAX_LIST}",
