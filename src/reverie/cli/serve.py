@@ -80,6 +80,8 @@ def serve_command(
                 tokens=tokens,
                 max_body_bytes=settings.max_body_bytes,
                 cors_origins=settings.cors_origins,
+                shutdown_grace_s=settings.shutdown_grace_s,
+                recover=True,
             )
             names = ", ".join(sorted(a.name for a in agents))
             err_console().print(

@@ -15,7 +15,7 @@ from reverie.runtime.agent import Agent
 from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import BearerAuth, TokenTable
 from reverie.serve.chat import ChatRoutes
-from reverie.serve.context import ServeContext
+from reverie.serve.context import DEFAULT_SHUTDOWN_GRACE_S, ServeContext
 from reverie.serve.errors import SHOULD_RETRY, Redactor, exception_handlers
 from reverie.serve.idempotency import IDEMPOTENCY_HEADER
 from reverie.serve.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
@@ -32,6 +32,8 @@ def create_app(
     tokens: Mapping[str, Scope],
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     cors_origins: Sequence[str] = (),
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
+    recover: bool = False,
 ) -> Starlette:
     """The HTTP API of ``runtime``: OpenAI-compatible chat completions and reverie's runs API.
 
@@ -47,15 +49,20 @@ def create_app(
         cors_origins: Browser origins allowed to call the API (``"*"``: any). Empty: no CORS
             headers, so browsers refuse cross-origin calls. Preflight requests are answered
             before authentication (browsers send them without credentials).
+        shutdown_grace_s: When the server stops, open streams may go on this long; then the
+            streamed turns still running are cancelled with the reason ``server shutdown``.
+        recover: When the app starts, resume (in the background) the runs of served agents
+            whose worker died (:meth:`Runtime.recover`).
 
     Returns:
-        A Starlette app; serve it with uvicorn (``reverie serve`` does). Its lifespan cancels
-        the app's background work on shutdown.
+        A Starlette app; serve it with uvicorn (``reverie serve`` does; :func:`run_server`
+        gives its streams their grace). Its lifespan cancels the app's background work on
+        shutdown.
 
     Raises:
         UsageError: an empty agent name, a value that is not an :class:`Agent`, a token that
             is empty, contains whitespace or does not map to a :class:`Scope`, or a
-            ``max_body_bytes`` below 1.
+            ``max_body_bytes`` below 1 or a negative ``shutdown_grace_s``.
 
     Example::
 
@@ -72,11 +79,16 @@ def create_app(
         runtime.register(agent)
     if max_body_bytes < 1:
         raise UsageError("max_body_bytes must be at least 1")
+    if shutdown_grace_s < 0:
+        raise UsageError("shutdown_grace_s must be 0 or more")
     table = TokenTable(tokens)
-    ctx = ServeContext(runtime, agents, redact=Redactor(tokens))
+    ctx = ServeContext(runtime, agents, redact=Redactor(tokens), shutdown_grace_s=shutdown_grace_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if recover:
+            # In the background: recover() waits for every run it resumes to end.
+            ctx.tasks.spawn(runtime.recover(), name="recover runs")
         try:
             yield
         finally:

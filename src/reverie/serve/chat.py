@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -44,9 +44,6 @@ from reverie.serve.idempotency import idempotency_of
 __all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn", "turn_text"]
 
 log = logging.getLogger("reverie.serve")
-
-SSE_PING_S = 15.0
-"""Keep-alive comment interval on streams (proxies drop idle connections)."""
 
 
 # ---------------------------------------------------------------------------------- bodies
@@ -338,7 +335,7 @@ class ChatRoutes:
                 structured=turn.contract.structured,
                 include_usage=include_usage,
             )
-            return EventSourceResponse(stream.events(), headers=headers, ping=SSE_PING_S, sep="\n")
+            return self.ctx.event_stream(stream.events(), headers=headers)
         result = await rt.unbound.result(run_id)
         if result.status != "completed":
             raise failure_error(result.exit, run_id)
@@ -423,7 +420,7 @@ class _Stream:
             if not done:
                 # The client went away (or the server is stopping): nobody will read the answer.
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self.ctx.rt.cancel(self.run_id, reason="client disconnected")
+                    await self.ctx.rt.cancel(self.run_id, reason=self.ctx.stop_reason())
 
 
 async def turn_text(ctx: ServeContext, run_id: str) -> AsyncIterator[str]:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -41,7 +41,7 @@ from reverie.runtime.structured import OutputContract
 from reverie.runtime.unbound import SERVED_AGENT_META
 from reverie.serve.auth import owner_of
 from reverie.serve.bodies import parse_body
-from reverie.serve.chat import SSE_PING_S, turn_text
+from reverie.serve.chat import turn_text
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, failure_error, from_reverie_error
 from reverie.serve.idempotency import idempotency_of
@@ -366,7 +366,7 @@ class ResponseRoutes:
         headers = {"x-reverie-run-id": run_id}
         if body.stream:
             stream = _Stream(self.ctx, shape, structured=turn.contract.structured)
-            return EventSourceResponse(stream.events(), headers=headers, ping=SSE_PING_S, sep="\n")
+            return self.ctx.event_stream(stream.events(), headers=headers)
         result = await rt.unbound.result(run_id)
         if result.status != "completed":
             raise failure_error(result.exit, run_id)
@@ -501,4 +501,4 @@ class _Stream:
             if not done:
                 # The client went away (or the server is stopping): nobody will read the answer.
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self.ctx.rt.cancel(self.shape.run_id, reason="client disconnected")
+                    await self.ctx.rt.cancel(self.shape.run_id, reason=self.ctx.stop_reason())

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -25,7 +25,6 @@ from reverie.runtime.result import RunResult
 from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import owner_of
 from reverie.serve.bodies import FollowUpBody, ResolveBody, StartRunBody, SteerBody, parse_body
-from reverie.serve.chat import SSE_PING_S
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError
 from reverie.serve.idempotency import idempotency_of
@@ -142,7 +141,7 @@ class RunRoutes:
     async def events(self, request: Request) -> Response:
         """``GET /v1/runs/{id}/events``: SSE of typed run events until it ends or blocks."""
         run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
-        return EventSourceResponse(self._events(run.run_id), ping=SSE_PING_S, sep="\n")
+        return self.ctx.event_stream(self._events(run.run_id))
 
     async def _events(self, run_id: str) -> AsyncIterator[ServerSentEvent]:
         """The segment this process advances, replayed from its start then live; a settled run
