@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,3 +117,15 @@ def test_gates_list_with_no_gates_says_so(cli: Callable[..., Result]) -> None:
 
     assert result.exit_code == 0
     assert "No gates." in result.stdout
+
+
+def test_cli_json_timestamps_are_iso_8601_utc(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    # One format with the HTTP API: 2026-12-01T11:22:14.123Z.
+    iso_utc = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+    _blocked_ref(cli)
+    [run] = json.loads(cli("runs", "list", "--json").stdout)
+    [gate] = json.loads(cli("gates", "list", "--json").stdout)
+    for value in (run["created_at"], run["updated_at"], gate["created_at"]):
+        assert iso_utc.match(value), value

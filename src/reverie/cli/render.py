@@ -13,6 +13,7 @@ from rich.table import Table
 
 from reverie.cli.common import ExitCode, err_console, out_console
 from reverie.core.exits import exit_to_dict
+from reverie.core.timestamps import iso_utc
 from reverie.runtime.result import RunResult
 from reverie.store.base import GateRecord, RunRecord, TranscriptItem
 
@@ -60,7 +61,7 @@ def _time(ts: float | None) -> str:
 
 
 def _iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat() if ts else None
+    return iso_utc(ts)  # one format for the CLI's JSON and the HTTP API
 
 
 def _status(status: str) -> str:

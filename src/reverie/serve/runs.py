@@ -116,7 +116,7 @@ class RunRoutes:
         )
 
     async def list_runs(self, request: Request) -> Response:
-        """``GET /v1/runs?status=…&limit=…``: the caller's runs, newest first."""
+        """``GET /v1/runs?status=…&limit=…``: the caller's runs, newest first, in full."""
         owner = owner_of(request)
         limit = _limit(request)
         statuses = [s for v in request.query_params.getlist("status") for s in v.split(",") if s]
@@ -131,7 +131,8 @@ class RunRoutes:
         runs = await self.ctx.rt.store.list_runs(
             scope=owner, statuses=statuses or None, limit=limit
         )
-        return JSONResponse(listing([run_summary(r) for r in runs]))
+        # Each item is the run as GET /v1/runs/{id} shows it (text, exit, usage, gate).
+        return JSONResponse(listing([await run_detail(self.ctx.rt, r) for r in runs]))
 
     async def get(self, request: Request) -> Response:
         """``GET /v1/runs/{id}``: status, text, output, exit, usage, gate."""
