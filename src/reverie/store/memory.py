@@ -35,6 +35,7 @@ from reverie.store.base import (
     TranscriptItem,
 )
 from reverie.store.memory_documents import MemoryDocuments
+from reverie.store.run_events import MAX_RUN_EVENTS, EventWaiters, RunEventRecord
 
 
 def _now() -> float:
@@ -59,6 +60,8 @@ class MemoryStore(MemoryDocuments):
         self._inputs: dict[str, list[InputRecord]] = {}
         self._input_ids: dict[tuple[str, str], InputRecord] = {}
         self._gates: dict[str, GateRecord] = {}
+        self._events: dict[str, list[RunEventRecord]] = {}
+        self._event_waiters = EventWaiters()
         self._sealed: set[str] = set()
 
     async def open(self) -> None:
@@ -373,3 +376,32 @@ class MemoryStore(MemoryDocuments):
         ]
         rows.sort(key=lambda g: (g.created_at, g.ref), reverse=True)
         return rows
+
+    # run events ---------------------------------------------------------------------------
+    async def append_run_events(
+        self, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int = MAX_RUN_EVENTS
+    ) -> int:
+        """Append events after the run's last one; keep the newest ``keep``; the last seq."""
+        stored = self._events.setdefault(run_id, [])
+        seq = stored[-1].seq if stored else 0
+        now = _now()
+        for data in events:
+            seq += 1
+            record = RunEventRecord(
+                run_id=run_id, seq=seq, kind=str(data["kind"]), data=dict(data), created_at=now
+            )
+            stored.append(record)
+        del stored[: max(0, len(stored) - keep)]
+        self._event_waiters.wake(run_id)
+        return seq
+
+    async def run_events(
+        self, run_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[RunEventRecord]:
+        """Stored events with a seq above ``after_seq``, oldest first, at most ``limit``."""
+        found = [r for r in self._events.get(run_id, ()) if r.seq > after_seq]
+        return found[: max(0, limit)]
+
+    async def wait_run_events(self, run_id: str, *, timeout_s: float) -> None:
+        """Return when events of the run were appended, or after ``timeout_s``."""
+        await self._event_waiters.wait(run_id, timeout_s)

@@ -26,6 +26,7 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.run_events import RunEventRecord
 
 Columns = dict[str, Any]
 """Column name → value, ready for an INSERT."""
@@ -254,4 +255,26 @@ def row_gate(row: Row) -> GateRecord:
         scope=row_scope(row),
         created_at=row["created_at"],
         resolved_at=row["resolved_at"],
+    )
+
+
+def run_event_columns(rec: RunEventRecord) -> Columns:
+    """Columns of a ``run_events`` row."""
+    return {
+        "run_id": rec.run_id,
+        "seq": rec.seq,
+        "kind": rec.kind,
+        "data": dumps(dict(rec.data)),
+        "created_at": rec.created_at,
+    }
+
+
+def row_run_event(row: Row) -> RunEventRecord:
+    """A ``run_events`` row as a record."""
+    return RunEventRecord(
+        run_id=row["run_id"],
+        seq=row["seq"],
+        kind=row["kind"],
+        data=json.loads(row["data"]),
+        created_at=row["created_at"],
     )

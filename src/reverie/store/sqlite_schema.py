@@ -47,9 +47,11 @@ from reverie.store.rows import (
     row_item as row_item,
     row_journal as row_journal,
     row_run as row_run,
+    row_run_event as row_run_event,
     row_scope as row_scope,
     row_thread as row_thread,
     run_columns as run_columns,
+    run_event_columns as run_event_columns,
     scope_columns as scope_columns,
     thread_columns as thread_columns,
 )
