@@ -41,6 +41,7 @@ from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import curator_for
 from reverie.runtime.dispatch import QueueDispatcher
+from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.host import (
@@ -60,6 +61,7 @@ from reverie.runtime.resume import load_state
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
 
@@ -394,6 +396,8 @@ class Runtime:
             if run.cancel_requested:
                 active.token.cancel("cancelled")  # a handle for a cancel-requested run
             self._active[run.run_id] = active
+            if isinstance(self.store, RunEventLog):  # any process can replay and follow them
+                self._spawn(record_events(self.store, run.run_id, active.bus))
             active.task = self._spawn(self._drive(run.run_id, active, resumed=resumed))
         return RunHandle(self, run.run_id, run.thread_id, active.bus, active.done)
 

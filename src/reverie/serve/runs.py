@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Literal
@@ -21,6 +22,7 @@ from starlette.routing import Route
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
 from reverie.errors import NotFoundError
+from reverie.runtime.event_log import follow_events
 from reverie.runtime.result import RunResult
 from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import owner_of
@@ -38,6 +40,7 @@ from reverie.serve.views import (
     settled,
 )
 from reverie.store.base import TERMINAL_STATUSES, GateStatus
+from reverie.store.run_events import RunEventLog
 
 __all__ = ["RunRoutes"]
 
@@ -140,9 +143,24 @@ class RunRoutes:
         return JSONResponse(await run_detail(self.ctx.rt, run))
 
     async def events(self, request: Request) -> Response:
-        """``GET /v1/runs/{id}/events``: SSE of typed run events until it ends or blocks."""
+        """``GET /v1/runs/{id}/events``: SSE of typed run events until it ends or blocks.
+
+        With a store that keeps run events, each event has its ``id`` (its seq) and a client
+        resumes after ``Last-Event-ID``; events come from the store, so a run advanced by
+        another process streams live too.
+        """
         run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
-        return self.ctx.event_stream(self._events(run.run_id))
+        if not isinstance(self.ctx.rt.store, RunEventLog):
+            return self.ctx.event_stream(self._events(run.run_id))
+        after = _last_event_id(request)
+        return self.ctx.event_stream(self._stored_events(run.run_id, after))
+
+    async def _stored_events(
+        self, run_id: str, after_seq: int | None
+    ) -> AsyncIterator[ServerSentEvent]:
+        async for seq, data in follow_events(self.ctx.rt.store, run_id, after_seq=after_seq):
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+            yield ServerSentEvent(data=text, id=None if seq is None else str(seq))
 
     async def _events(self, run_id: str) -> AsyncIterator[ServerSentEvent]:
         """The segment this process advances, replayed from its start then live; a settled run
@@ -279,6 +297,22 @@ def _limit(request: Request) -> int:
             f"limit: use an integer from 1 to {MAX_LIST}",
             code="invalid_request",
             param="limit",
+        )
+    return int(raw)
+
+
+def _last_event_id(request: Request) -> int | None:
+    """The ``Last-Event-ID`` a reconnecting SSE client sends (``None``: a new stream)."""
+    raw = request.headers.get("last-event-id")
+    if raw is None or not raw.strip():
+        return None
+    raw = raw.strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise APIError(
+            400,
+            "Last-Event-ID: send the id of the last event received (an integer)",
+            code="invalid_request",
+            param="Last-Event-ID",
         )
     return int(raw)
 
