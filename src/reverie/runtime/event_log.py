@@ -15,11 +15,19 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from reverie.core.events import RunFinished, event_to_dict
+from reverie.errors import NotFoundError
 from reverie.runtime.events import EventBus
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 from reverie.store.run_events import MAX_RUN_EVENTS, RunEventLog
 
-__all__ = ["FOLLOW_POLL_S", "StoredEvent", "follow_events", "record_events"]
+__all__ = [
+    "FOLLOW_POLL_S",
+    "StoredEvent",
+    "follow_events",
+    "last_seq",
+    "record_events",
+    "run_settled",
+]
 
 log = logging.getLogger("reverie.runtime")
 
@@ -61,8 +69,25 @@ async def record_events(events: RunEventLog, run_id: str, bus: EventBus) -> None
         bus.forget(queue)
 
 
-def _settled(run: RunRecord) -> bool:
-    return run.status in TERMINAL_STATUSES or run.status == "blocked"
+async def run_settled(store: Store, run: RunRecord) -> bool:
+    """Ended, or blocked on a gate still waiting for a person (not one resolved since)."""
+    if run.status in TERMINAL_STATUSES:
+        return True
+    if run.status != "blocked":
+        return False
+    ref = (run.exit or {}).get("gate_ref")
+    if ref is None:
+        return True
+    try:
+        return (await store.get_gate(str(ref))).status == "pending"
+    except NotFoundError:
+        return True
+
+
+async def last_seq(events: RunEventLog, run_id: str) -> int:
+    """The seq of the run's latest stored event (0: none)."""
+    stored = await events.run_events(run_id, limit=MAX_RUN_EVENTS)
+    return stored[-1].seq if stored else 0
 
 
 async def _segment_start(events: RunEventLog, run_id: str) -> int:
@@ -105,7 +130,7 @@ async def follow_events(
             if len(batch) == _PAGE:
                 continue
         run = await store.get_run(run_id)
-        if _settled(run):
+        if await run_settled(store, run):
             if last_kind == "run_finished":
                 return
             idle += 1
