@@ -728,6 +728,12 @@ class ServeConfig(_Section):
 
     host: str = Field(default="127.0.0.1", min_length=1)
     port: int = Field(default=8400, ge=0, le=65535)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    """Larger request bodies are answered 413."""
+    cors_origins: list[str] = Field(default_factory=list)
+    """Browser origins allowed to call the API (``"*"``: any); empty: no CORS."""
+    shutdown_grace_s: float = Field(default=5.0, ge=0)
+    """On SIGTERM, how long open streams may go on before their runs are cancelled."""
 
 
 class TokenConfig(_Section):
@@ -761,6 +767,15 @@ _TOKEN_FIELD_FIXES: Final[Mapping[str, str]] = {
 }
 
 
+_SERVE_FIXES = {
+    "host": 'set host = "127.0.0.1" (or "0.0.0.0" to listen on every interface)',
+    "port": "set port = 8400 (0 to 65535)",
+    "max_body_bytes": "set max_body_bytes = 4194304 (bytes, at least 1)",
+    "cors_origins": 'set cors_origins = ["https://app.example.com"] (a list of origins)',
+    "shutdown_grace_s": "set shutdown_grace_s = 5 (seconds, 0 or more)",
+}
+
+
 def serve_settings(config: ReverieConfig) -> ServeConfig:
     """``[serve]``, validated.
 
@@ -773,15 +788,15 @@ def serve_settings(config: ReverieConfig) -> ServeConfig:
         err = exc.errors(include_url=False, include_input=False)[0]
         field = ".".join(str(p) for p in err["loc"]) or "(table)"
         if err["type"] == "extra_forbidden":
-            problem, fix = "unknown key", "remove it; [serve] takes host and port"
+            problem = "unknown key"
+            fix = (
+                "remove it; [serve] takes host, port, max_body_bytes, cors_origins and "
+                "shutdown_grace_s"
+            )
         else:
             msg = str(err["msg"])
             problem = msg[:1].lower() + msg[1:]
-            fix = (
-                "set port = 8400 (0 to 65535)"
-                if field == "port"
-                else 'set host = "127.0.0.1" (or "0.0.0.0" to listen on every interface)'
-            )
+            fix = _SERVE_FIXES.get(field.split(".")[0], _SERVE_FIXES["host"])
         raise config_error(config.source, f"serve.{field}", problem, fix) from None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -166,3 +167,15 @@ def test_runtime_thread_policy_in_the_config_is_the_default(
     assert again.exit_code == 3, again.output
     bad = cli("run", "--agent", "mailer", "--thread-policy", "sometimes", "x")
     assert bad.exit_code == 2
+
+
+def test_cli_json_timestamps_are_iso_8601_utc(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    # One format with the HTTP API: 2026-12-01T11:22:14.123Z.
+    iso_utc = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+    _blocked_ref(cli)
+    [run] = json.loads(cli("runs", "list", "--json").stdout)
+    [gate] = json.loads(cli("gates", "list", "--json").stdout)
+    for value in (run["created_at"], run["updated_at"], gate["created_at"]):
+        assert iso_utc.match(value), value

@@ -56,6 +56,25 @@ async def test_create_run_with_an_existing_idempotency_key_returns_that_run(stor
         await store.get_run("run-2")
 
 
+async def test_idempotency_keys_are_per_owner(store: Store) -> None:
+    await store.create_thread("thr-1", ANA)
+    await store.create_thread("thr-2", BOB)
+    ana = await store.create_run(
+        RunRecord(run_id="run-1", thread_id="thr-1", scope=ANA, agent_name="a", idempotency_key="k")
+    )
+    bob = await store.create_run(
+        RunRecord(run_id="run-2", thread_id="thr-2", scope=BOB, agent_name="a", idempotency_key="k")
+    )
+    assert (ana.run_id, bob.run_id) == ("run-1", "run-2")
+    assert (await store.get_run("run-2")).idempotency_key == "k"
+    again = await store.create_run(
+        RunRecord(run_id="run-3", thread_id="thr-2", scope=BOB, agent_name="a", idempotency_key="k")
+    )
+    assert again == bob
+    listed = await store.list_runs(scope=ANA)
+    assert [(r.run_id, r.idempotency_key) for r in listed] == [("run-1", "k")]
+
+
 async def test_create_run_with_an_existing_run_id_raises_conflict(store: Store) -> None:
     await make_run(store, "run-1")
     with pytest.raises(ConflictError):

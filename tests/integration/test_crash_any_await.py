@@ -29,6 +29,11 @@ class Crash(BaseException):
     """Not an Exception: no `except Exception` in the runtime can turn it into a result."""
 
 
+_EVENT_LOG = frozenset({"append_run_events", "run_events", "wait_run_events"})
+"""The run event log is written beside the run, not by it (a failed write is logged and the run
+goes on), so its awaits are not crash points of the run."""
+
+
 class CrashingStore:
     """A MemoryStore whose n-th call (counted once armed) dies before or after taking effect."""
 
@@ -39,7 +44,7 @@ class CrashingStore:
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._inner, name)
-        if not callable(target) or name in ("open", "close"):
+        if not callable(target) or name in ("open", "close") or name in _EVENT_LOG:
             return target
 
         async def wrapped(*args: Any, **kwargs: Any) -> Any:

@@ -117,6 +117,60 @@ async def test_mcp_provider_recalls_over_streamable_http_with_a_bearer_credentia
     assert "http-secret-123" not in caplog.text
 
 
+async def test_http_without_a_credential_refuses_to_start_unless_no_auth_is_given(
+    store_url: str,
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MEM_TOKEN"}
+    refused = await asyncio.create_subprocess_exec(
+        *CLI_SERVER,
+        "--http",
+        str(port),
+        "--store",
+        store_url,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        _, err = await refused.communicate()
+    message = err.decode()
+    assert refused.returncode == 2
+    assert "every tenant" in message and "--token-env" in message and "--no-auth" in message
+
+    opened = await asyncio.create_subprocess_exec(
+        *CLI_SERVER,
+        "--http",
+        str(port),
+        "--no-auth",
+        "--store",
+        store_url,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert opened.stderr is not None
+        async with asyncio.timeout(30):
+            warning = (await opened.stderr.readline()).decode()
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    await asyncio.sleep(0.05)
+                    continue
+                writer.close()
+                await writer.wait_closed()
+                break
+            async with httpx.AsyncClient() as client:
+                response = await client.post(f"http://127.0.0.1:{port}/mcp", json={})
+    finally:
+        opened.terminate()
+        await opened.wait()
+    assert "WITHOUT a credential" in warning and "every tenant" in warning
+    assert response.status_code != 401
+
+
 async def test_http_server_refuses_requests_without_the_token(
     http_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,3 +206,17 @@ async def test_server_rows_carry_their_scope_fields(store_url: str) -> None:
     assert isinstance(result, Snippets)
     assert [s.text for s in result.items] == ["user: zebra facts"]
     assert all(s.scope == ANA for s in result.items)
+
+
+async def test_serve_over_http_without_a_token_is_a_usage_error(tmp_path: Path) -> None:
+    from reverie.errors import UsageError
+    from reverie.memory.mcp_server import serve
+    from reverie.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "memory.db")
+    await store.open()
+    try:
+        with pytest.raises(UsageError, match="--no-auth"):
+            await serve(store, http_port=free_port())
+    finally:
+        await store.close()

@@ -7,7 +7,10 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest
@@ -61,6 +64,33 @@ async def test_recover_resumes_a_run_whose_worker_process_is_gone() -> None:
     async with Runtime(store, agents=[agent]) as rt:
         results = await rt.recover()
     assert [(r.run_id, r.status, r.text) for r in results] == [(run_id, "completed", "3")]
+
+
+def zombie_pid() -> tuple[subprocess.Popen[bytes], int]:
+    """A child that has exited but is not reaped yet (state Z): it still answers kill(pid, 0)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    status = Path(f"/proc/{proc.pid}/status")
+    while "State:\tZ" not in status.read_text() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "State:\tZ" in status.read_text()
+    return proc, proc.pid
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs procfs")
+async def test_recover_takes_over_a_run_whose_worker_is_a_zombie_process() -> None:
+    store = MemoryStore()
+    run_id = await strand_a_run(store)
+    proc, pid = zombie_pid()
+    try:
+        owner = f"{socket.gethostname()}:{pid}:deadbeef"
+        await store.acquire_lease(run_id, owner, ttl_s=300, now=time.time(), force=True)
+        agent = Agent(name="calc", model=ScriptedModel([reply("3")]), tools=[add])
+        async with Runtime(store, agents=[agent]) as rt:
+            results = await rt.recover()
+    finally:
+        proc.wait()
+    assert [(r.run_id, r.status) for r in results] == [(run_id, "completed")]
 
 
 async def test_recover_resumes_a_run_whose_lease_expired() -> None:

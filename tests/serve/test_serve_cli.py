@@ -32,10 +32,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _write_config(home: Path) -> None:
+def _write_config(home: Path, extra: str = "") -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "reverie.toml").write_text(
-        f"""
+        f"""{extra}
 [agents.assistant]
 model = {json.dumps("scripted:" + str(SCRIPT))}
 instructions = "You add."
@@ -107,6 +107,44 @@ def test_reverie_serve_answers_the_openai_sdk_and_stops_on_ctrl_c(tmp_path: Path
     assert f"http://127.0.0.1:{port}/v1" in stderr
     assert TOKEN not in stderr  # the token is never printed
     assert (home / "reverie.db").exists()  # runs are durable in the configured store
+
+
+def test_reverie_serve_applies_the_body_limit_and_cors_origins_of_the_serve_table(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    origin = "https://app.example"
+    _write_config(home, f'[serve]\nmax_body_bytes = 512\ncors_origins = ["{origin}"]\n')
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reverie.cli.app", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(home, API_TOKEN_ANA=TOKEN),
+    )
+    try:
+        _wait_until_up(url, process)
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        big = httpx.post(
+            f"{url}/v1/runs", json={"agent": "assistant", "input": "x" * 600}, headers=auth
+        )
+        preflight = httpx.options(
+            f"{url}/v1/runs",
+            headers={"origin": origin, "access-control-request-method": "POST"},
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+    assert big.status_code == 413
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == origin
+    assert process.returncode == 0, stderr
 
 
 @pytest.fixture

@@ -47,12 +47,26 @@ def test_serve_table_sets_host_and_port(tmp_path: Path) -> None:
     assert (settings.host, settings.port) == ("0.0.0.0", 9000)
 
 
+def test_serve_table_sets_the_body_limit_cors_origins_and_shutdown_grace(tmp_path: Path) -> None:
+    text = '[serve]\nmax_body_bytes = 1024\ncors_origins = ["https://app.example"]\n'
+    settings = serve_settings(load_config(config_from(tmp_path, text + "shutdown_grace_s = 2\n")))
+    assert settings.max_body_bytes == 1024
+    assert settings.cors_origins == ["https://app.example"]
+    assert settings.shutdown_grace_s == 2.0
+    defaults = serve_settings(load_config(config_from(tmp_path, "")))
+    assert (defaults.max_body_bytes, defaults.cors_origins) == (4 * 1024 * 1024, [])
+    assert defaults.shutdown_grace_s == 5.0
+
+
 @pytest.mark.parametrize(
     ("text", "key", "needle"),
     [
         ("[serve]\nport = 70000\n", "serve.port", "less than or equal to 65535"),
         ('[serve]\nport = "80"\n', "serve.port", "valid integer"),
         ("[serve]\nworkers = 2\n", "serve.workers", "unknown key"),
+        ("[serve]\nmax_body_bytes = 0\n", "serve.max_body_bytes", "greater than or equal to 1"),
+        ('[serve]\ncors_origins = "*"\n', "serve.cors_origins", "valid list"),
+        ("[serve]\nshutdown_grace_s = -1\n", "serve.shutdown_grace_s", "greater than or equal"),
     ],
 )
 def test_a_bad_serve_table_names_the_key_and_the_fix(

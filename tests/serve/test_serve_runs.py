@@ -99,20 +99,15 @@ async def test_events_stream_the_live_segment_as_typed_json_until_the_run_ends()
     assert events[-1]["exit"]["status"] == "completed"
 
 
-async def test_events_of_an_ended_run_are_its_stored_run_finished() -> None:
+async def test_events_of_an_ended_run_replay_its_last_segment_from_the_store() -> None:
     agent = Agent(name="helper", model=ScriptedModel([reply("done")]))
     async with serving(agent) as srv:
         result = await srv.rt.run(agent, "hi", scope=ANA)
         events = await run_events(srv.ana, result.run_id)
-    assert events == [
-        {
-            "kind": "run_finished",
-            "run_id": result.run_id,
-            "status": "completed",
-            "exit": events[0]["exit"],
-        }
-    ]
-    assert events[0]["exit"]["status"] == "completed"
+    assert events[0] == {"kind": "run_started", "run_id": result.run_id, "resumed": False}
+    assert "assistant_message" in [e["kind"] for e in events]
+    assert events[-1]["kind"] == "run_finished" and events[-1]["status"] == "completed"
+    assert events[-1]["exit"]["status"] == "completed"
 
 
 async def test_a_gate_is_listed_and_approved_over_http_and_the_run_completes() -> None:
@@ -308,3 +303,25 @@ async def test_bad_list_parameters_are_422(query: str) -> None:
     assert runs.status_code == 422
     assert gates.status_code == 422
     assert error_of(runs)["param"] in ("limit", "status")
+
+
+async def test_a_run_on_a_thread_with_a_blocked_run_is_409_thread_busy_unless_a_policy_says() -> (
+    None
+):
+    log: list[str] = []
+    agent = mailer(log, call("send_email", to="bob@x", body="hi"), reply("x"), reply("fresh"))
+    async with serving(agent) as srv:
+        first = (await srv.ana.post("/v1/runs", json={"agent": "mailer", "input": "mail"})).json()
+        await run_events(srv.ana, first["run_id"])  # until it blocks
+        body = {"agent": "mailer", "input": "again", "thread_id": first["thread_id"]}
+
+        busy = await srv.ana.post("/v1/runs", json=body)
+        assert busy.status_code == 409, busy.text
+        assert error_of(busy)["code"] == "thread_busy"
+        assert busy.headers["x-should-retry"] == "false"
+
+        body["thread_policy"] = "interrupt"
+        started = await srv.ana.post("/v1/runs", json=body)
+        assert started.status_code == 201, started.text
+        old = (await srv.ana.get(f"/v1/runs/{first['run_id']}")).json()
+        assert old["status"] == "cancelled"

@@ -354,3 +354,19 @@ async def test_a_run_with_a_tool_call_and_an_approved_gate_completes_across_two_
         assert isinstance(second.store, PostgresStore)
         hits = await second.store.search(scope, "mail bob")
         assert hits and hits[0].kind == "log"
+
+
+@needs_server
+async def test_an_append_in_one_store_wakes_a_follower_in_another_through_notify(
+    store: PostgresStore, url: str
+) -> None:
+    async with PostgresStore(url) as elsewhere:
+        # The follower waits far longer than the test may take: only NOTIFY can end it early.
+        waiting = asyncio.ensure_future(elsewhere.wait_run_events("run-1", timeout_s=600))
+        async with asyncio.timeout(30):
+            # LISTEN starts with the first wait: append until a notification has come through.
+            while not waiting.done():
+                await store.append_run_events("run-1", [{"kind": "run_started", "run_id": "r"}])
+                await asyncio.wait([waiting], timeout=0.2)
+        stored = await elsewhere.run_events("run-1")
+    assert waiting.done() and stored and stored[0].kind == "run_started"

@@ -10,7 +10,7 @@ import pytest
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.core.exits import Completed, Failed
 from reverie.core.messages import Message, ModelRequest, ModelResponse
-from reverie.errors import ConflictError, UsageError
+from reverie.errors import UsageError
 from reverie.hooks import AfterTurnContext
 from reverie.testing import ScriptedModel, call, reply
 from unbound.unbound_support import make_step
@@ -61,21 +61,35 @@ async def test_concurrent_submits_with_the_same_key_join_one_run(rt: Runtime, sc
     assert len(await rt.store.list_runs(scope=scope)) == 1
 
 
-async def test_same_idempotency_key_of_another_owner_is_a_conflict(
+async def test_idempotency_keys_are_per_owner_another_owner_gets_its_own_run(
     rt: Runtime, scope: Scope
 ) -> None:
-    model = ScriptedModel([reply("done")])
-    await rt.unbound.run(
-        system_prompt="Work.", messages=["go"], idempotency_key="k", scope=scope, model=model
+    first = await rt.unbound.run(
+        system_prompt="Work.",
+        messages=["go"],
+        idempotency_key="k",
+        scope=scope,
+        model=ScriptedModel([reply("ana's")]),
     )
-    with pytest.raises(ConflictError):
-        await rt.unbound.submit(
-            system_prompt="Work.",
-            messages=["go"],
-            idempotency_key="k",
-            scope=Scope(tenant="acme", user="bob"),
-            model=model,
-        )
+    bob = Scope(tenant="acme", user="bob")
+    other = await rt.unbound.run(
+        system_prompt="Work.",
+        messages=["go"],
+        idempotency_key="k",
+        scope=bob,
+        model=ScriptedModel([reply("bob's")]),
+    )
+    assert other.run_id != first.run_id and other.thread_id != first.thread_id
+    assert (first.text, other.text) == ("ana's", "bob's")
+    again = await rt.unbound.submit(
+        system_prompt="Work.",
+        messages=["go"],
+        idempotency_key="k",
+        scope=bob,
+        model=ScriptedModel([reply("never")]),
+    )
+    assert again == other.run_id
+    assert [r.run_id for r in await rt.store.list_runs(scope=bob)] == [other.run_id]
 
 
 async def test_gates_abort_unbound_runs_as_gate_not_supported(rt: Runtime, scope: Scope) -> None:
@@ -214,7 +228,7 @@ async def test_ephemeral_agent_is_forgotten_when_its_run_ends(rt: Runtime, scope
     )
     await asyncio.sleep(0)
     assert r.status == "completed"
-    assert "unbound:forget-me" not in rt._agents
+    assert not [name for name in rt._agents if name.startswith("unbound:")]
     assert (await rt.get_result(r.run_id)).text == "ok"
 
 

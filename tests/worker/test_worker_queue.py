@@ -18,9 +18,11 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from reverie import Agent, Runtime, Scope
+from reverie.serve import background_server, create_app
 from reverie.store.postgres import temporary_schema
 from worker.worker_fixture_tools import record, send
 
@@ -150,8 +152,11 @@ async def test_ten_runs_complete_on_the_workers_each_tool_once(pool: Pool) -> No
             items = await rt.store.thread_items(handle.thread_id)
             assert [i.role for i in items] == ["user", "assistant", "tool", "assistant"]
             assert len({i.seq for i in items}) == len(items)
+            # Every event the worker recorded reaches the producer's handle, in order.
             events = [e async for e in handle.events()]
-            assert [e.kind for e in events] == ["run_finished"]
+            kinds = [e.kind for e in events]
+            assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+            assert {"model_request", "tool_started", "tool_finished"} <= set(kinds)
 
 
 async def test_a_gated_run_approved_through_the_producer_completes_on_a_worker(
@@ -190,3 +195,57 @@ async def test_the_worker_logs_each_job_it_runs_at_info(pool: Pool) -> None:
         await asyncio.sleep(0.05)
     assert all(w in logs for w in wanted), logs
     assert f"run {handle.run_id} resumed (agent counter" in logs  # a worker resumes a queued run
+
+
+async def test_an_sse_client_of_a_separate_serve_sees_every_event_of_a_worker_run(
+    pool: Pool,
+) -> None:
+    token = "tok-worker-events-0f3a"
+    async with Runtime.open(pool.url, dispatch="queue", agents=_agents()) as rt:
+        app = create_app(rt, agents={a.name: a for a in _agents()}, tokens={token: ANA})
+        headers = {"authorization": f"Bearer {token}"}
+        async with (
+            background_server(app) as base,
+            httpx.AsyncClient(base_url=base, headers=headers, timeout=RESULT_TIMEOUT_S) as client,
+        ):
+            started = await client.post("/v1/runs", json={"agent": "counter", "input": "note"})
+            run_id = started.json()["run_id"]
+            first = await _sse(client, run_id, stop_after=2)
+            # The client reconnects after the second event and gets the rest, in order.
+            rest = await _sse(client, run_id, last_event_id=first[-1][0])
+            replayed = await _sse(client, run_id, last_event_id="0")
+
+    assert first + rest == replayed
+    ids = [int(i) for i, _ in replayed if i is not None]
+    assert ids == list(range(1, len(replayed) + 1))
+    kinds = [e["kind"] for _, e in replayed]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
+    assert {"model_request", "tool_started", "tool_finished", "assistant_message"} <= set(kinds)
+    assert replayed[-1][1]["status"] == "completed"
+    assert pool.executions() == Counter({("record", run_id): 1})
+
+
+async def _sse(
+    client: httpx.AsyncClient,
+    run_id: str,
+    *,
+    last_event_id: str | None = None,
+    stop_after: int | None = None,
+) -> list[tuple[str | None, dict[str, object]]]:
+    headers = {} if last_event_id is None else {"last-event-id": last_event_id}
+    out: list[tuple[str | None, dict[str, object]]] = []
+    current: str | None = None
+    async with (
+        asyncio.timeout(RESULT_TIMEOUT_S),
+        client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("id: "):
+                current = line[len("id: ") :]
+            elif line.startswith("data: "):
+                out.append((current, json.loads(line[len("data: ") :])))
+                current = None
+                if stop_after is not None and len(out) >= stop_after:
+                    break
+    return out

@@ -10,7 +10,7 @@ Commands::
     reverie serve [--host H] [--port P]   (the HTTP API, docs/http.md)
     reverie worker [--concurrency N]   (advance queued runs on PostgreSQL, docs/scaling.md)
     reverie doctor
-    reverie mcp-memory [--http PORT] [--token-env NAME]   (memory over MCP, docs/memory-over-mcp.md)
+    reverie mcp-memory [--http PORT --token-env NAME | --no-auth]   (memory over MCP)
 
 Every command reads ``$REVERIE_HOME/reverie.toml`` (or ``--config PATH``) and opens the store
 from ``--store URL``, else ``[store] url``, else ``sqlite:///$REVERIE_HOME/reverie.db``. Exit

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from reverie.cli.common import ExitCode, err_console, out_console
 from reverie.core.exits import exit_to_dict
+from reverie.core.timestamps import iso_utc
 
 if TYPE_CHECKING:
     from reverie.runtime.result import RunResult
@@ -64,7 +65,7 @@ def _time(ts: float | None) -> str:
 
 
 def _iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat() if ts else None
+    return iso_utc(ts)  # one format for the CLI's JSON and the HTTP API
 
 
 def _status(status: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,3 +151,30 @@ RunEvent = (
     | RunFinished
 )
 """Every event a run emits; discriminate on ``kind``."""
+
+_BY_KIND: dict[str, type[Any]] = {
+    cls.__dataclass_fields__["kind"].default: cls for cls in get_args(RunEvent)
+}
+
+
+def event_to_dict(event: RunEvent) -> dict[str, Any]:
+    """An event's fields as a JSON-ready object, ``kind`` first."""
+    fields = dataclasses.asdict(event)
+    return {"kind": fields.pop("kind"), **fields}
+
+
+def event_from_dict(data: Mapping[str, Any]) -> RunEvent | None:
+    """The typed event of :func:`event_to_dict`'s object; ``None`` for a kind this build does
+    not know (written by a newer reverie) or fields that do not fit it."""
+    cls = _BY_KIND.get(str(data.get("kind")))
+    if cls is None:
+        return None
+    known = {f.name for f in dataclasses.fields(cls)}
+    fields = {k: v for k, v in data.items() if k in known}
+    if isinstance(fields.get("tool_calls"), list):
+        fields["tool_calls"] = tuple(fields["tool_calls"])  # JSON has no tuples
+    try:
+        event: RunEvent = cls(**fields)
+    except TypeError:
+        return None
+    return event

@@ -13,7 +13,9 @@ Run it over stdio (the default; a client such as ``MCPMemory(command=["reverie",
 "mcp-memory"])`` starts it) or streamable HTTP with ``--http PORT`` (endpoint ``/mcp``). Over
 HTTP, ``--token-env NAME`` requires ``Authorization: Bearer <value of $NAME>`` on every request.
 The caller is trusted with the scope fields it sends: put the server behind that token (HTTP)
-or spawn it yourself (stdio), never on an open port.
+or spawn it yourself (stdio), never on an open port. HTTP without a credential refuses to
+start unless ``--no-auth`` says so explicitly: then any process that can reach the port reads
+and writes the memory of every tenant.
 
 Also runnable as ``python -m reverie.memory.mcp_server``.
 """
@@ -34,6 +36,7 @@ from pydantic import BaseModel, Field
 
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
+from reverie.errors import UsageError
 from reverie.memory.native import NativeMemory
 from reverie.store.base import Store
 from reverie.store.documents import DocumentStore
@@ -171,10 +174,17 @@ async def serve(
     http_port: int | None = None,
     host: str = "127.0.0.1",
     token: str | None = None,
+    no_auth: bool = False,
 ) -> None:
-    """Serve the memory of an open ``store`` until cancelled (stdio, or HTTP on ``http_port``)."""
+    """Serve the memory of an open ``store`` until cancelled (stdio, or HTTP on ``http_port``).
+
+    Raises:
+        UsageError: HTTP without a ``token``, unless ``no_auth`` is set explicitly.
+    """
     if not isinstance(store, DocumentStore):
         raise TypeError(f"{type(store).__name__} keeps no memory documents")
+    if http_port is not None and token is None and not no_auth:
+        raise UsageError(NO_CREDENTIAL)
     server = build_server(NativeMemory(store=store))
     if http_port is None:
         await server.run_stdio_async()
@@ -196,6 +206,20 @@ def _store_url(store: str | None, config_path: str | None) -> str:
     return store_url(load_config(config_path))
 
 
+NO_CREDENTIAL = (
+    "serving memory over HTTP needs a credential: without one, any process that can reach the "
+    "port reads and writes the memory of every tenant (the server trusts the scope fields a "
+    "caller sends). Fix: --token-env NAME (clients send 'Authorization: Bearer $NAME'), or "
+    "--no-auth to serve without one on purpose"
+)
+"""Why HTTP without a credential does not start, and the two ways on."""
+
+NO_AUTH_WARNING = (
+    "reverie mcp-memory: --no-auth: serving WITHOUT a credential; any process that can reach "
+    "{host}:{port} reads and writes the memory of every tenant"
+)
+
+
 async def _run(args: argparse.Namespace) -> None:
     from reverie.store import open_store
 
@@ -206,16 +230,21 @@ async def _run(args: argparse.Namespace) -> None:
             raise SystemExit(
                 f"reverie mcp-memory: environment variable {args.token_env} is not set"
             )
+    if args.http is not None and token is None:
+        if not args.no_auth:
+            print(f"reverie mcp-memory: {NO_CREDENTIAL}", file=sys.stderr)
+            raise SystemExit(2)
+        print(NO_AUTH_WARNING.format(host=args.host, port=args.http), file=sys.stderr)
     store = open_store(_store_url(args.store, args.config))
     await store.open()
     try:
-        await serve(store, http_port=args.http, host=args.host, token=token)
+        await serve(store, http_port=args.http, host=args.host, token=token, no_auth=args.no_auth)
     finally:
         await store.close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``reverie mcp-memory [--http PORT] [--host H] [--token-env NAME] [--store URL]``."""
+    """``reverie mcp-memory [--http PORT (--token-env NAME | --no-auth)] [--host H]``."""
     parser = argparse.ArgumentParser(
         prog="reverie mcp-memory",
         description="Serve reverie's memory over MCP (stdio by default).",
@@ -224,6 +253,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (127.0.0.1)")
     parser.add_argument(
         "--token-env", metavar="NAME", help="HTTP: require 'Authorization: Bearer $NAME'"
+    )
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="HTTP: serve without a credential (any local process then reads every tenant's "
+        "memory); without it, --http needs --token-env",
     )
     parser.add_argument("--store", metavar="URL", help="store URL (default: the configured one)")
     parser.add_argument("--config", metavar="PATH", help="reverie.toml to read the store from")

@@ -22,12 +22,14 @@ import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from reverie.core.events import RunFinished
-from reverie.errors import ConfigError, LeaseLost, NotFoundError, RunBusy
+from reverie.core.events import RunFinished, event_from_dict
+from reverie.errors import ConfigError, LeaseLost, RunBusy
+from reverie.runtime.event_log import follow_events, last_seq, run_settled
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import RunHandle
 from reverie.runtime.result import RunResult
-from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.base import RunRecord
+from reverie.store.run_events import RunEventLog
 
 if TYPE_CHECKING:
     import procrastinate
@@ -105,25 +107,10 @@ async def ensure_queue_schema(url: str) -> None:
                 await conn.execute(SchemaManager.get_schema())
 
 
-async def _settled(store: Store, run: RunRecord) -> bool:
-    """Ended, or blocked on a gate still waiting for a person (not one resolved since)."""
-    if run.status in TERMINAL_STATUSES:
-        return True
-    if run.status != "blocked":
-        return False
-    ref = (run.exit or {}).get("gate_ref")
-    if ref is None:
-        return True
-    try:
-        return (await store.get_gate(str(ref))).status == "pending"
-    except NotFoundError:
-        return True
-
-
 async def wait_settled(rt: Runtime, run_id: str) -> RunResult:
     """Poll the store (20 ms, doubling to 500 ms) until the run ends or blocks; its result."""
     delay = _POLL_FIRST_S
-    while not await _settled(rt.store, await rt.store.get_run(run_id)):
+    while not await run_settled(rt.store, await rt.store.get_run(run_id)):
         await asyncio.sleep(delay)
         delay = min(delay * 2, _POLL_MAX_S)
     return await rt.get_result(run_id)
@@ -165,25 +152,42 @@ class QueueDispatcher:
     async def dispatch(
         self, rt: Runtime, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]]
     ) -> RunHandle:
-        """Enqueue the run's job; a handle whose result and single event come from the store."""
+        """Enqueue the run's job; a handle whose result and events come from the store (every
+        event the worker records, with a run event log; else the final ``run_finished``)."""
+        log_ = rt.store if isinstance(rt.store, RunEventLog) else None
+        start = await last_seq(log_, run.run_id) if log_ is not None else 0
         await self.enqueue(run.run_id)
-        return watching_handle(rt, run, spawn)
+        return watching_handle(rt, run, spawn, start=start)
 
 
 def watching_handle(
-    rt: Runtime, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]]
+    rt: Runtime, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]], *, start: int = 0
 ) -> RunHandle:
-    """A handle on a run another process advances: result and final event read from the store."""
+    """A handle on a run another process advances: its result and events come from the store.
+
+    With a run event log (every built-in store), every event the worker records after event
+    ``start`` is replayed live; otherwise only the final ``run_finished``.
+    """
+    log_ = rt.store if isinstance(rt.store, RunEventLog) else None
     done: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
     bus = EventBus()
 
     async def follow() -> None:
         try:
-            result = await wait_settled(rt, run.run_id)
-            record = await rt.store.get_run(run.run_id)
-            bus.emit(
-                RunFinished(run_id=run.run_id, status=record.status, exit=dict(record.exit or {}))
-            )
+            if log_ is not None:
+                async for _, data in follow_events(rt.store, run.run_id, after_seq=start):
+                    event = event_from_dict(data)
+                    if event is not None:
+                        bus.emit(event)
+                result = await wait_settled(rt, run.run_id)
+            else:
+                result = await wait_settled(rt, run.run_id)
+                record = await rt.store.get_run(run.run_id)
+                bus.emit(
+                    RunFinished(
+                        run_id=run.run_id, status=record.status, exit=dict(record.exit or {})
+                    )
+                )
             done.set_result(result)
         except asyncio.CancelledError:
             done.cancel()

@@ -41,8 +41,11 @@ class EventBus:
         """Whether the run segment is over."""
         return self._closed
 
-    async def subscribe(self) -> AsyncIterator[RunEvent]:
-        """Every event of the run so far, then live ones until the bus closes."""
+    def listen(self) -> asyncio.Queue[RunEvent | None]:
+        """A queue of every event so far, then live ones, then ``None`` when the bus closes.
+
+        The caller must read it to the ``None`` (or :meth:`forget` it).
+        """
         queue: asyncio.Queue[RunEvent | None] = asyncio.Queue()
         for event in self._buffer:
             queue.put_nowait(event)
@@ -50,6 +53,16 @@ class EventBus:
             queue.put_nowait(None)
         else:
             self._queues.append(queue)
+        return queue
+
+    def forget(self, queue: asyncio.Queue[RunEvent | None]) -> None:
+        """Stop feeding a queue of :meth:`listen`."""
+        if queue in self._queues:
+            self._queues.remove(queue)
+
+    async def subscribe(self) -> AsyncIterator[RunEvent]:
+        """Every event of the run so far, then live ones until the bus closes."""
+        queue = self.listen()
         try:
             while True:
                 item = await queue.get()
@@ -57,5 +70,4 @@ class EventBus:
                     return
                 yield item
         finally:
-            if queue in self._queues:
-                self._queues.remove(queue)
+            self.forget(queue)

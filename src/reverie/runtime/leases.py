@@ -21,13 +21,33 @@ def new_owner() -> str:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host is alive: it exists and is not a zombie.
+
+    A worker that exited but was not yet reaped by its parent (a zombie) still answers
+    ``kill(pid, 0)``; it advances nothing, so its runs are free to take over.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return _proc_state(pid) not in ("Z", "X")
+
+
+def _proc_state(pid: int) -> str | None:
+    """The ``State:`` letter of ``/proc/<pid>/status`` (``None`` without procfs)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("State:"):
+                    return line.split()[1] if len(line.split()) > 1 else None
+    except FileNotFoundError:
+        # procfs present but the process is gone by now; without procfs, trust kill(pid, 0).
+        return "X" if os.path.isdir("/proc/self") else None
+    except OSError:
+        return None
+    return None
 
 
 def owner_gone(owner: str | None) -> bool:

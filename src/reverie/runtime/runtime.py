@@ -7,7 +7,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine, Generator, Iterable, Sequence
+from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -43,6 +43,7 @@ from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import curator_for
 from reverie.runtime.dispatch import QueueDispatcher
+from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.host import (
@@ -63,6 +64,7 @@ from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
 
@@ -394,12 +396,14 @@ class Runtime:
         has_actor: bool = True,
         idempotency_key: str | None = None,
         thread_policy: ThreadPolicy | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Start a turn and return at once with a :class:`RunHandle`.
 
         ``message`` is the user's message, or the run's opening messages in order (unbound
         turns). An ``idempotency_key`` that already names a run of the same owner returns that
-        run's handle: it is never started a second time.
+        run's handle: it is never started a second time (keys are per owner: another owner's
+        same key starts that owner's own run). ``meta`` is stored on the run record as it is.
 
         A thread has at most one active (queued, running or blocked) run. When ``thread_id``
         has one, ``thread_policy`` (default: the runtime's, ``"reject"`` unless
@@ -431,8 +435,10 @@ class Runtime:
         self._families.get(family_id)  # unknown family: a typed error now, not later
         if thread_id is None:
             # Keyed runs get a thread named by the key: a repeated start leaves no empty thread.
+            # Keys are per owner: another owner's same key names another thread and run.
             keyed = idempotency_key is not None
-            thread_id = f"thr_{digest(idempotency_key)[:32]}" if keyed else new_id("thr")
+            owned_key = [scope.tenant, scope.user, idempotency_key]
+            thread_id = f"thr_{digest(owned_key)[:32]}" if keyed else new_id("thr")
             await self.store.create_thread(thread_id, scope)
         else:
             thread = await self.store.get_thread(thread_id)
@@ -449,6 +455,7 @@ class Runtime:
             family_id=family_id,
             has_actor=has_actor,
             idempotency_key=idempotency_key,
+            meta=dict(meta or {}),
         )
         policy = thread_policy or self._thread_policy
         if policy not in THREAD_POLICIES:
@@ -512,6 +519,8 @@ class Runtime:
             if run.cancel_requested:
                 active.token.cancel("cancelled")  # a handle for a cancel-requested run
             self._active[run.run_id] = active
+            if isinstance(self.store, RunEventLog):  # any process can replay and follow them
+                self._spawn(record_events(self.store, run.run_id, active.bus))
             active.task = self._spawn(self._drive(run.run_id, active, resumed=resumed))
         return RunHandle(self, run.run_id, run.thread_id, active.bus, active.done)
 

@@ -17,10 +17,11 @@ Curation passes (docs/memory.md) are built on this service.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from reverie.capabilities.tool import tools_by_name
+from reverie.core.canonical import digest
 from reverie.core.ids import new_id
 from reverie.core.limits import Limits
 from reverie.core.messages import Message
@@ -72,6 +73,8 @@ class UnboundTurnService:
         scope: Scope,
         model: str | Model | None = None,
         agent: Agent | None = None,
+        meta: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
     ) -> str:
         """Start an unbound turn and return its run id at once.
 
@@ -84,17 +87,21 @@ class UnboundTurnService:
             output_contract: What the run must produce (default: an assistant message).
             limits: Hard budgets. They narrow the family's high iteration cap; ``None`` keeps
                 the cap and sets no other budget.
-            idempotency_key: Names the run. The same key (for the same owner) returns the same
-                run id and never starts a second run.
+            idempotency_key: Names the run. The same key for the same owner (tenant and user)
+                returns the same run id and never starts a second run; another owner's same key
+                names that owner's own run.
             scope: Who the run acts for, set by the host.
             model: The model (spec or instance). Exactly one of ``model`` and ``agent``.
             agent: Use this agent's model and its hooks (its policies travel with it), not its
                 tools or instructions.
+            meta: Stored on the run record (``RunRecord.meta``) as it is.
+            thread_id: Continue this thread of ``scope`` (its transcript comes before
+                ``messages``); omitted: a new thread.
 
         Raises:
             UsageError: neither or both of ``model``/``agent``; a system-role message; a tool
                 named ``structured_result`` with a structured contract; duplicate tool names.
-            ConflictError: the key already names another owner's run.
+            NotFoundError: ``thread_id`` is not a thread of ``scope``.
         """
         contract = output_contract or OutputContract.assistant_message()
         if (model is None) == (agent is None):
@@ -111,8 +118,7 @@ class UnboundTurnService:
         resolved = self._model(agent.model if agent is not None else model)
         cap = rt._families.get(profile).budget.iteration_limit(_FAMILY_CAP_PROBE)
         ephemeral = Agent(
-            # Named by the key, so a repeated submit (even in another process) can continue it.
-            name=f"unbound:{idempotency_key or new_id('unb')}",
+            name=_ephemeral_name(scope, idempotency_key),
             model=ContractModel(resolved, contract) if contract.structured else resolved,
             instructions=system_prompt,
             tools=capabilities,
@@ -122,9 +128,19 @@ class UnboundTurnService:
             family=profile,
             hooks=tuple(agent.hooks) if agent is not None else (),
         )
+        # The served agent's name, for listings: the run's own agent is the ephemeral one.
+        stored = dict(meta or {})
+        if agent is not None:
+            stored[SERVED_AGENT_META] = agent.name
         if idempotency_key is None:
             handle = await rt.start(
-                ephemeral, opening, scope=scope, profile=profile, has_actor=False
+                ephemeral,
+                opening,
+                scope=scope,
+                thread_id=thread_id,
+                profile=profile,
+                has_actor=False,
+                meta=stored,
             )
         else:
             async with self._submitting:
@@ -132,9 +148,11 @@ class UnboundTurnService:
                     ephemeral,
                     opening,
                     scope=scope,
+                    thread_id=thread_id,
                     profile=profile,
                     has_actor=False,
                     idempotency_key=idempotency_key,
+                    meta=stored,
                 )
         self._retire_when_done(handle.run_id, ephemeral)
         return handle.run_id
@@ -166,6 +184,8 @@ class UnboundTurnService:
         scope: Scope,
         model: str | Model | None = None,
         agent: Agent | None = None,
+        meta: Mapping[str, Any] | None = None,
+        thread_id: str | None = None,
     ) -> RunResult:
         """:meth:`submit`, then wait for :meth:`result`."""
         run_id = await self.submit(
@@ -178,6 +198,8 @@ class UnboundTurnService:
             scope=scope,
             model=model,
             agent=agent,
+            meta=meta,
+            thread_id=thread_id,
         )
         return await self.result(run_id)
 
@@ -209,6 +231,18 @@ class UnboundTurnService:
         active.done.add_done_callback(retire)
 
 
+SERVED_AGENT_META = "served_agent"
+"""``RunRecord.meta`` key naming the agent an unbound turn ran on behalf of (``agent=``)."""
+
+
+def _ephemeral_name(scope: Scope, idempotency_key: str | None) -> str:
+    """The ephemeral agent's name: fixed by the owner and key, so a repeated submit (even in
+    another process) continues the run; per owner, so two owners' runs never share one."""
+    if idempotency_key is None:
+        return f"unbound:{new_id('unb')}"
+    return f"unbound:{digest([scope.tenant, scope.user, idempotency_key])[:32]}"
+
+
 def _opening(messages: Sequence[Message | str] | str) -> list[Message]:
     items = [messages] if isinstance(messages, str) else list(messages)
     out: list[Message] = []
@@ -222,4 +256,4 @@ def _opening(messages: Sequence[Message | str] | str) -> list[Message]:
     return out
 
 
-__all__ = ["UnboundTurnService"]
+__all__ = ["SERVED_AGENT_META", "UnboundTurnService"]

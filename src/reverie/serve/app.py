@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 
 from reverie.core.scope import Scope
 from reverie.errors import UsageError
@@ -14,8 +15,11 @@ from reverie.runtime.agent import Agent
 from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import BearerAuth, TokenTable
 from reverie.serve.chat import ChatRoutes
-from reverie.serve.context import ServeContext
-from reverie.serve.errors import Redactor, exception_handlers
+from reverie.serve.context import DEFAULT_SHUTDOWN_GRACE_S, ServeContext
+from reverie.serve.errors import SHOULD_RETRY, Redactor, exception_handlers
+from reverie.serve.idempotency import IDEMPOTENCY_HEADER
+from reverie.serve.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from reverie.serve.responses import ResponseRoutes
 from reverie.serve.runs import RunRoutes
 
 __all__ = ["create_app"]
@@ -26,6 +30,10 @@ def create_app(
     *,
     agents: Mapping[str, Agent],
     tokens: Mapping[str, Scope],
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    cors_origins: Sequence[str] = (),
+    shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
+    recover: bool = False,
 ) -> Starlette:
     """The HTTP API of ``runtime``: OpenAI-compatible chat completions and reverie's runs API.
 
@@ -37,14 +45,24 @@ def create_app(
             so runs blocked on a gate can be approved and resumed here.
         tokens: Bearer tokens and the scope each acts for. Every route needs one; a token's
             scope is the only identity a request has.
+        max_body_bytes: Larger request bodies are answered 413 before they are read.
+        cors_origins: Browser origins allowed to call the API (``"*"``: any). Empty: no CORS
+            headers, so browsers refuse cross-origin calls. Preflight requests are answered
+            before authentication (browsers send them without credentials).
+        shutdown_grace_s: When the server stops, open streams may go on this long; then the
+            streamed turns still running are cancelled with the reason ``server shutdown``.
+        recover: When the app starts, resume (in the background) the runs of served agents
+            whose worker died (:meth:`Runtime.recover`).
 
     Returns:
-        A Starlette app; serve it with uvicorn (``reverie serve`` does). Its lifespan cancels
-        the app's background work on shutdown.
+        A Starlette app; serve it with uvicorn (``reverie serve`` does; :func:`run_server`
+        gives its streams their grace). Its lifespan cancels the app's background work on
+        shutdown.
 
     Raises:
-        UsageError: an empty agent name, a value that is not an :class:`Agent`, or a token that
-            is empty, contains whitespace or does not map to a :class:`Scope`.
+        UsageError: an empty agent name, a value that is not an :class:`Agent`, a token that
+            is empty, contains whitespace or does not map to a :class:`Scope`, or a
+            ``max_body_bytes`` below 1 or a negative ``shutdown_grace_s``.
 
     Example::
 
@@ -59,22 +77,52 @@ def create_app(
         if not name or not name.strip():
             raise UsageError("served agent names must be non-empty")
         runtime.register(agent)
+    if max_body_bytes < 1:
+        raise UsageError("max_body_bytes must be at least 1")
+    if shutdown_grace_s < 0:
+        raise UsageError("shutdown_grace_s must be 0 or more")
     table = TokenTable(tokens)
-    ctx = ServeContext(runtime, agents, redact=Redactor(tokens))
+    ctx = ServeContext(runtime, agents, redact=Redactor(tokens), shutdown_grace_s=shutdown_grace_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if recover:
+            # In the background: recover() waits for every run it resumes to end.
+            ctx.tasks.spawn(runtime.recover(), name="recover runs")
         try:
             yield
         finally:
             await ctx.tasks.aclose()
 
     app = Starlette(
-        routes=[*ChatRoutes(ctx).routes(), *RunRoutes(ctx).routes()],
-        middleware=[Middleware(BearerAuth, tokens=table)],
+        routes=[
+            *ChatRoutes(ctx).routes(),
+            *ResponseRoutes(ctx).routes(),
+            *RunRoutes(ctx).routes(),
+        ],
+        middleware=[
+            *_cors(cors_origins),
+            Middleware(BodyLimit, max_bytes=max_body_bytes),
+            Middleware(BearerAuth, tokens=table),
+        ],
         exception_handlers=exception_handlers(),
         lifespan=lifespan,
     )
     app.state.reverie = ctx
     app.state.redact = ctx.redact
     return app
+
+
+def _cors(origins: Sequence[str]) -> list[Middleware]:
+    """CORS outermost, so a preflight is answered before authentication."""
+    if not origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type", IDEMPOTENCY_HEADER, "last-event-id"],
+            expose_headers=["x-reverie-run-id", SHOULD_RETRY, "location"],
+        )
+    ]

@@ -9,12 +9,13 @@ on reverie's own API and 400 on the OpenAI-compatible route (as OpenAI answers).
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
 from reverie.serve.errors import APIError
+from reverie.serve.limits import check_depth
 
 __all__ = [
     "FollowUpBody",
@@ -42,6 +43,10 @@ class StartRunBody(_Strict):
     """The user's message."""
     thread_id: str | None = Field(default=None, min_length=1)
     """Continue this conversation (one of the caller's); omitted: a new thread."""
+    thread_policy: Literal["reject", "enqueue", "interrupt"] | None = None
+    """When the thread has a running or blocked run: 409 (``reject``, the server's default
+    unless configured), join it as a follow-up (``enqueue``), or cancel it first
+    (``interrupt``)."""
 
 
 class SteerBody(_Strict):
@@ -98,8 +103,8 @@ async def parse_body(
         allow_empty: Treat an empty body as ``{}``.
 
     Raises:
-        APIError: 400 for an empty body (unless allowed), invalid JSON or a non-object;
-            ``invalid_status`` for a field problem.
+        APIError: 400 for an empty body (unless allowed), invalid JSON, a non-object or JSON
+            nested too deeply; ``invalid_status`` for a field problem.
     """
     raw = await request.body()
     if not raw.strip():
@@ -110,6 +115,8 @@ async def parse_body(
         raw = b"{}"
     try:
         data: Any = json.loads(raw)
+    except RecursionError:
+        raise APIError(400, "the request body is nested too deeply", code="invalid_json") from None
     except UnicodeDecodeError:
         raise APIError(400, "the request body is not UTF-8 JSON", code="invalid_json") from None
     except json.JSONDecodeError as exc:
@@ -121,6 +128,7 @@ async def parse_body(
         ) from None
     if not isinstance(data, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
+    check_depth(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

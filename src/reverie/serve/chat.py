@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -39,13 +39,11 @@ from reverie.serve.auth import owner_of
 from reverie.serve.bodies import parse_body
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, error_body, failure_error, from_reverie_error
+from reverie.serve.idempotency import idempotency_of
 
-__all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn"]
+__all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn", "turn_text"]
 
 log = logging.getLogger("reverie.serve")
-
-SSE_PING_S = 15.0
-"""Keep-alive comment interval on streams (proxies drop idle connections)."""
 
 
 # ---------------------------------------------------------------------------------- bodies
@@ -310,6 +308,7 @@ class ChatRoutes:
         body = await parse_body(request, ChatCompletionBody, invalid_status=400)
         agent = self.ctx.agent(body.model, param="model")
         turn = to_turn(body, agent)
+        keyed = idempotency_of(request, body, route="chat")
         rt = self.ctx.rt
         run_id = await rt.unbound.submit(
             system_prompt=turn.system_prompt,
@@ -317,9 +316,13 @@ class ChatRoutes:
             tools=list(agent.tools),
             output_contract=turn.contract,
             limits=agent.limits,
+            idempotency_key=keyed.key if keyed else None,
             scope=owner,
             agent=agent,
+            meta=keyed.meta if keyed else None,
         )
+        if keyed is not None:
+            keyed.check(await rt.store.get_run(run_id))
         created = int(time.time())
         headers = {"x-reverie-run-id": run_id}
         if body.stream:
@@ -332,7 +335,7 @@ class ChatRoutes:
                 structured=turn.contract.structured,
                 include_usage=include_usage,
             )
-            return EventSourceResponse(stream.events(), headers=headers, ping=SSE_PING_S, sep="\n")
+            return self.ctx.event_stream(stream.events(), headers=headers)
         result = await rt.unbound.result(run_id)
         if result.status != "completed":
             raise failure_error(result.exit, run_id)
@@ -389,34 +392,12 @@ class _Stream:
         message = self.ctx.redact(error.message)
         return _sse(error_body(error.status, message, code=error.code))
 
-    async def _text(self) -> AsyncIterator[str]:
-        """The turn's text pieces, live."""
-        handle = self.ctx.rt.attach(self.run_id)
-        if handle is None:
-            return
-        streamed = False  # text deltas seen since the last assistant message
-        wrote = False  # any text sent yet (later messages are set apart by a blank line)
-        async for event in handle.events():
-            text = ""
-            if isinstance(event, TextDeltaEvent):
-                text = event.text
-                if text and not streamed and wrote:
-                    text = "\n\n" + text
-                streamed = streamed or bool(event.text)
-            elif isinstance(event, AssistantMessage):
-                if not streamed and event.text.strip():  # a model that does not stream
-                    text = ("\n\n" if wrote else "") + event.text
-                streamed = False
-            if text:
-                wrote = True
-                yield text
-
     async def events(self) -> AsyncIterator[ServerSentEvent]:
         """The SSE events of the response."""
         done = False
         try:
             yield self._chunk({"role": "assistant", "content": ""})
-            async for text in self._text():
+            async for text in turn_text(self.ctx, self.run_id):
                 if not self.structured:
                     yield self._chunk({"content": text})
             result = await self.ctx.rt.unbound.result(self.run_id)
@@ -439,7 +420,35 @@ class _Stream:
             if not done:
                 # The client went away (or the server is stopping): nobody will read the answer.
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self.ctx.rt.cancel(self.run_id, reason="client disconnected")
+                    await self.ctx.rt.cancel(self.run_id, reason=self.ctx.stop_reason())
+
+
+async def turn_text(ctx: ServeContext, run_id: str) -> AsyncIterator[str]:
+    """An unbound turn's text pieces, live, as the model produces them (every model call of
+    the turn; later messages set apart by a blank line). A turn that already ended, or is
+    advanced by another process, sends its final text in one piece once it ends."""
+    handle = ctx.rt.attach(run_id)
+    if handle is None:
+        result = await ctx.rt.unbound.result(run_id)
+        if result.status == "completed" and result.text:
+            yield result.text
+        return
+    streamed = False  # text deltas seen since the last assistant message
+    wrote = False  # any text sent yet (later messages are set apart by a blank line)
+    async for event in handle.events():
+        text = ""
+        if isinstance(event, TextDeltaEvent):
+            text = event.text
+            if text and not streamed and wrote:
+                text = "\n\n" + text
+            streamed = streamed or bool(event.text)
+        elif isinstance(event, AssistantMessage):
+            if not streamed and event.text.strip():  # a model that does not stream
+                text = ("\n\n" if wrote else "") + event.text
+            streamed = False
+        if text:
+            wrote = True
+            yield text
 
 
 def _sse(data: dict[str, Any]) -> ServerSentEvent:

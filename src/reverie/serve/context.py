@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any, TypeVar
+
+import anyio
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from reverie.core.scope import Scope
 from reverie.errors import NotFoundError, ReverieError
@@ -16,9 +19,29 @@ from reverie.runtime.runtime import Runtime
 from reverie.serve.errors import APIError, Redactor
 from reverie.store.base import GateRecord, RunRecord
 
-__all__ = ["ServeContext", "TaskOwner", "same_owner"]
+__all__ = [
+    "DEFAULT_SHUTDOWN_GRACE_S",
+    "DISCONNECT_REASON",
+    "SHUTDOWN_REASON",
+    "SSE_PING_S",
+    "ServeContext",
+    "TaskOwner",
+    "same_owner",
+]
 
 log = logging.getLogger("reverie.serve")
+
+SSE_PING_S = 15.0
+"""Keep-alive comment interval on streams (proxies drop idle connections)."""
+
+DEFAULT_SHUTDOWN_GRACE_S = 5.0
+"""``[serve] shutdown_grace_s`` when unset."""
+
+SHUTDOWN_REASON = "server shutdown"
+"""The cancel reason of a streamed turn whose stream the server cut when stopping."""
+
+DISCONNECT_REASON = "client disconnected"
+"""The cancel reason of a streamed turn whose client went away."""
 
 T = TypeVar("T")
 
@@ -68,9 +91,19 @@ class ServeContext:
     """The state behind one app created by :func:`reverie.serve.create_app`."""
 
     def __init__(
-        self, runtime: Runtime, agents: Mapping[str, Agent], *, redact: Redactor | None = None
+        self,
+        runtime: Runtime,
+        agents: Mapping[str, Agent],
+        *,
+        redact: Redactor | None = None,
+        shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     ) -> None:
         self.rt = runtime
+        self.shutdown_grace_s = shutdown_grace_s
+        """How long open streams may go on once the server is stopping."""
+        self.stopping = anyio.Event()
+        """Set when the server began shutting down (a stream cut then is ``server shutdown``,
+        not ``client disconnected``)."""
         self.agents = dict(agents)
         """Served agents by the name clients use (``model`` / ``agent``)."""
         self.tasks = TaskOwner()
@@ -79,6 +112,23 @@ class ServeContext:
         self.resolving = asyncio.Lock()
         """Held while a gate is checked and its resolution launched: a second resolution of the
         same gate in this server then sees it resolved and gets 409."""
+
+    def event_stream(
+        self, events: AsyncIterator[ServerSentEvent], *, headers: Mapping[str, str] | None = None
+    ) -> EventSourceResponse:
+        """An SSE response that, on shutdown, may go on for the grace before it is cut."""
+        return EventSourceResponse(
+            events,
+            headers=dict(headers or {}),
+            ping=SSE_PING_S,
+            sep="\n",
+            shutdown_event=self.stopping,
+            shutdown_grace_period=self.shutdown_grace_s,
+        )
+
+    def stop_reason(self) -> str:
+        """Why a stream that ended early ended: the server stopping, or its client leaving."""
+        return SHUTDOWN_REASON if self.stopping.is_set() else DISCONNECT_REASON
 
     def agent(self, name: str, *, param: str) -> Agent:
         """The served agent called ``name``, else a 404 naming the agents there are."""

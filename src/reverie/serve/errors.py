@@ -11,6 +11,11 @@ credential or memory content. Unexpected exceptions are logged on the server and
 a generic 500. As a second line of defence, :class:`Redactor` masks every value the process
 holds that looks like a secret (bearer tokens, ``*_KEY``/``*_TOKEN``/… environment variables)
 in each message before it leaves.
+
+Every error response says whether a client should retry it (``x-should-retry``, which the
+openai and anthropic SDKs obey): ``false`` unless trying the same request again later can
+succeed without repeating work (a busy run, a server shutting down). A failed turn is not
+retried: a retry would be a second turn and run its tools again.
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ from reverie.errors import (
     ReverieError,
     RunBusy,
     RunEndedError,
+    ThreadBusy,
     UnknownAgentError,
     UsageError,
 )
 
 __all__ = [
+    "SHOULD_RETRY",
     "APIError",
     "Redactor",
     "error_body",
@@ -51,6 +58,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("reverie.serve")
+
+SHOULD_RETRY = "x-should-retry"
+"""The response header the openai and anthropic SDKs obey over their own retry rules."""
 
 _GENERIC_500 = "the server failed to handle the request; its log has the details"
 
@@ -66,6 +76,7 @@ class APIError(Exception):
         code: str | None = None,
         param: str | None = None,
         headers: Mapping[str, str] | None = None,
+        retryable: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -73,7 +84,9 @@ class APIError(Exception):
         """Shown to the client: must hold no secret."""
         self.code = code
         self.param = param
-        self.headers = dict(headers or {})
+        self.retryable = retryable
+        """Whether the same request may succeed later without repeating work."""
+        self.headers = {SHOULD_RETRY: "true" if retryable else "false", **(headers or {})}
 
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -143,9 +156,15 @@ def from_reverie_error(exc: ReverieError) -> APIError:
         return APIError(409, str(exc), code="run_ended")
     if isinstance(exc, GateResolvedError):
         return APIError(409, str(exc), code="gate_resolved")
+    if isinstance(exc, ThreadBusy):
+        # The conversation has an active run; the caller decides (wait, or a thread_policy).
+        return APIError(409, str(exc), code="thread_busy")
     if isinstance(exc, RunBusy):
         return APIError(
-            409, "the run is being advanced by another worker; try again later", code="run_busy"
+            409,
+            "the run is being advanced by another worker; try again later",
+            code="run_busy",
+            retryable=True,
         )
     if isinstance(exc, ConflictError):
         return APIError(409, str(exc), code="conflict")

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -21,13 +22,14 @@ from starlette.routing import Route
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
 from reverie.errors import NotFoundError
+from reverie.runtime.event_log import follow_events
 from reverie.runtime.result import RunResult
 from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import owner_of
 from reverie.serve.bodies import FollowUpBody, ResolveBody, StartRunBody, SteerBody, parse_body
-from reverie.serve.chat import SSE_PING_S
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError
+from reverie.serve.idempotency import idempotency_of
 from reverie.serve.views import (
     event_json,
     finished_event,
@@ -38,6 +40,7 @@ from reverie.serve.views import (
     settled,
 )
 from reverie.store.base import TERMINAL_STATUSES, GateStatus
+from reverie.store.run_events import RunEventLog
 
 __all__ = ["RunRoutes"]
 
@@ -87,9 +90,16 @@ class RunRoutes:
         owner = owner_of(request)
         body = await parse_body(request, StartRunBody)
         agent = self.ctx.agent(body.agent, param="agent")
+        keyed = idempotency_of(request, body, route="runs")
         try:
             handle = await self.ctx.rt.start(
-                agent, body.input, scope=owner, thread_id=body.thread_id
+                agent,
+                body.input,
+                scope=owner,
+                thread_id=body.thread_id,
+                idempotency_key=keyed.key if keyed else None,
+                meta=keyed.meta if keyed else None,
+                thread_policy=body.thread_policy,
             )
         except NotFoundError:
             # A missing thread and another owner's thread answer alike.
@@ -100,14 +110,17 @@ class RunRoutes:
                 param="thread_id",
             ) from None
         run = await self.ctx.rt.store.get_run(handle.run_id)
+        if keyed is not None:
+            keyed.check(run)
         return JSONResponse(
             {"run_id": run.run_id, "thread_id": run.thread_id, "status": run.status},
+            # A repeated key answers as the first request did, with the run it started.
             status_code=201,
             headers={"location": f"/v1/runs/{run.run_id}"},
         )
 
     async def list_runs(self, request: Request) -> Response:
-        """``GET /v1/runs?status=…&limit=…``: the caller's runs, newest first."""
+        """``GET /v1/runs?status=…&limit=…``: the caller's runs, newest first, in full."""
         owner = owner_of(request)
         limit = _limit(request)
         statuses = [s for v in request.query_params.getlist("status") for s in v.split(",") if s]
@@ -122,7 +135,8 @@ class RunRoutes:
         runs = await self.ctx.rt.store.list_runs(
             scope=owner, statuses=statuses or None, limit=limit
         )
-        return JSONResponse(listing([run_summary(r) for r in runs]))
+        # Each item is the run as GET /v1/runs/{id} shows it (text, exit, usage, gate).
+        return JSONResponse(listing([await run_detail(self.ctx.rt, r) for r in runs]))
 
     async def get(self, request: Request) -> Response:
         """``GET /v1/runs/{id}``: status, text, output, exit, usage, gate."""
@@ -130,9 +144,24 @@ class RunRoutes:
         return JSONResponse(await run_detail(self.ctx.rt, run))
 
     async def events(self, request: Request) -> Response:
-        """``GET /v1/runs/{id}/events``: SSE of typed run events until it ends or blocks."""
+        """``GET /v1/runs/{id}/events``: SSE of typed run events until it ends or blocks.
+
+        With a store that keeps run events, each event has its ``id`` (its seq) and a client
+        resumes after ``Last-Event-ID``; events come from the store, so a run advanced by
+        another process streams live too.
+        """
         run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
-        return EventSourceResponse(self._events(run.run_id), ping=SSE_PING_S, sep="\n")
+        if not isinstance(self.ctx.rt.store, RunEventLog):
+            return self.ctx.event_stream(self._events(run.run_id))
+        after = _last_event_id(request)
+        return self.ctx.event_stream(self._stored_events(run.run_id, after))
+
+    async def _stored_events(
+        self, run_id: str, after_seq: int | None
+    ) -> AsyncIterator[ServerSentEvent]:
+        async for seq, data in follow_events(self.ctx.rt.store, run_id, after_seq=after_seq):
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+            yield ServerSentEvent(data=text, id=None if seq is None else str(seq))
 
     async def _events(self, run_id: str) -> AsyncIterator[ServerSentEvent]:
         """The segment this process advances, replayed from its start then live; a settled run
@@ -261,12 +290,30 @@ async def _launched(rt: Runtime, run_id: str, task: asyncio.Task[RunResult]) -> 
 
 def _limit(request: Request) -> int:
     raw = request.query_params.get("limit", "50")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
+    # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+    digits = raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_LIST))
+    if not digits or not 1 <= int(raw) <= MAX_LIST:
         raise APIError(
             422,
             f"limit: use an integer from 1 to {MAX_LIST}",
             code="invalid_request",
             param="limit",
+        )
+    return int(raw)
+
+
+def _last_event_id(request: Request) -> int | None:
+    """The ``Last-Event-ID`` a reconnecting SSE client sends (``None``: a new stream)."""
+    raw = request.headers.get("last-event-id")
+    if raw is None or not raw.strip():
+        return None
+    raw = raw.strip()
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise APIError(
+            400,
+            "Last-Event-ID: send the id of the last event received (an integer)",
+            code="invalid_request",
+            param="Last-Event-ID",
         )
     return int(raw)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import socket
 import threading
@@ -12,10 +13,23 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import uvicorn
+from sse_starlette.sse import AppStatus
+
+from reverie.serve.context import DEFAULT_SHUTDOWN_GRACE_S
 
 __all__ = ["background_server", "run_server"]
 
 _STARTUP_TIMEOUT_S = 10.0
+
+
+_SHUTDOWN_MARGIN_S = 2.0
+"""uvicorn waits this much longer than the streams' grace, so the streams are cut by the app
+(their runs cancelled as ``server shutdown``) rather than by uvicorn."""
+
+
+def _grace(app: Any) -> float:
+    ctx = getattr(getattr(app, "state", None), "reverie", None)
+    return float(getattr(ctx, "shutdown_grace_s", DEFAULT_SHUTDOWN_GRACE_S))
 
 
 def _config(app: Any, **options: Any) -> uvicorn.Config:
@@ -23,8 +37,8 @@ def _config(app: Any, **options: Any) -> uvicorn.Config:
         app,
         lifespan="on",
         ws="none",
-        # Streams end when their run ends; a client still attached at shutdown is cut after this.
-        timeout_graceful_shutdown=5,
+        # Streams end when their run ends; one still open at shutdown is cut after its grace.
+        timeout_graceful_shutdown=math.ceil(_grace(app) + _SHUTDOWN_MARGIN_S),
         **options,
     )
 
@@ -69,11 +83,17 @@ class _ForegroundServer(uvicorn.Server):
 async def run_server(app: Any, *, host: str, port: int, log_level: str = "info") -> None:
     """Serve ``app`` until SIGINT or SIGTERM, then shut down gracefully and return.
 
-    Open streams get a few seconds to finish; the app's lifespan then cancels its background
-    work. The caller closes the runtime afterwards.
+    New connections are refused at once; open streams may go on for the app's
+    ``shutdown_grace_s`` (then their streamed turns are cancelled as ``server shutdown``); the
+    app's lifespan then cancels its background work. The caller closes the runtime afterwards.
     """
     server = _ForegroundServer(_config(app, host=host, port=port, log_level=log_level))
-    await server.serve()
+    try:
+        await server.serve()
+    finally:
+        # sse-starlette records a shutdown in a process-wide flag that nothing resets: left
+        # set, every stream of a later server in this process would end at once.
+        AppStatus.should_exit = False
 
 
 @contextlib.asynccontextmanager

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import RunEvent, RunFinished
 from reverie.core.exits import exit_to_dict
+from reverie.core.timestamps import iso_utc
 from reverie.runtime.result import Gate
+from reverie.runtime.unbound import SERVED_AGENT_META
 from reverie.store.base import TERMINAL_STATUSES, GateRecord, RunRecord
 
 if TYPE_CHECKING:
@@ -41,11 +43,12 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         "object": "run",
         "run_id": run.run_id,
         "thread_id": run.thread_id,
-        "agent": run.agent_name,
+        # An HTTP turn runs an ephemeral agent: name the served agent it ran for.
+        "agent": str(run.meta.get(SERVED_AGENT_META, run.agent_name)),
         "profile": run.profile,
         "status": run.status,
-        "created_at": run.created_at,
-        "updated_at": run.updated_at,
+        "created_at": iso_utc(run.created_at),
+        "updated_at": iso_utc(run.updated_at),
     }
 
 
@@ -91,8 +94,8 @@ def gate_view(gate: GateRecord) -> dict[str, Any]:
         "arguments": dict(gate.arguments),
         "status": gate.status,
         "reason": gate.reason,
-        "created_at": gate.created_at,
-        "resolved_at": gate.resolved_at,
+        "created_at": iso_utc(gate.created_at),
+        "resolved_at": iso_utc(gate.resolved_at),
     }
 
 

@@ -37,6 +37,7 @@ from reverie.store.base import (
     TranscriptItem,
 )
 from reverie.store.memory_documents import MemoryDocuments
+from reverie.store.run_events import MAX_RUN_EVENTS, EventWaiters, RunEventRecord
 
 
 def _now() -> float:
@@ -54,12 +55,15 @@ class MemoryStore(MemoryDocuments):
         self._items: dict[str, TranscriptItem] = {}
         self._thread_items: dict[str, list[str]] = {}
         self._runs: dict[str, RunRecord] = {}
-        self._idem: dict[str, str] = {}
+        self._idem: dict[tuple[str, str, str], str] = {}
+        """(tenant, user, idempotency key) → run id: keys are per owner."""
         self._checkpoints: dict[str, CheckpointRecord] = {}
         self._journal: dict[tuple[str, str], JournalEntry] = {}
         self._inputs: dict[str, list[InputRecord]] = {}
         self._input_ids: dict[tuple[str, str], InputRecord] = {}
         self._gates: dict[str, GateRecord] = {}
+        self._events: dict[str, list[RunEventRecord]] = {}
+        self._event_waiters = EventWaiters()
         self._sealed: set[str] = set()
 
     async def open(self) -> None:
@@ -155,8 +159,11 @@ class MemoryStore(MemoryDocuments):
 
     # runs and leases ----------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> RunRecord:
-        if run.idempotency_key is not None and run.idempotency_key in self._idem:
-            return self._runs[self._idem[run.idempotency_key]]
+        key = None
+        if run.idempotency_key is not None:
+            key = (run.scope.tenant, run.scope.user, run.idempotency_key)
+            if key in self._idem:
+                return self._runs[self._idem[key]]
         if run.run_id in self._runs:
             raise ConflictError(f"run {run.run_id} already exists")
         active = await self.active_run(run.thread_id)
@@ -165,8 +172,8 @@ class MemoryStore(MemoryDocuments):
         now = _now()
         rec = dataclasses.replace(run, created_at=now, updated_at=now)
         self._runs[run.run_id] = rec
-        if run.idempotency_key is not None:
-            self._idem[run.idempotency_key] = run.run_id
+        if key is not None:
+            self._idem[key] = run.run_id
         self._inputs.setdefault(run.run_id, [])
         return rec
 
@@ -380,3 +387,32 @@ class MemoryStore(MemoryDocuments):
         ]
         rows.sort(key=lambda g: (g.created_at, g.ref), reverse=True)
         return rows
+
+    # run events ---------------------------------------------------------------------------
+    async def append_run_events(
+        self, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int = MAX_RUN_EVENTS
+    ) -> int:
+        """Append events after the run's last one; keep the newest ``keep``; the last seq."""
+        stored = self._events.setdefault(run_id, [])
+        seq = stored[-1].seq if stored else 0
+        now = _now()
+        for data in events:
+            seq += 1
+            record = RunEventRecord(
+                run_id=run_id, seq=seq, kind=str(data["kind"]), data=dict(data), created_at=now
+            )
+            stored.append(record)
+        del stored[: max(0, len(stored) - keep)]
+        self._event_waiters.wake(run_id)
+        return seq
+
+    async def run_events(
+        self, run_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[RunEventRecord]:
+        """Stored events with a seq above ``after_seq``, oldest first, at most ``limit``."""
+        found = [r for r in self._events.get(run_id, ()) if r.seq > after_seq]
+        return found[: max(0, limit)]
+
+    async def wait_run_events(self, run_id: str, *, timeout_s: float) -> None:
+        """Return when events of the run were appended, or after ``timeout_s``."""
+        await self._event_waiters.wait(run_id, timeout_s)

@@ -240,7 +240,24 @@ _V2 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
+_V3 = Migration(
+    version=3,
+    name="run events: each run's typed events, replayable from any process",
+    statements=(
+        """
+        CREATE TABLE run_events (
+            run_id      TEXT NOT NULL,
+            seq         INTEGER NOT NULL,
+            kind        TEXT NOT NULL,
+            data        TEXT NOT NULL,
+            created_at  REAL NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        ) WITHOUT ROWID
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
 """Every migration, oldest first."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

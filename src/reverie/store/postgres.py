@@ -66,6 +66,7 @@ from reverie.store.base import (
 from reverie.store.postgres_connections import PostgresConnections
 from reverie.store.postgres_documents import PostgresDocuments
 from reverie.store.postgres_schema import Conn
+from reverie.store.run_events import MAX_RUN_EVENTS, RunEventRecord
 
 __all__ = ["PostgresStore", "temporary_schema"]
 
@@ -192,7 +193,7 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
 
     # runs and leases ----------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> RunRecord:
-        """Insert a run; if its idempotency key exists, return that run instead.
+        """Insert a run; if its owner's idempotency key exists, return that run instead.
 
         Raises:
             ConflictError: A run with the same id (and no matching idempotency key) exists.
@@ -201,10 +202,11 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
         rec = dataclasses.replace(run, created_at=now, updated_at=now)
         columns = schema.run_columns(rec)
         by_key = "SELECT * FROM runs WHERE idempotency_key = %s"
+        key = columns["idempotency_key"]  # qualified by the owner
 
         async def write(conn: Conn) -> RunRecord:
             if run.idempotency_key is not None:
-                row = await db.one(conn, by_key, (run.idempotency_key,))
+                row = await db.one(conn, by_key, (key,))
                 if row is not None:
                     return schema.row_run(row)
             sql = "SELECT 1 FROM runs WHERE run_id = %s"
@@ -223,7 +225,7 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
             if await db.insert(conn, "runs", columns, " ON CONFLICT (idempotency_key) DO NOTHING"):
                 return rec
             what = f"run with idempotency key of {run.run_id}"
-            return schema.row_run(await db.found(conn, by_key, (run.idempotency_key,), what))
+            return schema.row_run(await db.found(conn, by_key, (key,), what))
 
         return await self._transact("create a run", write)
 
@@ -537,6 +539,55 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
         where, params = db.where(scope, None if status is None else [status])
         sql = f"SELECT * FROM gates{where} ORDER BY created_at DESC, ref DESC"
         return await self._select("list gates", schema.row_gate, sql, params)
+
+    # run events ---------------------------------------------------------------------------
+    async def append_run_events(
+        self, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int = MAX_RUN_EVENTS
+    ) -> int:
+        """Append events after the run's last one; keep the newest ``keep``; the last seq.
+
+        Followers in every process are woken by ``NOTIFY`` when the append commits.
+        """
+        now = time.time()
+
+        async def write(conn: Conn) -> int:
+            # One appender of a run at a time, so sequence numbers never collide.
+            await db.execute(conn, "SELECT pg_advisory_xact_lock(hashtext(%s))", (run_id,))
+            found = await db.one(
+                conn,
+                "SELECT COALESCE(MAX(seq), 0) AS last FROM run_events WHERE run_id = %s",
+                (run_id,),
+            )
+            seq = int(found["last"]) if found is not None else 0
+            for data in events:
+                seq += 1
+                record = RunEventRecord(
+                    run_id=run_id, seq=seq, kind=str(data["kind"]), data=data, created_at=now
+                )
+                await db.insert(conn, "run_events", schema.run_event_columns(record))
+            await db.execute(
+                conn, "DELETE FROM run_events WHERE run_id = %s AND seq <= %s", (run_id, seq - keep)
+            )
+            await db.execute(conn, "SELECT pg_notify(%s, %s)", (db.EVENTS_CHANNEL, run_id))
+            return seq
+
+        last = await self._transact("append run events", write)
+        self._event_waiters.wake(run_id)
+        return last
+
+    async def run_events(
+        self, run_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[RunEventRecord]:
+        """Stored events with a seq above ``after_seq``, oldest first, at most ``limit``."""
+        query = "SELECT * FROM run_events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+        params = (run_id, after_seq, max(0, limit))
+        return await self._select("read run events", schema.row_run_event, query, params)
+
+    async def wait_run_events(self, run_id: str, *, timeout_s: float) -> None:
+        """Return when events of the run were appended (any process: ``LISTEN``), or after
+        ``timeout_s``."""
+        self._follow_notifications()
+        await self._event_waiters.wait(run_id, timeout_s)
 
 
 async def _lock_run(conn: Conn, run_id: str, column: str) -> Any:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -36,8 +37,14 @@ from psycopg.rows import DictRow, dict_row
 from reverie.core.scope import Scope
 from reverie.errors import ConfigError, ConflictError, LeaseLost, NotFoundError, StoreError
 from reverie.store.postgres_schema import Conn, migrate
+from reverie.store.run_events import EventWaiters
 
-__all__ = ["PostgresConnections"]
+__all__ = ["EVENTS_CHANNEL", "PostgresConnections"]
+
+EVENTS_CHANNEL = "reverie_run_events"
+"""``NOTIFY`` channel of appended run events; the payload is the run id."""
+
+log = logging.getLogger("reverie.store")
 
 T = TypeVar("T")
 
@@ -192,6 +199,9 @@ class PostgresConnections:
         self._connect_timeout = max(2, round(connect_timeout_s))  # libpq's minimum is 2 s
         self._slots: asyncio.Queue[Conn | None] | None = None
         self._lifecycle = asyncio.Lock()
+        self._event_waiters = EventWaiters()  # this process's followers of run events
+        self._listener: asyncio.Task[None] | None = None
+        """LISTENs for appended run events (started by the first follower)."""
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -230,6 +240,11 @@ class PostgresConnections:
         Operations that were waiting for a connection fail with :class:`StoreError`.
         """
         async with self._lifecycle:
+            listener, self._listener = self._listener, None
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await listener
             slots, self._slots = self._slots, None
             if slots is None:
                 return
@@ -239,6 +254,24 @@ class PostgresConnections:
                     await conn.close()
             for _ in range(self.max_connections):
                 slots.put_nowait(None)  # wakes waiters; they see the store closed
+
+    def _follow_notifications(self) -> None:
+        """Start the LISTEN connection that wakes this process's followers of run events."""
+        if self._slots is not None and (self._listener is None or self._listener.done()):
+            self._listener = asyncio.get_running_loop().create_task(self._listen())
+
+    async def _listen(self) -> None:
+        # Outside the pool: LISTEN holds its connection for as long as the store is open. If
+        # it fails, followers still see new events when their wait times out (polling).
+        try:
+            with self._errors("listen for run events"):
+                conn = await self._connect()
+                async with conn:
+                    await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
+                    async for note in conn.notifies():
+                        self._event_waiters.wake(note.payload)
+        except StoreError as exc:
+            log.warning("run events: %s; followers poll instead", exc)
 
     async def _connect(self) -> Conn:
         params = conninfo_to_dict(self._url)

@@ -41,9 +41,11 @@ from reverie.store.rows import (
     row_item as row_item,
     row_journal as row_journal,
     row_run as row_run,
+    row_run_event as row_run_event,
     row_scope as row_scope,
     row_thread as row_thread,
     run_columns as run_columns,
+    run_event_columns as run_event_columns,
     scope_columns as scope_columns,
     thread_columns as thread_columns,
 )
@@ -230,7 +232,24 @@ _V2 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
+_V3 = Migration(
+    version=3,
+    name="run events: each run's typed events, replayable from any process",
+    statements=(
+        """
+        CREATE TABLE run_events (
+            run_id      TEXT NOT NULL,
+            seq         BIGINT NOT NULL,
+            kind        TEXT NOT NULL,
+            data        TEXT NOT NULL,
+            created_at  DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
 """Every migration, oldest first. Never edit one that has shipped; append the next."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

@@ -9,6 +9,7 @@ for transcript content, SQLite's decoded-item cache) stay in each backend's sche
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.run_events import RunEventRecord
 
 Columns = dict[str, Any]
 """Column name → value, ready for an INSERT."""
@@ -70,6 +72,26 @@ def row_scope(row: Row) -> Scope:
         agent=row["scope_agent"] or None,
         project=row["scope_project"] or None,
     )
+
+
+def owner_key(scope: Scope, key: str) -> str:
+    """The stored form of an idempotency key: qualified by its owner (tenant and user).
+
+    Keys are per owner: the same key of another tenant or user names another run. The column
+    stays one UNIQUE text column; the qualifier is a digest of the owner, so the key column
+    reveals no tenant name and two owners' keys can never collide.
+    """
+    owner = json.dumps([scope.tenant, scope.user], ensure_ascii=False).encode("utf-8")
+    return f"o{hashlib.sha256(owner).hexdigest()[:32]}:{key}"
+
+
+def _row_key(row: Row, scope: Scope) -> str | None:
+    stored: str | None = row["idempotency_key"]
+    if stored is None:
+        return None
+    qualifier = owner_key(scope, "")
+    # Rows written before keys were qualified hold the bare key.
+    return stored[len(qualifier) :] if stored.startswith(qualifier) else stored
 
 
 def thread_columns(rec: ThreadRecord) -> Columns:
@@ -124,7 +146,9 @@ def run_columns(rec: RunRecord) -> Columns:
         "lease_expires_at": rec.lease_expires_at,
         "fence": rec.fence,
         "cancel_requested": rec.cancel_requested,
-        "idempotency_key": rec.idempotency_key,
+        "idempotency_key": (
+            None if rec.idempotency_key is None else owner_key(rec.scope, rec.idempotency_key)
+        ),
         "has_actor": rec.has_actor,
         "meta": dumps(dict(rec.meta)),
     }
@@ -132,10 +156,11 @@ def run_columns(rec: RunRecord) -> Columns:
 
 def row_run(row: Row) -> RunRecord:
     """A ``runs`` row as a record."""
+    scope = row_scope(row)
     return RunRecord(
         run_id=row["run_id"],
         thread_id=row["thread_id"],
-        scope=row_scope(row),
+        scope=scope,
         agent_name=row["agent_name"],
         profile=row["profile"],
         family_id=row["family_id"],
@@ -147,7 +172,7 @@ def row_run(row: Row) -> RunRecord:
         lease_expires_at=row["lease_expires_at"],
         fence=row["fence"],
         cancel_requested=bool(row["cancel_requested"]),
-        idempotency_key=row["idempotency_key"],
+        idempotency_key=_row_key(row, scope),
         has_actor=bool(row["has_actor"]),
         meta=json.loads(row["meta"]),
     )
@@ -230,4 +255,26 @@ def row_gate(row: Row) -> GateRecord:
         scope=row_scope(row),
         created_at=row["created_at"],
         resolved_at=row["resolved_at"],
+    )
+
+
+def run_event_columns(rec: RunEventRecord) -> Columns:
+    """Columns of a ``run_events`` row."""
+    return {
+        "run_id": rec.run_id,
+        "seq": rec.seq,
+        "kind": rec.kind,
+        "data": dumps(dict(rec.data)),
+        "created_at": rec.created_at,
+    }
+
+
+def row_run_event(row: Row) -> RunEventRecord:
+    """A ``run_events`` row as a record."""
+    return RunEventRecord(
+        run_id=row["run_id"],
+        seq=row["seq"],
+        kind=row["kind"],
+        data=json.loads(row["data"]),
+        created_at=row["created_at"],
     )

@@ -63,6 +63,7 @@ from reverie.store.base import (
     ThreadRecord,
     TranscriptItem,
 )
+from reverie.store.run_events import MAX_RUN_EVENTS, RunEventRecord
 from reverie.store.sqlite_connections import SQLiteConnections
 from reverie.store.sqlite_documents import SQLiteDocuments
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES
@@ -235,7 +236,7 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
 
     # runs and leases ----------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> RunRecord:
-        """Insert a run; if its idempotency key exists, return that run instead.
+        """Insert a run; if its owner's idempotency key exists, return that run instead.
 
         Raises:
             ConflictError: A run with the same id (and no matching idempotency key) exists.
@@ -244,7 +245,7 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
         def write(db: sqlite3.Connection) -> RunRecord:
             if run.idempotency_key is not None:
                 sql = "SELECT * FROM runs WHERE idempotency_key = ?"
-                row = schema.one(db, sql, (run.idempotency_key,))
+                row = schema.one(db, sql, (schema.owner_key(run.scope, run.idempotency_key),))
                 if row is not None:
                     return schema.row_run(row)
             if schema.one(db, "SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)) is not None:
@@ -576,3 +577,47 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
         where, params = schema.where(scope, None if status is None else [status])
         sql = f"SELECT * FROM gates{where} ORDER BY created_at DESC, ref DESC"
         return await self._select("list gates", schema.row_gate, sql, params)
+
+    # run events ---------------------------------------------------------------------------
+    async def append_run_events(
+        self, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int = MAX_RUN_EVENTS
+    ) -> int:
+        """Append events after the run's last one; keep the newest ``keep``; the last seq."""
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> int:
+            found = schema.one(
+                db,
+                "SELECT COALESCE(MAX(seq), 0) AS last FROM run_events WHERE run_id = ?",
+                (run_id,),
+            )
+            seq = int(found["last"]) if found is not None else 0
+            rows = []
+            for data in events:
+                seq += 1
+                record = RunEventRecord(
+                    run_id=run_id, seq=seq, kind=str(data["kind"]), data=data, created_at=now
+                )
+                rows.append(schema.run_event_columns(record))
+            schema.insert(db, "run_events", rows)
+            schema.execute(
+                db, "DELETE FROM run_events WHERE run_id = ? AND seq <= ?", (run_id, seq - keep)
+            )
+            return seq
+
+        last = await self._transact("append run events", write)
+        self._event_waiters.wake(run_id)
+        return last
+
+    async def run_events(
+        self, run_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[RunEventRecord]:
+        """Stored events with a seq above ``after_seq``, oldest first, at most ``limit``."""
+        sql = "SELECT * FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+        params = (run_id, after_seq, max(0, limit))
+        return await self._select("read run events", schema.row_run_event, sql, params)
+
+    async def wait_run_events(self, run_id: str, *, timeout_s: float) -> None:
+        """Return when this process appended events of the run, or after ``timeout_s`` (other
+        processes' appends are seen by polling: SQLite has no notifications)."""
+        await self._event_waiters.wait(run_id, timeout_s)

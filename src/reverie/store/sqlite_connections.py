@@ -19,6 +19,7 @@ from typing import Any, Self, TypeVar
 
 from reverie.errors import ConfigError, NotFoundError, StoreError
 from reverie.store import sqlite_schema as schema
+from reverie.store.run_events import EventWaiters
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
 from reverie.store.sqlite_writer import ConnectionThread
 
@@ -51,6 +52,7 @@ class SQLiteConnections:
         self._reader: ConnectionThread | None = None
         self._lifecycle = asyncio.Lock()
         self._items = schema.ItemCache()  # decoded transcript rows, shared by all reads
+        self._event_waiters = EventWaiters()  # this process's followers of run events
 
     async def __aenter__(self) -> Self:
         await self.open()
