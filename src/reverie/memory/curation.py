@@ -19,7 +19,6 @@ completed interactive turns and, on every Nth, submits one unbound structured pa
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -30,7 +29,7 @@ from reverie.core.limits import Limits
 from reverie.core.scope import Scope
 from reverie.core.transcript import TranscriptItem
 from reverie.errors import CapabilityError, ConfigError
-from reverie.memory.manifest import PassSpec, ScheduledOp
+from reverie.memory.manifest import PassSpec, ScheduledOp, check_prompt_path
 from reverie.memory.provider import MemoryProvider
 from reverie.memory.tools import BUDGET_REFUSAL
 from reverie.store.documents import MemoryPassRecord
@@ -157,13 +156,30 @@ def curation_op(provider: MemoryProvider | None, interval: int | None) -> Schedu
 
 
 def load_pass_prompt(op: ScheduledOp, *, provider: str, base_dir: str | None) -> str:
-    """The pass's instructions: the manifest's ``prompt`` file, relative to the manifest.
+    """The pass's instructions: the manifest's ``prompt`` file, inside the manifest's directory.
+
+    The path is relative (checked when the manifest was built) and, once every symlink is
+    resolved, must still lie inside ``base_dir``: a manifest cannot point a pass at a file
+    elsewhere on the machine.
 
     Raises:
-        ConfigError: The file cannot be read or is empty (names the provider and the path).
+        ConfigError: The manifest has no directory; the file is outside it, cannot be read or
+            is empty (names the provider and the path).
     """
-    prompt = op.pass_.prompt
-    path = Path(prompt) if os.path.isabs(prompt) else Path(base_dir or ".") / prompt
+    prompt = check_prompt_path(op.pass_.prompt)
+    if base_dir is None:
+        raise ConfigError(
+            f"memory provider {provider!r}: its manifest has no directory to read the curation "
+            f"prompt {prompt!r} from. Fix: build the manifest with base_dir=..."
+        )
+    root = Path(base_dir).resolve()
+    path = (root / prompt).resolve()
+    if not path.is_relative_to(root):
+        raise ConfigError(
+            f"memory provider {provider!r}: the curation prompt {prompt!r} resolves outside "
+            "the manifest's directory (a symlink?). Fix: ship the file itself next to the "
+            "manifest"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
