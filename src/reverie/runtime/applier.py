@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from reverie.core.events import HookFailedEvent, RunFinished
@@ -37,9 +37,18 @@ INTERACTIVE_PROFILES: frozenset[str] = frozenset({"interactive"})
 class ExitApplier:
     """Validates exits and writes terminal status."""
 
-    def __init__(self, store: Store, hooks: HookDispatcher) -> None:
+    def __init__(
+        self,
+        store: Store,
+        hooks: HookDispatcher,
+        *,
+        before_terminal: Callable[[RunRecord, LoopExit], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.hooks = hooks
+        self.before_terminal = before_terminal
+        """Called with a run about to end and its (validated) exit, before the status is
+        written: a background run's record is kept even if the process dies right after."""
 
     async def validate(self, run: RunRecord, exit_: LoopExit) -> LoopExit:
         """The exit itself if valid, else ``Failed(driver_bug)`` saying why."""
@@ -94,6 +103,8 @@ class ExitApplier:
         """Validate, write the status, announce it, fire ``after_turn``; return the result."""
         exit_ = await self.validate(run, exit_)
         status: RunStatus = exit_.status  # type: ignore[assignment]
+        if status in TERMINAL_STATUSES and self.before_terminal is not None:
+            await self.before_terminal(run, exit_)
         record = await self.store.set_run_status(
             run.run_id, status, fence=fence, exit=exit_to_dict(exit_)
         )

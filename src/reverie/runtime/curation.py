@@ -25,17 +25,25 @@ on demand when the provider declares one.
 Counts live in this process's bounded LRU. When an owner is not in it (a new process, as with
 one-shot ``reverie run`` commands, or an owner evicted earlier), their count is seeded from the
 store: their completed interactive turns since their latest pass run, newest first and bounded
-— one query per owner newly seen. A pass's write budget lives with the process that submitted
-it.
+— one query per owner newly seen.
+
+A pass survives the process that submitted it: its tools come by name from the first-party
+toolset :data:`PASS_TOOLSET` (the guarded memory tools; the guard's state is rebuilt from the
+pass's own transcript, so a resume never grants a second write), its model is kept as a spec,
+and its record is written by the finisher :data:`PASS_FINISHER` in whichever process ends the
+run, just before its terminal status (:func:`record_pass`). ``Runtime.recover()`` in a new
+process resumes an interrupted pass, or ends it ``Failed(not_resumable)`` — recorded too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
-from reverie.core.exits import Cancelled, Failed
+from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.errors import UsageError
@@ -61,14 +69,19 @@ from reverie.memory.service import MemoryService
 from reverie.models.base import Model
 from reverie.runtime.applier import INTERACTIVE_PROFILES
 from reverie.runtime.structured import OutputContract
+from reverie.store.base import RunRecord, Store
 from reverie.store.documents import DocumentStore, MemoryPassRecord
 
 if TYPE_CHECKING:
     from reverie.runtime.agent import Agent
-    from reverie.runtime.result import RunResult
     from reverie.runtime.runtime import Runtime
 
-__all__ = ["Curator", "curator_for"]
+__all__ = ["PASS_FINISHER", "PASS_TOOLSET", "Curator", "curator_for", "record_pass"]
+
+PASS_TOOLSET: Final = "memory_curation"
+"""The first-party toolset of a pass: the manifest's memory tools behind a :class:`PassGuard`."""
+PASS_FINISHER: Final = "memory_curation"
+"""The first-party finisher that keeps a pass's record (:func:`record_pass`)."""
 
 log = logging.getLogger("reverie.memory.curation")
 
@@ -98,7 +111,7 @@ class Curator:
         op: ScheduledOp,
         *,
         interval: int | None,
-        model: Model | None = None,
+        model: Model | str | None = None,
         max_owners: int = DEFAULT_MAX_OWNERS,
     ) -> None:
         self._rt = runtime
@@ -114,6 +127,16 @@ class Curator:
         self._inflight: dict[str, asyncio.Future[MemoryPassRecord]] = {}
         # Enough rows to find N turns among some failed, unbound and scheduled runs.
         self._history_rows = min(4 * self.counter.interval + 16, 1_000)
+        runtime.unbound.register_toolset(PASS_TOOLSET, self._pass_tools)
+
+    async def _pass_tools(self, run: RunRecord, names: Sequence[str]) -> list[Any]:
+        """The guarded tools of one pass run (in any process, on every segment)."""
+        store = self._rt.store
+
+        async def transcript() -> list[Any]:
+            return [r for r in await store.thread_items(run.thread_id) if r.run_id == run.run_id]
+
+        return self._service.pass_tools(names, PassGuard(load=transcript))
 
     def _load_prompt(self) -> str:
         if self._prompt is None:
@@ -220,12 +243,13 @@ class Curator:
         done.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         self._inflight[key] = done
         spec = self.op.pass_
-        guard = PassGuard()
         try:
             run_id = await self._rt.unbound.submit(
                 system_prompt=self._load_prompt(),
                 messages=[PASS_OPENING],
-                tools=self._service.pass_tools(spec.tools, guard),
+                tools=list(spec.tools),
+                toolset=PASS_TOOLSET,
+                finisher=PASS_FINISHER,
                 output_contract=REPORT_CONTRACT,
                 limits=pass_limits(spec),
                 idempotency_key=key,
@@ -240,36 +264,27 @@ class Curator:
             else:
                 done.cancel()
             raise
-        self._rt._spawn(self._finish(key, run_id, scope, guard, done))
+        self._rt._spawn(self._finish(key, run_id, done))
         return done
 
-    async def _finish(
-        self,
-        key: str,
-        run_id: str,
-        scope: Scope,
-        guard: PassGuard,
-        done: asyncio.Future[MemoryPassRecord],
-    ) -> None:
-        """Wait for the pass's run, keep its record; failures are logged at debug."""
+    async def _finish(self, key: str, run_id: str, done: asyncio.Future[MemoryPassRecord]) -> None:
+        """Wait for the pass's run and hand its record (kept by the finisher) to waiters."""
         try:
             result = await self._rt.unbound.result(run_id)
-            record = MemoryPassRecord(
-                pass_id=key, scope=scope, run_id=run_id, report=_report(result, guard)
-            )
-            store = self._rt.store
-            if isinstance(store, DocumentStore):
-                record = await store.save_memory_pass(record)
+            run = await self._rt.store.get_run(run_id)
+            record = await record_pass(self._rt.store, run, result.exit)
             log.debug("curation: pass %s ended %s", key, result.status)
             if not done.done():
+                if record is None:
+                    record = MemoryPassRecord(pass_id=key, scope=run.scope, run_id=run_id)
                 done.set_result(record)
-        except asyncio.CancelledError:
-            done.cancel()
-            raise
         except Exception as exc:
             log.debug("curation: pass %s failed (%s)", key, type(exc).__name__)
             if not done.done():
                 done.set_exception(exc)
+        except BaseException:
+            done.cancel()  # cancelled, or the process is going down: the run is recoverable
+            raise
         finally:
             if self._inflight.get(key) is done:
                 del self._inflight[key]
@@ -300,13 +315,36 @@ class Curator:
         return [f.result() for f in pending if not f.cancelled() and f.exception() is None]
 
 
-def _report(result: RunResult, guard: PassGuard) -> dict[str, Any]:
+async def record_pass(store: Store, run: RunRecord, exit_: LoopExit) -> MemoryPassRecord | None:
+    """Keep (or update) the record of the pass ``run`` that ends with ``exit_``.
+
+    Everything comes from the store, so any process can write it: the report from the
+    ``structured_result`` row, what the pass wrote from its transcript (a :class:`PassGuard`
+    replayed), and its status and error from the exit. Written before the run's terminal
+    status and again after it (replacing), so a pass is never terminal without a record.
+
+    Returns:
+        The record kept, or ``None`` when the store keeps no memory.
+    """
+    if not isinstance(store, DocumentStore) or run.idempotency_key is None:
+        return None
+    rows = [r for r in await store.thread_items(run.thread_id) if r.run_id == run.run_id]
+    output: Any = None
     error: str | None = None
-    if isinstance(result.exit, Failed):
-        error = f"{result.exit.kind}: {result.exit.safe_summary}"
-    elif isinstance(result.exit, Cancelled):
+    if isinstance(exit_, Completed) and exit_.kind == "structured" and exit_.reply_refs:
+        items = await store.get_items(exit_.reply_refs)
+        output = json.loads("".join(i.content for i in items))
+    elif isinstance(exit_, Failed):
+        error = f"{exit_.kind}: {exit_.safe_summary}"
+    elif isinstance(exit_, Cancelled):
         error = "cancelled"
-    return pass_report(result.output, status=result.status, guard=guard, error=error)
+    report = pass_report(
+        output, status=exit_.status, guard=PassGuard.from_transcript(rows), error=error
+    )
+    record = MemoryPassRecord(
+        pass_id=run.idempotency_key, scope=run.scope, run_id=run.run_id, report=report
+    )
+    return await store.save_memory_pass(record, replace=True)
 
 
 def curator_for(
@@ -327,14 +365,21 @@ def curator_for(
             the provider declares no pass (names the provider); the prompt file is missing;
             ``model`` is not a valid model spec.
     """
+    # Any runtime can end a pass another process started (recover): it keeps its record.
+    runtime.unbound.register_finisher(
+        PASS_FINISHER, lambda run, exit_: _finished(runtime.store, run, exit_)
+    )
     checked = check_interval(interval)
     provider = service.provider if service is not None else None
     op = curation_op(provider, checked)
     if op is None or service is None:
         return None
-    resolved: Model | None = None
     if model is not None:
         from reverie.models.registry import resolve_model
 
-        resolved = resolve_model(model)
-    return Curator(runtime, service, op, interval=checked, model=resolved)
+        resolve_model(model)  # a bad spec fails Runtime.open; the spec itself is what passes keep
+    return Curator(runtime, service, op, interval=checked, model=model)
+
+
+async def _finished(store: Store, run: RunRecord, exit_: LoopExit) -> None:
+    await record_pass(store, run, exit_)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Generator, Iterable, Sequence
+from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
@@ -102,7 +102,9 @@ class Runtime:
         self._dispatcher = HookDispatcher(self.hooks)
         self.unbound = UnboundTurnService(self)
         """Unbound turns: no conversation, no reply target (DESIGN §14)."""
-        self._applier = ExitApplier(store, self._dispatcher)
+        self._applier = ExitApplier(
+            store, self._dispatcher, before_terminal=self.unbound.before_terminal
+        )
         self._families = LoopFamilyRegistry(
             families if families is not None else default_families()
         )
@@ -293,12 +295,14 @@ class Runtime:
         profile: str = "interactive",
         has_actor: bool = True,
         idempotency_key: str | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Start a turn and return at once with a :class:`RunHandle`.
 
         ``message`` is the user's message, or the run's opening messages in order (unbound
         turns). An ``idempotency_key`` that already names a run of the same owner returns that
-        run's handle: it is never started a second time.
+        run's handle: it is never started a second time. ``meta`` is kept with the run (an
+        unbound run's spec).
         """
         self._require_open()
         if not isinstance(scope, Scope):
@@ -338,6 +342,7 @@ class Runtime:
                 family_id=family_id,
                 has_actor=has_actor,
                 idempotency_key=idempotency_key,
+                meta=dict(meta or {}),
             )
         )
         if run.run_id != minted:
@@ -421,7 +426,8 @@ class Runtime:
     async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
         run = await self.store.get_run(run_id)
-        agent = self._agent(run.agent_name)
+        # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
+        agent = await self.unbound.agent_for(run)
         owner = self._owner or new_owner()
         fence = await self.store.acquire_lease(
             run_id,
@@ -435,6 +441,8 @@ class Runtime:
             run = await self.store.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
                 return await self._applier.result_of(run)
+            if isinstance(agent, Failed):
+                return await self._applier.apply(run, agent, fence=fence, bus=active.bus)
             run = await self.store.set_run_status(run_id, "running", fence=fence)
             await self.store.unseal_inputs(run_id)
             family = self._families.get(run.family_id)
@@ -612,7 +620,8 @@ class Runtime:
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             return await self._applier.result_of(run)
-        self._agent(run.agent_name)
+        if not self.unbound.knows(run):
+            self._agent(run.agent_name)  # the typed error naming the agent
         # A segment of this run still advancing (or still closing) here: let it finish first,
         # then decide from what it left in the store.
         while (active := self._active.get(run_id)) is not None:
@@ -642,7 +651,7 @@ class Runtime:
         seen = {r.run_id for r in candidates}
         candidates += [r for r in running if r.run_id not in seen and owner_gone(r.lease_owner)]
         for run in candidates:
-            if run.run_id in self._active or run.agent_name not in self._agents:
+            if run.run_id in self._active or not self.unbound.knows(run):
                 continue
             try:
                 results.append(await self.resume(run.run_id))

@@ -147,8 +147,12 @@ class DocumentStore(Protocol):
         """
         ...
 
-    async def save_memory_pass(self, record: MemoryPassRecord) -> MemoryPassRecord:
-        """Keep a curation pass; a second save with the same ``pass_id`` returns the first."""
+    async def save_memory_pass(
+        self, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
+        """Keep a curation pass; a second save with the same ``pass_id`` returns the first,
+        unless ``replace``: then its run and report replace the first's (``created_at`` kept).
+        """
         ...
 
     async def list_memory_passes(self, scope: Scope, *, limit: int = 100) -> list[MemoryPassRecord]:

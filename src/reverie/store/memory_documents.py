@@ -116,11 +116,14 @@ class MemoryDocuments:
         hits.sort(key=lambda h: (h.score, h.created_at), reverse=True)
         return hits[:limit]
 
-    async def save_memory_pass(self, record: MemoryPassRecord) -> MemoryPassRecord:
+    async def save_memory_pass(
+        self, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
         existing = self._passes.get(record.pass_id)
-        if existing is not None:
+        if existing is not None and not replace:
             return existing
-        stored = dataclasses.replace(record, report=dict(record.report), created_at=time.time())
+        created = existing.created_at if existing is not None else time.time()
+        stored = dataclasses.replace(record, report=dict(record.report), created_at=created)
         self._passes[record.pass_id] = stored
         return stored
 

@@ -247,8 +247,10 @@ class PostgresDocuments:
             [*terms, *_scope_params(scope), limit],
         )
 
-    async def save_memory_pass(self: _Connections, record: MemoryPassRecord) -> MemoryPassRecord:
-        """Keep a curation pass (idempotent on ``pass_id``)."""
+    async def save_memory_pass(
+        self: _Connections, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
+        """Keep a curation pass (idempotent on ``pass_id``; ``replace`` updates it)."""
         now = time.time()
         columns = {
             "pass_id": record.pass_id,
@@ -266,6 +268,11 @@ class PostgresDocuments:
                     run_id=record.run_id,
                     report=dict(record.report),
                     created_at=now,
+                )
+            if replace:
+                await conn.execute(
+                    "UPDATE memory_passes SET run_id = %s, report = %s WHERE pass_id = %s",
+                    [columns["run_id"], columns["report"], record.pass_id],
                 )
             sql = "SELECT * FROM memory_passes WHERE pass_id = %s"
             row = await db.one(conn, sql, [record.pass_id])

@@ -13,6 +13,7 @@ are quoted one by one: free text cannot form an FTS query of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -254,8 +255,10 @@ class SQLiteDocuments:
             [_fts_query(scope, terms), *_scope_params(scope), limit],
         )
 
-    async def save_memory_pass(self: _Connections, record: MemoryPassRecord) -> MemoryPassRecord:
-        """Keep a curation pass (idempotent on ``pass_id``)."""
+    async def save_memory_pass(
+        self: _Connections, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
+        """Keep a curation pass (idempotent on ``pass_id``; ``replace`` updates it)."""
         now = time.time()
         columns = {
             "pass_id": record.pass_id,
@@ -267,8 +270,16 @@ class SQLiteDocuments:
 
         def write(db: sqlite3.Connection) -> MemoryPassRecord:
             row = schema.one(db, "SELECT * FROM memory_passes WHERE pass_id = ?", [record.pass_id])
-            if row is not None:
+            if row is not None and not replace:
                 return _row_pass(row)
+            if row is not None:
+                db.execute(
+                    "UPDATE memory_passes SET run_id = ?, report = ? WHERE pass_id = ?",
+                    [columns["run_id"], columns["report"], record.pass_id],
+                )
+                return dataclasses.replace(
+                    _row_pass(row), run_id=record.run_id, report=dict(record.report)
+                )
             schema.insert(db, "memory_passes", [columns])
             return MemoryPassRecord(
                 pass_id=record.pass_id,
