@@ -41,6 +41,7 @@ from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import curator_for
 from reverie.runtime.dispatch import QueueDispatcher
+from reverie.runtime.event_hooks import EventHookTap
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.host import (
@@ -428,6 +429,32 @@ class Runtime:
         run = await self.store.get_run(run_id)
         # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
         agent = await self.unbound.agent_for(run)
+        # The agent's own hooks apply to its runs only, on top of the runtime's.
+        dispatcher = (
+            HookDispatcher(self.hooks.extended(agent.hooks))
+            if isinstance(agent, Agent) and agent.hooks
+            else self._dispatcher
+        )
+        # Every event of the segment, run_started to run_finished, reaches `event` hooks.
+        tap = EventHookTap(dispatcher, scope=run.scope, run_id=run_id, bus=active.bus)
+        active.bus.tap(tap)
+        try:
+            return await self._advance_leased(run, agent, dispatcher, tap, active, resumed=resumed)
+        finally:
+            await tap.drain()
+            active.bus.untap(tap)
+
+    async def _advance_leased(
+        self,
+        run: RunRecord,
+        agent: Agent | Failed,
+        dispatcher: HookDispatcher,
+        tap: EventHookTap,
+        active: _Active,
+        *,
+        resumed: bool,
+    ) -> RunResult:
+        run_id = run.run_id
         owner = self._owner or new_owner()
         fence = await self.store.acquire_lease(
             run_id,
@@ -446,12 +473,6 @@ class Runtime:
             run = await self.store.set_run_status(run_id, "running", fence=fence)
             await self.store.unseal_inputs(run_id)
             family = self._families.get(run.family_id)
-            # The agent's own hooks apply to its runs only, on top of the runtime's.
-            dispatcher = (
-                HookDispatcher(self.hooks.extended(agent.hooks))
-                if agent.hooks
-                else self._dispatcher
-            )
             active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
             loaded = await load_state(self.store, run, family)
             if not isinstance(loaded, LoopExecutionState):
@@ -467,8 +488,9 @@ class Runtime:
                 bus=active.bus,
                 token=active.token,
                 family_digest=family.identity.digest,
-                poisoned=set(state.host_state.get("poisoned_hooks", ())),
+                poisoned=tap.poisoned,
             )
+            tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
