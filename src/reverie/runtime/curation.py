@@ -308,6 +308,7 @@ class Curator:
         Cancelling the wait (e.g. ``asyncio.timeout``) never cancels a pass: ``asyncio.wait``
         leaves what it waits for alone.
         """
+        await self._rt._after_turn.drain()  # a turn's hook may still be submitting a pass
         pending = list(self._inflight.values())
         if not pending:
             return []

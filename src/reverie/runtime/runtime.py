@@ -37,6 +37,7 @@ from reverie.loop.state import LoopExecutionState
 from reverie.memory.provider import MemoryProvider
 from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
 from reverie.models.base import Model
+from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import curator_for
@@ -103,8 +104,12 @@ class Runtime:
         self._dispatcher = HookDispatcher(self.hooks)
         self.unbound = UnboundTurnService(self)
         """Unbound turns: no conversation, no reply target (DESIGN §14)."""
+        self._after_turn = AfterTurnWork()
         self._applier = ExitApplier(
-            store, self._dispatcher, before_terminal=self.unbound.before_terminal
+            store,
+            self._dispatcher,
+            before_terminal=self.unbound.before_terminal,
+            after_turn=self._after_turn,
         )
         self._families = LoopFamilyRegistry(
             families if families is not None else default_families()
@@ -217,6 +222,7 @@ class Runtime:
 
     async def aclose(self) -> None:
         """Stop local work (runs stay durable and can be resumed) and close the store."""
+        await self._after_turn.drain()  # bounded by its deadline: a turn still gets recorded
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -308,6 +314,8 @@ class Runtime:
         self._require_open()
         if not isinstance(scope, Scope):
             raise UsageError("scope must be a reverie.Scope set by the host")
+        if profile == "interactive" and has_actor:
+            await self._after_turn.settle(scope)  # the owner's last turn is recorded first
         if self._agents.get(agent.name) is not agent:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
