@@ -18,6 +18,7 @@ completed interactive turns and, on every Nth, submits one unbound structured pa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import OrderedDict
@@ -196,9 +197,14 @@ def pass_id(scope: Scope, trigger: str) -> str:
     """``memory-curation-{tenant}-{user}-{trigger}``: the pass's id and idempotency key.
 
     ``trigger`` is the id of the run whose completion made the pass due, so every interval
-    gets its own pass and a repeated submit for the same turn returns the same pass.
+    gets its own pass and a repeated submit for the same turn returns the same pass. A scope
+    with an agent or a project (one turn may make several of the owner's scopes due) adds
+    ``-{digest of the scope}``.
     """
-    return f"{pass_prefix(scope)}{trigger}"
+    base = f"{pass_prefix(scope)}{trigger}"
+    if scope.agent is None and scope.project is None:
+        return base
+    return f"{base}-{hashlib.sha256(scope.key().encode('utf-8')).hexdigest()[:12]}"
 
 
 def pass_prefix(scope: Scope) -> str:

@@ -65,6 +65,7 @@ from reverie.memory.curation import (
     pass_report,
 )
 from reverie.memory.manifest import ScheduledOp
+from reverie.memory.native import STANDING_DOCUMENT
 from reverie.memory.service import MemoryService
 from reverie.models.base import Model
 from reverie.runtime.applier import INTERACTIVE_PROFILES
@@ -80,6 +81,8 @@ __all__ = ["PASS_FINISHER", "PASS_TOOLSET", "Curator", "curator_for", "record_pa
 
 PASS_TOOLSET: Final = "memory_curation"
 """The first-party toolset of a pass: the manifest's memory tools behind a :class:`PassGuard`."""
+MAX_SCOPES_PER_PASS: Final = 16
+"""Scopes of one owner a due turn curates at most (one pass each)."""
 PASS_FINISHER: Final = "memory_curation"
 """The first-party finisher that keeps a pass's record (:func:`record_pass`)."""
 
@@ -166,13 +169,19 @@ class Curator:
             # checked again here so nothing but a user's completed turn is ever counted.
             if not ctx.completed or ctx.profile not in INTERACTIVE_PROFILES:
                 return
-            owner = (ctx.scope.tenant, ctx.scope.user)
-            if owner not in self.counter:
-                seeded = await self._turns_since_last_pass(ctx)
-                if owner not in self.counter:  # another turn of theirs may have seeded it
-                    self.counter.seed(owner, seeded)
-            if not self.counter.count(owner):
+            if not await self._due(ctx):
                 return
+            store = self._rt.store
+            # The turn's own scope, and every other scope of the owner (another agent or
+            # project) whose MEMORY.md changed since that scope's last pass.
+            scopes = [ctx.scope]
+            if isinstance(store, DocumentStore):
+                changed = await store.changed_scopes(
+                    Scope(tenant=ctx.scope.tenant, user=ctx.scope.user),
+                    STANDING_DOCUMENT,
+                    limit=MAX_SCOPES_PER_PASS,
+                )
+                scopes += [s for s in changed if s != ctx.scope][: MAX_SCOPES_PER_PASS - 1]
             agent: Agent | None = None
             if self.model is None:
                 run = await self._rt.store.get_run(ctx.run_id)
@@ -180,13 +189,28 @@ class Curator:
                 if agent is None:
                     log.debug("curation: agent of run %s is not registered; no pass", ctx.run_id)
                     return
-            await self.submit(ctx.scope, trigger=ctx.run_id, agent=agent)
+            for scope in scopes:
+                await self.submit(scope, trigger=ctx.run_id, agent=agent)
         except Exception as exc:
             log.debug(
                 "curation: submitting a pass after run %s failed (%s); the turn is unaffected",
                 ctx.run_id,
                 type(exc).__name__,
             )
+
+    async def _due(self, ctx: AfterTurnContext) -> bool:
+        """Count the turn; whether a pass is due. In the store when it keeps memory (one
+        atomic increment: exact across processes and workers), else in this process."""
+        store = self._rt.store
+        owner = Scope(tenant=ctx.scope.tenant, user=ctx.scope.user)
+        if isinstance(store, DocumentStore):
+            return await store.count_turn(owner, self.counter.interval)
+        key = (owner.tenant, owner.user)
+        if key not in self.counter:
+            seeded = await self._turns_since_last_pass(ctx)
+            if key not in self.counter:  # another turn of theirs may have seeded it
+                self.counter.seed(key, seeded)
+        return self.counter.count(key)
 
     async def _turns_since_last_pass(self, ctx: AfterTurnContext) -> int:
         """The owner's completed interactive turns before this one since their last pass,

@@ -159,6 +159,20 @@ class DocumentStore(Protocol):
         """The scope's curation passes, newest first."""
         ...
 
+    async def count_turn(self, owner: Scope, interval: int) -> bool:
+        """Count one completed turn of ``owner`` (its tenant and user) in one atomic step.
+
+        Returns:
+            Whether this was the ``interval``-th turn since the count last came due (the count
+            then starts over). Exact across processes: of N turns, one in ``interval`` is due.
+        """
+        ...
+
+    async def changed_scopes(self, owner: Scope, path: str, *, limit: int = 100) -> list[Scope]:
+        """The scopes of ``owner`` (its tenant and user, any agent or project) whose document
+        ``path`` was written after their latest curation pass (or that never had one)."""
+        ...
+
 
 _WORD = re.compile(r"[^\W_]+")
 """Runs of letters and digits: the words SQLite's ``unicode61`` tokenizer makes."""

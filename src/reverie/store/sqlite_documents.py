@@ -305,6 +305,41 @@ class SQLiteDocuments:
             [*_scope_params(scope), limit],
         )
 
+    async def count_turn(self: _Connections, owner: Scope, interval: int) -> bool:
+        """One atomic increment of the owner's turn count; whether a pass is due."""
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "INSERT INTO memory_turn_counts (scope_tenant, scope_user, turns, updated_at)"
+                " VALUES (?, ?, 1, ?) ON CONFLICT (scope_tenant, scope_user) DO UPDATE SET"
+                " turns = CASE WHEN turns + 1 >= ? THEN 0 ELSE turns + 1 END,"
+                " updated_at = excluded.updated_at RETURNING turns",
+                [owner.tenant, owner.user, now, interval],
+            ).fetchone()
+            return int(row[0]) == 0
+
+        return await self._transact("count a completed turn", write)
+
+    async def changed_scopes(
+        self: _Connections, owner: Scope, path: str, *, limit: int = 100
+    ) -> list[Scope]:
+        """The owner's scopes whose ``path`` changed since their latest curation pass."""
+        if limit <= 0:
+            return []
+        return await self._select(
+            "list the scopes whose memory changed",
+            _row_scope,
+            "SELECT d.scope_tenant, d.scope_user, d.scope_agent, d.scope_project"
+            " FROM memory_documents d WHERE d.scope_tenant = ? AND d.scope_user = ?"
+            " AND d.path = ? AND d.updated_at > COALESCE((SELECT MAX(p.created_at)"
+            " FROM memory_passes p WHERE p.scope_tenant = d.scope_tenant"
+            " AND p.scope_user = d.scope_user AND p.scope_agent = d.scope_agent"
+            " AND p.scope_project = d.scope_project), -1)"
+            " ORDER BY d.scope_agent, d.scope_project LIMIT ?",
+            [owner.tenant, owner.user, path, limit],
+        )
+
 
 def _entry(scope: Scope, kind: str, ref: str, body: str, now: float) -> dict[str, Any]:
     return {
