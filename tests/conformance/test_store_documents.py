@@ -178,3 +178,48 @@ async def test_memory_passes_are_kept_once_and_listed_per_scope(store: Store) ->
     assert first.report == {"changed": True, "summary": "merged two notes"}
     assert [p.pass_id for p in await d.list_memory_passes(ANA)] == [rec.pass_id]
     assert await d.list_memory_passes(BOB) == []
+
+
+async def test_a_memory_pass_saved_with_replace_updates_its_report_and_keeps_created_at(
+    store: Store,
+) -> None:
+    d = docs(store)
+    rec = MemoryPassRecord(pass_id="p-1", scope=ANA, run_id="run_1", report={"status": "a"})
+    first = await d.save_memory_pass(rec)
+    updated = await d.save_memory_pass(
+        MemoryPassRecord(pass_id="p-1", scope=ANA, run_id="run_1", report={"status": "b"}),
+        replace=True,
+    )
+    assert updated.report == {"status": "b"} and updated.created_at == first.created_at
+    [listed] = await d.list_memory_passes(ANA)
+    assert listed.report == {"status": "b"}
+
+
+async def test_count_turn_is_due_exactly_every_nth_turn_per_owner_under_concurrency(
+    store: Store,
+) -> None:
+    d = docs(store)
+    # A turn in another agent's or project's scope is the same owner's turn.
+    results = await asyncio.gather(
+        *(d.count_turn(ANA_PROJECT if i % 2 else ANA, 3) for i in range(12))
+    )
+    assert sum(results) == 4  # one in three, however the increments interleave
+    assert [await d.count_turn(BOB, 3) for _ in range(3)] == [False, False, True]
+    assert [await d.count_turn(OTHER_TENANT, 2) for _ in range(2)] == [False, True]
+
+
+async def test_changed_scopes_are_the_owners_documents_written_after_their_last_pass(
+    store: Store,
+) -> None:
+    d = docs(store)
+    for scope in (ANA, ANA_PROJECT, BOB):
+        await d.write_document(scope, "MEMORY.md", "x", 0)
+    await d.write_document(ANA, "notes.md", "x", 0)
+    assert set(await d.changed_scopes(ANA, "MEMORY.md")) == {ANA, ANA_PROJECT}
+    await asyncio.sleep(0.01)  # a later timestamp for the pass (clocks are coarse on some hosts)
+    await d.save_memory_pass(MemoryPassRecord(pass_id="p-ana", scope=ANA, run_id="r"))
+    assert await d.changed_scopes(ANA, "MEMORY.md") == [ANA_PROJECT]
+    await asyncio.sleep(0.01)
+    await d.write_document(ANA, "MEMORY.md", "y", 1)
+    assert set(await d.changed_scopes(ANA, "MEMORY.md")) == {ANA, ANA_PROJECT}
+    assert await d.changed_scopes(OTHER_TENANT, "MEMORY.md") == []

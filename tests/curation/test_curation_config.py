@@ -151,7 +151,9 @@ async def test_reverie_toml_memory_table_gives_the_cli_runtime_its_provider_and_
         assert isinstance(rt.memory.provider, NativeMemory)
         assert CURATION_HOOK_NAME in rt.hooks
         assert rt._curator is not None and rt._curator.interval == 3
-        assert rt._curator.model is not None and rt._curator.model.name.startswith("scripted")
+        chosen = rt._curator.model
+        assert chosen is not None and not isinstance(chosen, str)
+        assert chosen.name.startswith("scripted")
     async with open_session(config, None) as session:
         assert session.rt.memory.provider is None  # commands that only list runs skip memory
     path.write_text(

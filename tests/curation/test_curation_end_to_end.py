@@ -31,6 +31,7 @@ from reverie.memory import NativeMemory
 from reverie.testing import ScriptedModel, reply
 
 PORTO = "- Ana moved to Porto.\n"
+JAZZ = "- Ana likes jazz.\n"
 
 
 def memory_context(request: ModelRequest) -> str:
@@ -48,8 +49,8 @@ async def test_duplicates_are_tidied_after_the_nth_turn_recalled_later_and_a_rac
 
     async def curator(request: ModelRequest) -> ModelResponse:
         results = tool_payloads(request)
-        if len(results) == 1 and results[0]["version"] == 2 and not edited.is_set():
-            read_again.set()  # the second pass has read the tidied document; Ana edits now
+        if len(results) == 1 and results[0]["version"] == 3 and not edited.is_set():
+            read_again.set()  # the second pass has read the changed document; Ana edits now
             await edited.wait()
         return tidy(request)
 
@@ -75,16 +76,20 @@ async def test_duplicates_are_tidied_after_the_nth_turn_recalled_later_and_a_rac
         assert later.status == "completed"
         assert TIDY.strip() in seen and "Ana is a vegetarian." not in seen
 
-        # 3. The next pass (after turn 4) races Ana's own edit, which wins and is preserved.
+        # 3. The document changes again, so the next pass (after turn 4) curates it; it races
+        # Ana's own edit, which wins and is preserved.
+        await rt.memory.write(ANA, "MEMORY.md", TIDY + JAZZ, expected_version=2)
         await turns(rt, agent, ANA, 1)
         await read_again.wait()
         current = await rt.memory.read(ANA)
-        await rt.memory.write(ANA, "MEMORY.md", TIDY + PORTO, expected_version=current.version)
+        await rt.memory.write(
+            ANA, "MEMORY.md", TIDY + JAZZ + PORTO, expected_version=current.version
+        )
         edited.set()
         first_again, second = await settled_passes(rt, ANA)
         assert first_again == first
         assert second.report["write"] == "conflict" and second.report["conflicts"]
-        assert (await rt.memory.read(ANA)).text == TIDY + PORTO
+        assert (await rt.memory.read(ANA)).text == TIDY + JAZZ + PORTO
 
     # 4. `reverie memory passes` (a separate process) lists both reports from the store.
     home = tmp_path / "home"
@@ -101,7 +106,7 @@ async def test_duplicates_are_tidied_after_the_nth_turn_recalled_later_and_a_rac
     assert table.returncode == 0 and "merged duplicate entries" in table.stdout
     assert first.pass_id in table.stdout and "conflict" in table.stdout
     shown = await reverie(home, "memory", "show", *scope)
-    assert shown.stdout == TIDY + PORTO
+    assert shown.stdout == TIDY + JAZZ + PORTO
 
 
 async def reverie(home: Path, *args: str) -> subprocess.CompletedProcess[str]:

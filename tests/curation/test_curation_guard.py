@@ -24,7 +24,8 @@ from reverie import Runtime
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.core.scope import Scope
 from reverie.errors import CapabilityError
-from reverie.memory.curation import PassGuard
+from reverie.memory.curation import PassGuard, load_pass_prompt
+from reverie.memory.native import native_manifest
 from reverie.store import Document
 from reverie.testing import ScriptedModel, call, reply
 
@@ -65,10 +66,8 @@ async def test_a_second_write_in_a_pass_gets_a_tool_error_and_never_reaches_the_
     [
         None,  # replace with the version read
         {"content": TIDY},  # replace, version omitted: the host fills in the version read
-        {"content": "- Ana likes jazz.", "append": True},
-        {"old_string": "- Ana is a vegetarian.\n", "new_string": ""},
     ],
-    ids=["replace", "replace-without-version", "append", "patch"],
+    ids=["replace", "replace-without-version"],
 )
 async def test_a_user_write_between_the_passs_read_and_write_wins_and_the_pass_reports_conflict(
     write: dict[str, Any] | None,
@@ -139,11 +138,11 @@ def test_pass_guard_holds_a_write_to_the_version_read() -> None:
     guard = PassGuard()
     guard.read("MEMORY.md", 3)
     with pytest.raises(CapabilityError) as stale:
-        guard.admit("MEMORY.md", 4)  # a version the pass did not read
-    assert stale.value.kind == "input_invalid" and guard.writes == 0
-    assert guard.admit("MEMORY.md", None) == 3  # omitted: the version read is filled in
+        guard.admit("MEMORY.md", 4, content=TIDY)  # a version the pass did not read
+    assert stale.value.kind == "policy_denied" and guard.writes == 0
+    assert guard.admit("MEMORY.md", None, content=TIDY) == 3  # omitted: the version read
     with pytest.raises(CapabilityError) as twice:
-        guard.admit("MEMORY.md", 3)
+        guard.admit("MEMORY.md", 3, content=TIDY)
     assert twice.value.kind == "policy_denied"
     guard.wrote("MEMORY.md", "conflict")
     assert guard.outcome == "conflict" and not guard.changed
@@ -171,3 +170,82 @@ async def test_a_structured_pass_answering_in_plain_text_gets_one_repair_then_fa
     assert "output_contract_violation" in record.report["error"]
     assert record.report["changed"] is False and record.report["write"] == "none"
     assert doc == Document(DUPLICATES, 1)
+
+
+def one_write(**arguments: Any) -> Callable[[ModelRequest], ModelResponse]:
+    """A curator that reads MEMORY.md, makes one write with ``arguments`` (``expected_version``
+    filled in with the version read unless given), then reports."""
+
+    def answer(request: ModelRequest) -> ModelResponse:
+        results = tool_payloads(request)
+        if not results:
+            return call("memory_read", path="MEMORY.md")
+        if len(results) == 1:
+            write = {"expected_version": results[0]["version"], **arguments}
+            return call("memory_write", target="MEMORY.md", **write)
+        return call("structured_result", changed=False, summary="tried")
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"content": TIDY, "append": True}, "append"),
+        ({"old_string": "- Ana is a vegetarian.\n", "new_string": ""}, "patch"),
+    ],
+    ids=["append", "patch"],
+)
+async def test_a_pass_write_is_a_replace_and_an_append_or_patch_is_refused_as_a_tool_error(
+    db_url: str, arguments: dict[str, Any], named: str
+) -> None:
+    model = ScriptedModel(one_write(**arguments))
+    async with curating(model, url=db_url) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        writes = spy_writes(rt)
+        await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+        doc = await rt.memory.read(ANA)
+    assert writes == []  # never reached the store
+    refusal = tool_payloads(model.requests[-1])[1]
+    assert isinstance(refusal, str) and refusal.startswith("error (policy_denied)")
+    assert f"{named} is not allowed" in refusal and "whole tidied document" in refusal
+    assert doc == Document(DUPLICATES, 1)  # not one fact duplicated
+    assert record.report["write"] == "none" and record.report["changed"] is False
+
+
+async def test_a_pass_over_a_missing_document_does_not_create_one_from_nothing(db_url: str) -> None:
+    model = ScriptedModel(one_write(content="- Ana likes jazz.\n"))
+    async with curating(model, url=db_url) as rt:
+        writes = spy_writes(rt)
+        await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+        doc = await rt.memory.read(ANA)
+    assert writes == []
+    read, refusal = tool_payloads(model.requests[-1])
+    assert read["exists"] is False and read["version"] == 0
+    assert refusal.startswith("error (policy_denied)") and "never creates a document" in refusal
+    assert doc == Document("", 0)  # still missing
+    assert record.report["write"] == "none"
+
+
+async def test_a_pass_cannot_erase_the_document_it_tidies(db_url: str) -> None:
+    model = ScriptedModel(one_write(content="   "))
+    async with curating(model, url=db_url) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        await turns(rt, user_agent(), ANA, 2)
+        await settled_passes(rt, ANA)
+        doc = await rt.memory.read(ANA)
+    refusal = tool_payloads(model.requests[-1])[1]
+    assert refusal.startswith("error (policy_denied)") and "never erases" in refusal
+    assert doc == Document(DUPLICATES, 1)
+
+
+def test_the_curation_prompt_says_the_write_replaces_and_a_missing_document_is_left_alone() -> None:
+    op = native_manifest().op_for("after_turn")
+    assert op is not None
+    manifest = native_manifest()
+    prompt = load_pass_prompt(op, provider=manifest.name, base_dir=manifest.base_dir)
+    assert "replaces the document" in prompt
+    assert "never use `append` or `old_string`" in prompt
+    assert "does not exist" in prompt and "never creates it" in prompt

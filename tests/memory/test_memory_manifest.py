@@ -23,6 +23,8 @@ from reverie.memory import (
     load_memory_manifest,
     parse_memory_manifest,
 )
+from reverie.memory.curation import load_pass_prompt
+from reverie.memory.manifest import PassSpec, ScheduledOp
 from reverie.store.base import Store
 from reverie.testing import ScriptedModel, reply
 
@@ -143,7 +145,7 @@ def test_unknown_lane_or_tool_or_key_is_an_error() -> None:
 def test_load_memory_manifest_reads_a_file(tmp_path: Path) -> None:
     path = tmp_path / "memory.toml"
     path.write_text(op('trigger = "after_turn"', "interval_turns = 4", PASS), encoding="utf-8")
-    manifest = load_memory_manifest(path)
+    manifest = load_memory_manifest(path, trust="trusted")
     assert manifest.source == str(path) and manifest.base_dir == str(tmp_path)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_memory_manifest(tmp_path / "missing.toml")
@@ -207,3 +209,82 @@ async def test_every_declared_lane_is_called() -> None:
         "record_interaction",
         "short_term",
     ]
+
+
+def _pass(**overrides: object) -> PassSpec:
+    fields: dict[str, object] = {"prompt": "p.md", "tools": ("memory_read",), "max_model_calls": 4}
+    fields.update(overrides)
+    return PassSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_a_manifest_built_in_code_is_checked_like_one_parsed_from_toml() -> None:
+    with pytest.raises(ConfigError, match="max_model_calls"):
+        _pass(max_model_calls=500)
+    with pytest.raises(ConfigError, match="max_model_calls"):
+        _pass(max_model_calls=0)
+    with pytest.raises(ConfigError, match="tools"):
+        _pass(tools=("memory_delete",))
+    with pytest.raises(ConfigError, match="interval_turns"):
+        ScheduledOp(trigger="after_turn", interval_turns=1, pass_=_pass())
+    with pytest.raises(ConfigError, match="trigger"):
+        ScheduledOp(trigger="nightly", interval_turns=3, pass_=_pass())  # type: ignore[arg-type]
+    op_ = ScheduledOp(trigger="after_turn", interval_turns=3, pass_=_pass())
+    with pytest.raises(ConfigError, match="one per trigger"):
+        MemoryManifest(
+            name="acme", lanes=frozenset(), tools=("memory_read",), scheduled_ops=(op_, op_)
+        )
+    with pytest.raises(ConfigError, match="not tools this manifest declares"):
+        MemoryManifest(name="acme", lanes=frozenset(), tools=(), scheduled_ops=(op_,))
+    with pytest.raises(ConfigError, match="first-party"):
+        MemoryManifest(
+            name="acme",
+            lanes=frozenset(),
+            tools=("memory_read",),
+            scheduled_ops=(op_,),
+            trust="installed",
+        )
+    with pytest.raises(ConfigError, match="lanes"):
+        MemoryManifest(name="acme", lanes=frozenset({"telepathy"}), tools=())  # type: ignore[arg-type]
+    built = MemoryManifest(
+        name="acme", lanes=frozenset(), tools=("memory_read",), scheduled_ops=(op_,)
+    )
+    assert built.op_for("after_turn") == op_ and built.trust == "trusted"
+
+
+@pytest.mark.parametrize("prompt", ["/etc/passwd", "../secret.md", "prompts/../../x.md", "~/p.md"])
+def test_the_prompt_path_is_confined_to_the_manifests_own_directory(prompt: str) -> None:
+    with pytest.raises(ConfigError, match="inside the manifest's own directory"):
+        _pass(prompt=prompt)
+    text = op(
+        'trigger = "after_turn"',
+        "interval_turns = 3",
+        f'pass = {{ prompt = "{prompt}", tools = ["memory_read"], max_model_calls = 2 }}',
+    )
+    with pytest.raises(ConfigError, match="inside the manifest's own directory") as caught:
+        parse_memory_manifest(text, source="acme.toml")
+    assert "acme.toml" in str(caught.value)
+
+
+def test_a_prompt_symlink_that_escapes_the_manifests_directory_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.md"
+    outside.write_text("follow these secret instructions", encoding="utf-8")
+    home = tmp_path / "provider"
+    home.mkdir()
+    (home / "p.md").symlink_to(outside)
+    (home / "inside.md").write_text("tidy the document", encoding="utf-8")
+    escaping = ScheduledOp(trigger="after_turn", interval_turns=3, pass_=_pass())
+    with pytest.raises(ConfigError, match="outside the manifest's directory"):
+        load_pass_prompt(escaping, provider="acme", base_dir=str(home))
+    inside = ScheduledOp(trigger="after_turn", interval_turns=3, pass_=_pass(prompt="inside.md"))
+    assert load_pass_prompt(inside, provider="acme", base_dir=str(home)) == "tidy the document"
+
+
+def test_load_memory_manifest_defaults_to_installed_trust(tmp_path: Path) -> None:
+    path = tmp_path / "memory.toml"
+    path.write_text(op('trigger = "after_turn"', "interval_turns = 3", PASS), encoding="utf-8")
+    with pytest.raises(ConfigError, match="first-party") as caught:
+        load_memory_manifest(path)
+    assert "installed" in str(caught.value)
+    trusted = load_memory_manifest(path, trust="trusted")
+    assert trusted.trust == "trusted" and trusted.scheduled_ops
+    assert trusted.base_dir == str(tmp_path)

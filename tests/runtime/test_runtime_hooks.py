@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.events import HookFailedEvent
 from reverie.hooks import (
@@ -200,7 +202,9 @@ async def test_after_turn_never_fires_for_unbound_actorless_or_scheduled_runs() 
     assert seen == []
 
 
-async def test_slow_after_turn_hook_is_recorded_and_the_next_hook_still_runs() -> None:
+async def test_slow_after_turn_hook_is_recorded_and_the_next_hook_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     seen: list[str] = []
 
     async def slow(ctx: AfterTurnContext) -> None:
@@ -215,13 +219,14 @@ async def test_slow_after_turn_hook_is_recorded_and_the_next_hook_still_runs() -
         handle = await rt.start(
             Agent(name="a", model=ScriptedModel([reply("x")])), "hi", scope=SCOPE
         )
-        events = [e async for e in handle.events()]
         r = await handle.result()
+    # after_turn runs once the run has ended (its event stream is over): the failure is logged.
     assert r.status == "completed"
     assert seen == ["fast"]
     assert any(
-        isinstance(e, HookFailedEvent) and e.hook == "a-slow" and e.reason == "timeout"
-        for e in events
+        "a-slow" in rec.getMessage() and "timeout" in rec.getMessage()
+        for rec in caplog.records
+        if rec.levelname == "WARNING"
     )
 
 

@@ -350,9 +350,11 @@ async def test_a_run_with_a_tool_call_and_an_approved_gate_completes_across_two_
         assert run.status == "completed" and run.lease_owner is None
         tool_rows = [i for i in await second.store.thread_items(run.thread_id) if i.role == "tool"]
         assert [i.content for i in tool_rows] == ["bob@example.com", "sent to bob@example.com"]
-        # Native memory logged the finished turn in the same database, and search finds it.
-        assert isinstance(second.store, PostgresStore)
-        hits = await second.store.search(scope, "mail bob")
+    # Native memory logged the finished turn in the same database (after the result, before
+    # the runtime closed), and search finds it.
+    async with Runtime.open(url) as third:
+        assert isinstance(third.store, PostgresStore)
+        hits = await third.store.search(scope, "mail bob")
         assert hits and hits[0].kind == "log"
 
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from curation.conftest import db_url as db_url  # SQLite and PostgreSQL store URLs
 from reverie import Runtime, Scope
 
 

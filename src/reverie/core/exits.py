@@ -23,8 +23,11 @@ FailureKind = Literal[
     "host_stop",
     "tool_error",
     "resume_limit",
+    "not_resumable",
 ]
-"""Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected."""
+"""Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected;
+``not_resumable``: an unbound run another process cannot rebuild (its model or tools existed
+only in the process that submitted it)."""
 
 GracefulReason = Literal[
     "no_progress", "max_iterations", "host", "capability_call_limit", "wall_clock_limit"

@@ -419,8 +419,17 @@ class HookDispatcher:
         exc: BaseException | None = None,
     ) -> HookFailure:
         # Only safe fields above debug: exception messages may quote the call's arguments.
-        logger.warning(
-            "hook %s (%s) failed at %s: %s (%s)", hook.name, hook.trust, hook.point, reason, detail
+        # reverie's own after-turn upkeep (recording, curation) is never a warning: it would
+        # reach a chat user's terminal for something their turn does not depend on.
+        quiet = hook.trust == "builtin" and hook.point == "after_turn"
+        logger.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "hook %s (%s) failed at %s: %s (%s)",
+            hook.name,
+            hook.trust,
+            hook.point,
+            reason,
+            detail,
         )
         if exc is not None:
             logger.debug("hook %s raised", hook.name, exc_info=exc)

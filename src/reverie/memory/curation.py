@@ -18,17 +18,21 @@ completed interactive turns and, on every Nth, submits one unbound structured pa
 
 from __future__ import annotations
 
-import os
+import hashlib
+import json
+import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from reverie.core.limits import Limits
 from reverie.core.scope import Scope
+from reverie.core.transcript import TranscriptItem
 from reverie.errors import CapabilityError, ConfigError
-from reverie.memory.manifest import PassSpec, ScheduledOp
+from reverie.memory.manifest import PassSpec, ScheduledOp, check_prompt_path
 from reverie.memory.provider import MemoryProvider
+from reverie.memory.tools import BUDGET_REFUSAL
 from reverie.store.documents import MemoryPassRecord
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "CurationRunner",
     "PassGuard",
     "TurnCounter",
+    "WriteMode",
     "WriteOutcome",
     "check_interval",
     "curation_op",
@@ -99,8 +104,11 @@ PASS_OPENING: Final = (
 )
 """The user message a pass opens with (its instructions are the manifest's prompt)."""
 
-WriteOutcome = Literal["none", "written", "patched", "conflict", "refused"]
-"""What a pass's one write came to, as the host saw it."""
+WriteOutcome = Literal["none", "written", "patched", "conflict", "refused", "unknown"]
+"""What a pass's one write came to, as the host saw it (``unknown``: interrupted while it ran)."""
+
+WriteMode = Literal["replace", "append", "patch"]
+"""How a ``memory_write`` call would change its document."""
 
 
 def check_interval(value: object, *, key: str = "curation_interval_turns") -> int | None:
@@ -149,13 +157,30 @@ def curation_op(provider: MemoryProvider | None, interval: int | None) -> Schedu
 
 
 def load_pass_prompt(op: ScheduledOp, *, provider: str, base_dir: str | None) -> str:
-    """The pass's instructions: the manifest's ``prompt`` file, relative to the manifest.
+    """The pass's instructions: the manifest's ``prompt`` file, inside the manifest's directory.
+
+    The path is relative (checked when the manifest was built) and, once every symlink is
+    resolved, must still lie inside ``base_dir``: a manifest cannot point a pass at a file
+    elsewhere on the machine.
 
     Raises:
-        ConfigError: The file cannot be read or is empty (names the provider and the path).
+        ConfigError: The manifest has no directory; the file is outside it, cannot be read or
+            is empty (names the provider and the path).
     """
-    prompt = op.pass_.prompt
-    path = Path(prompt) if os.path.isabs(prompt) else Path(base_dir or ".") / prompt
+    prompt = check_prompt_path(op.pass_.prompt)
+    if base_dir is None:
+        raise ConfigError(
+            f"memory provider {provider!r}: its manifest has no directory to read the curation "
+            f"prompt {prompt!r} from. Fix: build the manifest with base_dir=..."
+        )
+    root = Path(base_dir).resolve()
+    path = (root / prompt).resolve()
+    if not path.is_relative_to(root):
+        raise ConfigError(
+            f"memory provider {provider!r}: the curation prompt {prompt!r} resolves outside "
+            "the manifest's directory (a symlink?). Fix: ship the file itself next to the "
+            "manifest"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -172,9 +197,14 @@ def pass_id(scope: Scope, trigger: str) -> str:
     """``memory-curation-{tenant}-{user}-{trigger}``: the pass's id and idempotency key.
 
     ``trigger`` is the id of the run whose completion made the pass due, so every interval
-    gets its own pass and a repeated submit for the same turn returns the same pass.
+    gets its own pass and a repeated submit for the same turn returns the same pass. A scope
+    with an agent or a project (one turn may make several of the owner's scopes due) adds
+    ``-{digest of the scope}``.
     """
-    return f"{pass_prefix(scope)}{trigger}"
+    base = f"{pass_prefix(scope)}{trigger}"
+    if scope.agent is None and scope.project is None:
+        return base
+    return f"{base}-{hashlib.sha256(scope.key().encode('utf-8')).hexdigest()[:12]}"
 
 
 def pass_prefix(scope: Scope) -> str:
@@ -246,15 +276,28 @@ class PassGuard:
     - Each ``memory_read`` records the version it saw, per path.
     - ``memory_write`` is admitted once per pass. Any later write is refused with a tool
       error (``policy_denied``) and never reaches the provider.
-    - The admitted write is conditional on the version the pass read: a path it did not read
-      is refused, an ``expected_version`` other than the one read is refused, and an omitted
-      one is filled in. So a person's write that lands between the pass's read and its write
-      wins, and the pass gets ``conflict``.
+    - The admitted write is a **replace** of the whole document, conditional on the version
+      the pass read: ``append`` and ``old_string`` patches are refused (an appended "tidied"
+      copy would duplicate every fact); a path it did not read, or read while it did not
+      exist (version 0: a pass tidies memory, it never creates it from nothing), is refused;
+      an ``expected_version`` other than the one read is refused and an omitted one is filled
+      in; an empty document is refused (erasing memory is not tidying it). So a person's
+      write that lands between the pass's read and its write wins, and the pass gets
+      ``conflict``.
 
-    A refused write that never reached the provider does not use the budget.
+    Every refusal is a ``policy_denied`` tool error the model sees, and does not use the
+    budget. The guard's state is rebuilt from the pass's own transcript when the pass is
+    resumed (``load``), so a crash cannot grant a second write.
+
+    Args:
+        load: Returns the pass run's transcript rows; read once, before the first tool call
+            this guard sees (``None``: a fresh pass with nothing to restore).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, load: Callable[[], Awaitable[Sequence[TranscriptItem]]] | None = None
+    ) -> None:
+        self._load = load
         self._read: dict[str, int] = {}
         self.writes = 0
         """Writes admitted (at most 1)."""
@@ -263,35 +306,81 @@ class PassGuard:
         self.path: str | None = None
         """The path the admitted write targeted."""
 
+    @classmethod
+    def from_transcript(cls, rows: Sequence[TranscriptItem]) -> PassGuard:
+        """The guard of a pass whose transcript is ``rows`` (what its tools saw and did)."""
+        guard = cls()
+        guard.replay(rows)
+        return guard
+
+    async def ready(self) -> None:
+        """Restore the state from the pass's transcript, once (a resumed pass)."""
+        if self._load is not None:
+            load, self._load = self._load, None
+            self.replay(await load())
+
+    def replay(self, rows: Sequence[TranscriptItem]) -> None:
+        """Apply the memory tool results in ``rows`` (in order) to this guard."""
+        for row in rows:
+            if row.role != "tool" or row.superseded:
+                continue
+            if row.name == "memory_read":
+                seen = _read_result(row.content)
+                if seen is not None:
+                    self.read(*seen)
+            elif row.name == "memory_write":
+                outcome = _write_result(row.content)
+                if outcome is not None:
+                    self.writes += 1
+                    self.outcome = outcome
+                    self.path = _write_target(row.content)
+
     def read(self, path: str, version: int) -> None:
         """Remember the version ``path`` was read at (the latest read wins)."""
         self._read[path] = version
 
-    def admit(self, path: str, expected_version: int | None) -> int:
-        """Admit the pass's one write, conditional on the version read.
+    def admit(
+        self,
+        path: str,
+        expected_version: int | None,
+        *,
+        mode: WriteMode = "replace",
+        content: str = "",
+    ) -> int:
+        """Admit the pass's one write: a replace, conditional on the version read.
 
         Raises:
-            CapabilityError: A second write (``policy_denied``), or a write of a path not
-                read / with another version (``input_invalid``).
+            CapabilityError: ``policy_denied``: a second write; a path not read or read while
+                missing; an append or a patch; another version; an empty document.
         """
         if self.writes >= 1:
-            raise CapabilityError(
-                "policy_denied",
-                "refused: a curation pass may write once, and this pass has written already. "
-                "Nothing was written. Finish now: call structured_result with your report.",
+            raise _denied(
+                "a curation pass may write once, and this pass has written already. "
+                "Finish now: call structured_result with your report."
             )
         version = self._read.get(path)
         if version is None:
-            raise CapabilityError(
-                "input_invalid",
-                f"refused: read {path} with memory_read first. A curation pass's write is "
-                "conditional on the version it read. Nothing was written.",
+            raise _denied(
+                f"read {path} with memory_read first. A curation pass's write is conditional "
+                "on the version it read."
+            )
+        if version == 0:
+            raise _denied(
+                f"{path} does not exist, and a curation pass never creates a document: there "
+                "is nothing to tidy. Finish now: call structured_result with changed=false."
+            )
+        if mode != "replace":
+            raise _denied(
+                f"a curation pass rewrites the whole document; {mode} is not allowed (an "
+                "appended or patched copy would duplicate or lose facts). Call memory_write "
+                f"once with content = the whole tidied document and expected_version={version}."
             )
         if expected_version is not None and expected_version != version:
-            raise CapabilityError(
-                "input_invalid",
-                f"refused: expected_version must be the version you read ({version}). "
-                "Nothing was written.",
+            raise _denied(f"expected_version must be the version you read ({version}).")
+        if not content.strip():
+            raise _denied(
+                "the new document is empty; a curation pass tidies memory, it never erases "
+                "it. Keep every distinct fact."
             )
         self.writes += 1
         self.path = path
@@ -306,6 +395,60 @@ class PassGuard:
     def changed(self) -> bool:
         """Whether the pass's write changed a document."""
         return self.outcome in ("written", "patched")
+
+
+def _denied(message: str) -> CapabilityError:
+    return CapabilityError("policy_denied", f"refused: {message} Nothing was written.")
+
+
+_VERSION = re.compile(r'"version":\s*(\d+)')
+_PATH = re.compile(r'"path":\s*"([^"\\]+)"')
+
+
+def _read_result(content: str) -> tuple[str, int] | None:
+    """``(path, version)`` of a ``memory_read`` result row (``None``: it failed)."""
+    if not content.startswith("{"):
+        return None
+    try:
+        value = json.loads(content)
+    except ValueError:
+        # A long document may have been cut by the output cap: read the leading fields by
+        # pattern. They are serialised in order, ``path`` and ``version`` before ``content``.
+        head = content[: content.find('"content"')] if '"content"' in content else ""
+        path, version = _PATH.search(head), _VERSION.search(head)
+        return None if path is None or version is None else (path.group(1), int(version.group(1)))
+    if not isinstance(value, dict) or not isinstance(value.get("version"), int):
+        return None
+    return str(value.get("path")), int(value["version"])
+
+
+def _write_result(content: str) -> WriteOutcome | None:
+    """What a ``memory_write`` result row says about the guard's one write.
+
+    ``None``: it never got past the guard (malformed, refused by policy, denied by a hook, not
+    run). Otherwise the outcome: ``written``/``patched``/``conflict`` as reported, ``refused``
+    when the provider refused it (over budget, a store error), ``unknown`` when the pass was
+    interrupted while it ran (it may have landed).
+    """
+    if content.startswith("{"):
+        try:
+            status = json.loads(content).get("status")
+        except (ValueError, AttributeError):
+            return None
+        return status if status in ("written", "patched", "conflict") else None
+    if content.startswith(("interrupted:", "cancelled:")):
+        return "unknown"
+    if content.startswith("error ("):
+        kind = content[len("error (") :].split(")", 1)[0]
+        if kind == "policy_denied" or (kind == "input_invalid" and BUDGET_REFUSAL not in content):
+            return None  # refused before the provider saw it
+        return "refused"
+    return None
+
+
+def _write_target(content: str) -> str | None:
+    found = _PATH.search(content[:512])
+    return found.group(1) if found is not None else None
 
 
 def pass_report(

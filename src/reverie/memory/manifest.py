@@ -11,7 +11,7 @@
     trigger = "after_turn"
     interval_turns = 10
     [memory.scheduled_ops.pass]          # or inline: pass = { prompt = ..., tools = [...], ... }
-    prompt = "prompts/memory_curation.md"
+    prompt = "prompts/memory_curation.md"  # inside the manifest's own directory
     tools = ["memory_read", "memory_write"]
     max_model_calls = 10
 
@@ -31,10 +31,12 @@ Every problem raises :class:`~reverie.errors.ConfigError` naming the source and 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -51,6 +53,7 @@ __all__ = [
     "PassSpec",
     "ScheduledOp",
     "bundled_manifest",
+    "check_prompt_path",
     "load_memory_manifest",
     "parse_memory_manifest",
 ]
@@ -60,6 +63,8 @@ LANES: Final[tuple[Lane, ...]] = ("profile_read", "long_term", "short_term", "re
 MemoryToolName = Literal["memory_read", "memory_write", "memory_search"]
 MEMORY_TOOLS: Final[tuple[MemoryToolName, ...]] = ("memory_read", "memory_write", "memory_search")
 MAX_PASS_MODEL_CALLS: Final = 16
+TRIGGERS: Final[tuple[str, ...]] = ("after_turn",)
+"""The closed vocabulary of scheduled-op triggers."""
 
 
 class _Strict(BaseModel):
@@ -67,15 +72,15 @@ class _Strict(BaseModel):
 
 
 class _PassTable(_Strict):
-    prompt: str = Field(min_length=1)
+    prompt: str
     tools: list[str] = Field(default_factory=list)
-    max_model_calls: int = Field(ge=1, le=MAX_PASS_MODEL_CALLS)
+    max_model_calls: int
 
 
 class _OpTable(_Strict):
     # Literal: an unknown trigger is an error, never silently dropped.
     trigger: Literal["after_turn"]
-    interval_turns: int = Field(ge=2)
+    interval_turns: int
     pass_: _PassTable | None = Field(default=None, alias="pass")
     tool: dict[str, Any] | str | None = None
 
@@ -93,7 +98,7 @@ class _OpTable(_Strict):
 
 
 class _MemoryTable(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    name: str
     lanes: list[Lane] = Field(default_factory=list)
     tools: list[MemoryToolName] = Field(default_factory=list)
     scheduled_ops: list[_OpTable] = Field(default_factory=list)
@@ -104,9 +109,46 @@ class _Document(_Strict):
     memory: _MemoryTable
 
 
+_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_prompt_path(prompt: object) -> str:
+    """``prompt`` if it is a relative path inside the manifest's directory.
+
+    Raises:
+        ConfigError: Empty, absolute (``/x``, ``C:\\x``, ``~``), or with a ``..`` part.
+    """
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ConfigError("prompt: must be a non-empty path relative to the manifest")
+    parts = re.split(r"[\\/]", prompt)
+    if (
+        os.path.isabs(prompt)
+        or PurePosixPath(prompt).is_absolute()
+        or PureWindowsPath(prompt).drive
+        or prompt.startswith(("~", "\\"))
+        or ".." in parts
+    ):
+        raise ConfigError(
+            f"prompt: {prompt!r} must be a relative path inside the manifest's own directory "
+            "(no absolute path, no '..'). Fix: ship the prompt next to the manifest"
+        )
+    return prompt
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PassSpec:
-    """A curation pass a scheduled op runs: an unbound turn with a prompt and few tools."""
+    """A curation pass a scheduled op runs: an unbound turn with a prompt and few tools.
+
+    Checked when built (from TOML or in code): ``prompt`` relative and inside the manifest's
+    directory, ``tools`` known memory tools without repeats, ``1 <= max_model_calls <= 16``.
+
+    Raises:
+        ConfigError: A rule is broken (the message names the field).
+    """
 
     prompt: str
     """The pass's instructions: a path relative to the manifest's directory."""
@@ -115,20 +157,64 @@ class PassSpec:
     max_model_calls: int
     """At most 16."""
 
+    def __post_init__(self) -> None:
+        check_prompt_path(self.prompt)
+        tools = tuple(self.tools) if isinstance(self.tools, list | tuple) else None
+        if tools is None:
+            raise ConfigError("tools: a pass's tools must be a list of memory tool names")
+        unknown = sorted(str(t) for t in tools if t not in MEMORY_TOOLS)
+        if unknown:
+            raise ConfigError(
+                f"tools: pass tools {unknown} are not memory tools ({list(MEMORY_TOOLS)})"
+            )
+        if len(set(tools)) != len(tools):
+            raise ConfigError("tools: a pass's tools must not repeat")
+        object.__setattr__(self, "tools", tools)
+        calls = self.max_model_calls
+        if not _whole(calls) or not 1 <= calls <= MAX_PASS_MODEL_CALLS:
+            raise ConfigError(
+                f"max_model_calls: must be a whole number from 1 to {MAX_PASS_MODEL_CALLS} "
+                f"(got {calls!r}): a pass is small, bounded upkeep"
+            )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduledOp:
-    """Upkeep a provider asks for, armed by the manifest and enabled by the operator."""
+    """Upkeep a provider asks for, armed by the manifest and enabled by the operator.
+
+    Raises:
+        ConfigError: ``trigger`` is not ``after_turn``, ``interval_turns < 2``, or ``pass_``
+            is not a :class:`PassSpec`.
+    """
 
     trigger: Literal["after_turn"]
     interval_turns: int
     """Every Nth completed turn of an owner (at least 2)."""
     pass_: PassSpec
 
+    def __post_init__(self) -> None:
+        if self.trigger not in TRIGGERS:
+            raise ConfigError(
+                f"trigger: {self.trigger!r} is not a known trigger (known: {list(TRIGGERS)})"
+            )
+        if not _whole(self.interval_turns) or self.interval_turns < 2:
+            raise ConfigError(
+                f"interval_turns: must be a whole number of at least 2 (got "
+                f"{self.interval_turns!r})"
+            )
+        if not isinstance(self.pass_, PassSpec):
+            raise ConfigError("pass: declare exactly one of 'pass' and 'tool' (a PassSpec)")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryManifest:
-    """A validated provider manifest."""
+    """A validated provider manifest: every construction path (TOML or code) is checked.
+
+    Raises:
+        ConfigError: A bad name; an unknown lane or tool; two ops for one trigger; pass tools
+            this manifest does not declare; a pass in a manifest that is not first-party
+            (``trust`` ``installed``/``self_authored``). The message names ``source``.
+    """
 
     name: str
     lanes: frozenset[Lane]
@@ -138,6 +224,51 @@ class MemoryManifest:
     """Where it was read from (named in errors)."""
     base_dir: str | None = None
     """The manifest's directory, against which a pass's ``prompt`` path is resolved."""
+    trust: TrustClass = "trusted"
+    """Where it came from (DESIGN §11): only a first-party manifest may declare a pass. Built
+    in code by the application: ``trusted``."""
+
+    def __post_init__(self) -> None:
+        where = self.source
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ConfigError(f"{where}: [memory] name: 1-64 letters, digits or '_.:-'")
+        lanes = frozenset(self.lanes)
+        if not lanes <= set(LANES):
+            raise ConfigError(
+                f"{where}: [memory] lanes: unknown {sorted(lanes - set(LANES))}; known: "
+                f"{list(LANES)}"
+            )
+        tools = tuple(dict.fromkeys(self.tools))
+        if not set(tools) <= set(MEMORY_TOOLS):
+            raise ConfigError(
+                f"{where}: [memory] tools: unknown {sorted(set(tools) - set(MEMORY_TOOLS))}; "
+                f"known: {list(MEMORY_TOOLS)}"
+            )
+        object.__setattr__(self, "lanes", lanes)
+        object.__setattr__(self, "tools", tools)
+        ops = tuple(self.scheduled_ops)
+        object.__setattr__(self, "scheduled_ops", ops)
+        seen: set[str] = set()
+        for index, op in enumerate(ops):
+            key = f"{where}: [[memory.scheduled_ops]] entry {index + 1}"
+            if not isinstance(op, ScheduledOp):
+                raise ConfigError(f"{key}: not a ScheduledOp")
+            if op.trigger in seen:
+                raise ConfigError(
+                    f"{key}: a second op for trigger {op.trigger!r} (one per trigger)"
+                )
+            seen.add(op.trigger)
+            undeclared = sorted(set(op.pass_.tools) - set(tools))
+            if undeclared:
+                raise ConfigError(
+                    f"{key}: pass tools {undeclared} are not tools this manifest declares "
+                    f"({sorted(tools)})"
+                )
+            if self.trust not in FIRST_PARTY_TRUST:
+                raise ConfigError(
+                    f"{key}: only first-party (builtin or trusted) manifests may declare a "
+                    f"pass; this one is {self.trust}"
+                )
 
     def declares(self, lane: Lane) -> bool:
         """Whether the host may call ``lane``."""
@@ -182,47 +313,42 @@ def parse_memory_manifest(
         raise ConfigError(f"{where}: [memory] {loc}: {error['msg']}") from None
     ops: list[ScheduledOp] = []
     for index, op in enumerate(parsed.scheduled_ops):
-        key = f"{where}: [[memory.scheduled_ops]] entry {index + 1}"
-        if any(o.trigger == op.trigger for o in ops):
-            raise ConfigError(f"{key}: a second op for trigger {op.trigger!r} (one per trigger)")
         spec = op.pass_
         assert spec is not None  # the validator guarantees it
-        undeclared = sorted(set(spec.tools) - set(parsed.tools))
-        if undeclared:
+        try:
+            ops.append(
+                ScheduledOp(
+                    trigger=op.trigger,
+                    interval_turns=op.interval_turns,
+                    pass_=PassSpec(
+                        prompt=spec.prompt,
+                        tools=tuple(spec.tools),
+                        max_model_calls=spec.max_model_calls,
+                    ),
+                )
+            )
+        except ConfigError as exc:
             raise ConfigError(
-                f"{key}: pass tools {undeclared} are not tools this manifest declares "
-                f"({sorted(parsed.tools)})"
-            )
-        if trust not in FIRST_PARTY_TRUST:
-            raise ConfigError(
-                f"{key}: only first-party (builtin or trusted) manifests may declare a pass; "
-                f"this one is {trust}"
-            )
-        ops.append(
-            ScheduledOp(
-                trigger=op.trigger,
-                interval_turns=op.interval_turns,
-                pass_=PassSpec(
-                    prompt=spec.prompt,
-                    tools=tuple(spec.tools),
-                    max_model_calls=spec.max_model_calls,
-                ),
-            )
-        )
+                f"{where}: [[memory.scheduled_ops]] entry {index + 1}: {exc}"
+            ) from None
     return MemoryManifest(
         name=parsed.name,
         lanes=frozenset(parsed.lanes),
-        tools=tuple(dict.fromkeys(parsed.tools)),
+        tools=tuple(parsed.tools),
         scheduled_ops=tuple(ops),
         source=where,
         base_dir=os.fspath(base_dir) if base_dir is not None else None,
+        trust=trust,
     )
 
 
 def load_memory_manifest(
-    path: str | os.PathLike[str], *, trust: TrustClass = "trusted"
+    path: str | os.PathLike[str], *, trust: TrustClass = "installed"
 ) -> MemoryManifest:
     """Read and validate a memory manifest file.
+
+    A file is ``installed`` unless the caller vouches for it: an extension's manifest cannot
+    declare a curation pass. Pass ``trust="trusted"`` for the application's own manifest.
 
     Raises:
         ConfigError: The file cannot be read or is invalid.

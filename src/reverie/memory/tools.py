@@ -25,7 +25,7 @@ conditional on the version their ``memory_read`` saw (:class:`reverie.memory.cur
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Final, Protocol
+from typing import Annotated, Any, Final, Literal, Protocol
 
 from pydantic import Field
 
@@ -44,10 +44,13 @@ from reverie.memory.provider import (
 from reverie.memory.sanitize import clean, utf8_len
 from reverie.store.documents import Document, DocumentStore
 
-__all__ = ["MAX_SEARCH_LIMIT", "WriteGuard", "memory_tools", "validate_path"]
+__all__ = ["BUDGET_REFUSAL", "MAX_SEARCH_LIMIT", "WriteGuard", "memory_tools", "validate_path"]
 
 MAX_SEARCH_LIMIT: Final = 20
 """``memory_search`` returns at most this many results."""
+
+BUDGET_REFUSAL: Final = "over its budget of"
+"""In the message of every write refused for its size (a write the provider saw and refused)."""
 
 _APPEND_RETRIES: Final = 5
 _PATH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
@@ -67,17 +70,32 @@ _WRITE_DESCRIPTION: Final = (
 class WriteGuard(Protocol):
     """Rules a caller puts around ``memory_read``/``memory_write`` (e.g. a curation pass).
 
-    The tools call it in this order: :meth:`read` after every successful read;
-    :meth:`admit` before a write touches the provider (it may refuse by raising, and it
-    returns the ``expected_version`` the write must use); :meth:`wrote` with the outcome.
+    The tools call it in this order: :meth:`ready` before anything else; :meth:`read` after
+    every successful read; :meth:`admit` before a write touches the provider (it may refuse by
+    raising, and it returns the ``expected_version`` the write must use); :meth:`wrote` with
+    the outcome.
     """
+
+    async def ready(self) -> None:
+        """Called before every guarded call (e.g. to restore state after a resume)."""
+        ...
 
     def read(self, path: str, version: int) -> None:
         """``path`` was read at ``version`` (0: it does not exist)."""
         ...
 
-    def admit(self, path: str, expected_version: int | None) -> int:
+    def admit(
+        self,
+        path: str,
+        expected_version: int | None,
+        *,
+        mode: Literal["replace", "append", "patch"] = "replace",
+        content: str = "",
+    ) -> int:
         """Let a write of ``path`` through, returning the version it is conditional on.
+
+        ``mode`` says how the write would change the document; ``content`` is the new text of
+        a replace (or what an append adds, or a patch's replacement).
 
         Raises:
             CapabilityError: The write is refused; it never reaches the provider.
@@ -123,7 +141,7 @@ def _conflict(path: str, current: int, expected: int | None) -> dict[str, Any]:
 def _over_budget(path: str, new_size: int, current_size: int, budget: int) -> CapabilityError:
     return CapabilityError(
         "input_invalid",
-        f"refused: {path} would be {new_size} bytes, over its budget of {budget} bytes (it is "
+        f"refused: {path} would be {new_size} bytes, {BUDGET_REFUSAL} {budget} bytes (it is "
         f"{current_size} bytes now). Nothing was written. Tidy it instead: merge or remove "
         "entries so the whole document fits, then write it with expected_version.",
     )
@@ -217,6 +235,8 @@ def _document_tools(
             path: The document, e.g. "MEMORY.md" or "notes/people.md".
         """
         validate_path(path)
+        if guard is not None:
+            await guard.ready()
         doc = await provider.documents.read_document(ctx.scope, path)
         version = doc.version if doc is not None else 0
         if guard is not None:
@@ -261,7 +281,14 @@ def _document_tools(
         elif append and not content:
             raise CapabilityError("input_invalid", "append needs non-empty content")
         if guard is not None:
-            expected_version = guard.admit(path, expected_version)
+            await guard.ready()
+            mode: Literal["replace", "append", "patch"] = (
+                "patch" if old_string is not None else "append" if append else "replace"
+            )
+            text = (
+                (new_string if new_string is not None else content) if mode == "patch" else content
+            )
+            expected_version = guard.admit(path, expected_version, mode=mode, content=text)
         elif old_string is None and not append and expected_version is None:
             raise CapabilityError(
                 "input_invalid",

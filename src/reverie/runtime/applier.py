@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from reverie.core.events import HookFailedEvent, RunFinished
@@ -24,6 +24,7 @@ from reverie.core.exits import (
 )
 from reverie.errors import NotFoundError
 from reverie.hooks import AfterTurnContext, HookDispatcher
+from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.events import EventBus
 from reverie.runtime.result import Gate, RunResult
 from reverie.runtime.settle import settle_open_calls
@@ -38,9 +39,21 @@ INTERACTIVE_PROFILES: frozenset[str] = frozenset({"interactive"})
 class ExitApplier:
     """Validates exits and writes terminal status."""
 
-    def __init__(self, store: Store, hooks: HookDispatcher) -> None:
+    def __init__(
+        self,
+        store: Store,
+        hooks: HookDispatcher,
+        *,
+        before_terminal: Callable[[RunRecord, LoopExit], Awaitable[None]] | None = None,
+        after_turn: AfterTurnWork | None = None,
+    ) -> None:
         self.store = store
         self.hooks = hooks
+        self.after_turn_work = after_turn
+        """Where ``after_turn`` hooks run off the caller's path (``None``: inline)."""
+        self.before_terminal = before_terminal
+        """Called with a run about to end and its (validated) exit, before the status is
+        written: a background run's record is kept even if the process dies right after."""
 
     async def validate(self, run: RunRecord, exit_: LoopExit) -> LoopExit:
         """The exit itself if valid, else ``Failed(driver_bug)`` saying why."""
@@ -100,6 +113,8 @@ class ExitApplier:
         if status in TERMINAL_STATUSES:
             # Transcript well-formedness: no call of this run is left without a result.
             await settle_open_calls(self.store, run, fence=fence, status=status)
+        if status in TERMINAL_STATUSES and self.before_terminal is not None:
+            await self.before_terminal(run, exit_)
         record = await self.store.set_run_status(
             run.run_id, status, fence=fence, exit=exit_to_dict(exit_)
         )
@@ -110,16 +125,30 @@ class ExitApplier:
         if bus is not None:
             bus.emit(RunFinished(run_id=run.run_id, status=status, exit=exit_to_dict(exit_)))
         if status in TERMINAL_STATUSES:
-            await self._after_turn(record, status, bus, hooks or self.hooks)
+            dispatcher = hooks or self.hooks
+            if self.after_turn_work is None:
+                await self._after_turn(record, status, bus, dispatcher)
+            elif self._wants_after_turn(record, dispatcher):
+                # The caller gets its result first; the hooks run in an owned task.
+                self.after_turn_work.submit(
+                    record.scope,
+                    record.run_id,
+                    lambda: self._after_turn(record, status, bus, dispatcher),
+                )
         return result
+
+    def _wants_after_turn(self, run: RunRecord, hooks: HookDispatcher) -> bool:
+        # Only user turns: never unbound, scheduled-trigger or actorless runs.
+        return (
+            run.profile in INTERACTIVE_PROFILES
+            and run.has_actor
+            and bool(hooks.registry.hooks("after_turn"))
+        )
 
     async def _after_turn(
         self, run: RunRecord, status: str, bus: EventBus | None, hooks: HookDispatcher
     ) -> None:
-        # Only user turns: never unbound, scheduled-trigger or actorless runs.
-        if run.profile not in INTERACTIVE_PROFILES or not run.has_actor:
-            return
-        if not hooks.registry.hooks("after_turn"):
+        if not self._wants_after_turn(run, hooks):
             return
         outcome = await hooks.after_turn(
             AfterTurnContext(
@@ -130,8 +159,11 @@ class ExitApplier:
                 status=status,
             )
         )
+        builtin = {h.name for h in hooks.registry.hooks("after_turn") if h.trust == "builtin"}
         for failure in outcome.failures:
-            log.warning(
+            # reverie's own upkeep (recording, curation) never shouts; the application's does.
+            log.log(
+                logging.DEBUG if failure.hook in builtin else logging.WARNING,
                 "after_turn hook %s failed (%s) for run %s",
                 failure.hook,
                 failure.reason,

@@ -25,17 +25,25 @@ on demand when the provider declares one.
 Counts live in this process's bounded LRU. When an owner is not in it (a new process, as with
 one-shot ``reverie run`` commands, or an owner evicted earlier), their count is seeded from the
 store: their completed interactive turns since their latest pass run, newest first and bounded
-— one query per owner newly seen. A pass's write budget lives with the process that submitted
-it.
+— one query per owner newly seen.
+
+A pass survives the process that submitted it: its tools come by name from the first-party
+toolset :data:`PASS_TOOLSET` (the guarded memory tools; the guard's state is rebuilt from the
+pass's own transcript, so a resume never grants a second write), its model is kept as a spec,
+and its record is written by the finisher :data:`PASS_FINISHER` in whichever process ends the
+run, just before its terminal status (:func:`record_pass`). ``Runtime.recover()`` in a new
+process resumes an interrupted pass, or ends it ``Failed(not_resumable)`` — recorded too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
-from reverie.core.exits import Cancelled, Failed
+from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.errors import UsageError
@@ -57,19 +65,27 @@ from reverie.memory.curation import (
     pass_report,
 )
 from reverie.memory.manifest import ScheduledOp
+from reverie.memory.native import STANDING_DOCUMENT
 from reverie.memory.service import MemoryService
 from reverie.models.base import Model
 from reverie.runtime.applier import INTERACTIVE_PROFILES
 from reverie.runtime.structured import OutputContract
 from reverie.runtime.telemetry import PassSpan
+from reverie.store.base import RunRecord, Store
 from reverie.store.documents import DocumentStore, MemoryPassRecord
 
 if TYPE_CHECKING:
     from reverie.runtime.agent import Agent
-    from reverie.runtime.result import RunResult
     from reverie.runtime.runtime import Runtime
 
-__all__ = ["Curator", "curator_for"]
+__all__ = ["PASS_FINISHER", "PASS_TOOLSET", "Curator", "curator_for", "record_pass"]
+
+PASS_TOOLSET: Final = "memory_curation"
+"""The first-party toolset of a pass: the manifest's memory tools behind a :class:`PassGuard`."""
+MAX_SCOPES_PER_PASS: Final = 16
+"""Scopes of one owner a due turn curates at most (one pass each)."""
+PASS_FINISHER: Final = "memory_curation"
+"""The first-party finisher that keeps a pass's record (:func:`record_pass`)."""
 
 log = logging.getLogger("reverie.memory.curation")
 
@@ -99,7 +115,7 @@ class Curator:
         op: ScheduledOp,
         *,
         interval: int | None,
-        model: Model | None = None,
+        model: Model | str | None = None,
         max_owners: int = DEFAULT_MAX_OWNERS,
     ) -> None:
         self._rt = runtime
@@ -115,6 +131,16 @@ class Curator:
         self._inflight: dict[str, asyncio.Future[MemoryPassRecord]] = {}
         # Enough rows to find N turns among some failed, unbound and scheduled runs.
         self._history_rows = min(4 * self.counter.interval + 16, 1_000)
+        runtime.unbound.register_toolset(PASS_TOOLSET, self._pass_tools)
+
+    async def _pass_tools(self, run: RunRecord, names: Sequence[str]) -> list[Any]:
+        """The guarded tools of one pass run (in any process, on every segment)."""
+        store = self._rt.store
+
+        async def transcript() -> list[Any]:
+            return [r for r in await store.thread_items(run.thread_id) if r.run_id == run.run_id]
+
+        return self._service.pass_tools(names, PassGuard(load=transcript))
 
     def _load_prompt(self) -> str:
         if self._prompt is None:
@@ -144,13 +170,19 @@ class Curator:
             # checked again here so nothing but a user's completed turn is ever counted.
             if not ctx.completed or ctx.profile not in INTERACTIVE_PROFILES:
                 return
-            owner = (ctx.scope.tenant, ctx.scope.user)
-            if owner not in self.counter:
-                seeded = await self._turns_since_last_pass(ctx)
-                if owner not in self.counter:  # another turn of theirs may have seeded it
-                    self.counter.seed(owner, seeded)
-            if not self.counter.count(owner):
+            if not await self._due(ctx):
                 return
+            store = self._rt.store
+            # The turn's own scope, and every other scope of the owner (another agent or
+            # project) whose MEMORY.md changed since that scope's last pass.
+            scopes = [ctx.scope]
+            if isinstance(store, DocumentStore):
+                changed = await store.changed_scopes(
+                    Scope(tenant=ctx.scope.tenant, user=ctx.scope.user),
+                    STANDING_DOCUMENT,
+                    limit=MAX_SCOPES_PER_PASS,
+                )
+                scopes += [s for s in changed if s != ctx.scope][: MAX_SCOPES_PER_PASS - 1]
             agent: Agent | None = None
             if self.model is None:
                 run = await self._rt.store.get_run(ctx.run_id)
@@ -158,13 +190,28 @@ class Curator:
                 if agent is None:
                     log.debug("curation: agent of run %s is not registered; no pass", ctx.run_id)
                     return
-            await self.submit(ctx.scope, trigger=ctx.run_id, agent=agent)
+            for scope in scopes:
+                await self.submit(scope, trigger=ctx.run_id, agent=agent)
         except Exception as exc:
             log.debug(
                 "curation: submitting a pass after run %s failed (%s); the turn is unaffected",
                 ctx.run_id,
                 type(exc).__name__,
             )
+
+    async def _due(self, ctx: AfterTurnContext) -> bool:
+        """Count the turn; whether a pass is due. In the store when it keeps memory (one
+        atomic increment: exact across processes and workers), else in this process."""
+        store = self._rt.store
+        owner = Scope(tenant=ctx.scope.tenant, user=ctx.scope.user)
+        if isinstance(store, DocumentStore):
+            return await store.count_turn(owner, self.counter.interval)
+        key = (owner.tenant, owner.user)
+        if key not in self.counter:
+            seeded = await self._turns_since_last_pass(ctx)
+            if key not in self.counter:  # another turn of theirs may have seeded it
+                self.counter.seed(key, seeded)
+        return self.counter.count(key)
 
     async def _turns_since_last_pass(self, ctx: AfterTurnContext) -> int:
         """The owner's completed interactive turns before this one since their last pass,
@@ -221,14 +268,15 @@ class Curator:
         done.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         self._inflight[key] = done
         spec = self.op.pass_
-        guard = PassGuard()
         span = self._rt._telemetry.curation_pass(key)
         try:
             with span.current():  # the pass's run is the span's child
                 run_id = await self._rt.unbound.submit(
                     system_prompt=self._load_prompt(),
                     messages=[PASS_OPENING],
-                    tools=self._service.pass_tools(spec.tools, guard),
+                    tools=list(spec.tools),
+                    toolset=PASS_TOOLSET,
+                    finisher=PASS_FINISHER,
                     output_contract=REPORT_CONTRACT,
                     limits=pass_limits(spec),
                     idempotency_key=key,
@@ -244,40 +292,32 @@ class Curator:
             else:
                 done.cancel()
             raise
-        self._rt._spawn(self._finish(key, run_id, scope, guard, done, span))
+        self._rt._spawn(self._finish(key, run_id, done, span))
         return done
 
     async def _finish(
-        self,
-        key: str,
-        run_id: str,
-        scope: Scope,
-        guard: PassGuard,
-        done: asyncio.Future[MemoryPassRecord],
-        span: PassSpan,
+        self, key: str, run_id: str, done: asyncio.Future[MemoryPassRecord], span: PassSpan
     ) -> None:
-        """Wait for the pass's run, keep its record; failures are logged at debug."""
+        """Wait for the pass's run and hand its record (kept by the finisher) to waiters."""
         try:
             result = await self._rt.unbound.result(run_id)
-            record = MemoryPassRecord(
-                pass_id=key, scope=scope, run_id=run_id, report=_report(result, guard)
-            )
-            store = self._rt.store
-            if isinstance(store, DocumentStore):
-                record = await store.save_memory_pass(record)
+            run = await self._rt.store.get_run(run_id)
+            record = await record_pass(self._rt.store, run, result.exit)
             log.debug("curation: pass %s ended %s", key, result.status)
             span.end(status=result.status)
             if not done.done():
+                if record is None:
+                    record = MemoryPassRecord(pass_id=key, scope=run.scope, run_id=run_id)
                 done.set_result(record)
-        except asyncio.CancelledError as exc:
-            span.end(error=exc)
-            done.cancel()
-            raise
         except Exception as exc:
             span.end(error=exc)
             log.debug("curation: pass %s failed (%s)", key, type(exc).__name__)
             if not done.done():
                 done.set_exception(exc)
+        except BaseException as exc:
+            span.end(error=exc)
+            done.cancel()  # cancelled, or the process is going down: the run is recoverable
+            raise
         finally:
             if self._inflight.get(key) is done:
                 del self._inflight[key]
@@ -301,6 +341,7 @@ class Curator:
         Cancelling the wait (e.g. ``asyncio.timeout``) never cancels a pass: ``asyncio.wait``
         leaves what it waits for alone.
         """
+        await self._rt._after_turn.drain()  # a turn's hook may still be submitting a pass
         pending = list(self._inflight.values())
         if not pending:
             return []
@@ -308,13 +349,36 @@ class Curator:
         return [f.result() for f in pending if not f.cancelled() and f.exception() is None]
 
 
-def _report(result: RunResult, guard: PassGuard) -> dict[str, Any]:
+async def record_pass(store: Store, run: RunRecord, exit_: LoopExit) -> MemoryPassRecord | None:
+    """Keep (or update) the record of the pass ``run`` that ends with ``exit_``.
+
+    Everything comes from the store, so any process can write it: the report from the
+    ``structured_result`` row, what the pass wrote from its transcript (a :class:`PassGuard`
+    replayed), and its status and error from the exit. Written before the run's terminal
+    status and again after it (replacing), so a pass is never terminal without a record.
+
+    Returns:
+        The record kept, or ``None`` when the store keeps no memory.
+    """
+    if not isinstance(store, DocumentStore) or run.idempotency_key is None:
+        return None
+    rows = [r for r in await store.thread_items(run.thread_id) if r.run_id == run.run_id]
+    output: Any = None
     error: str | None = None
-    if isinstance(result.exit, Failed):
-        error = f"{result.exit.kind}: {result.exit.safe_summary}"
-    elif isinstance(result.exit, Cancelled):
+    if isinstance(exit_, Completed) and exit_.kind == "structured" and exit_.reply_refs:
+        items = await store.get_items(exit_.reply_refs)
+        output = json.loads("".join(i.content for i in items))
+    elif isinstance(exit_, Failed):
+        error = f"{exit_.kind}: {exit_.safe_summary}"
+    elif isinstance(exit_, Cancelled):
         error = "cancelled"
-    return pass_report(result.output, status=result.status, guard=guard, error=error)
+    report = pass_report(
+        output, status=exit_.status, guard=PassGuard.from_transcript(rows), error=error
+    )
+    record = MemoryPassRecord(
+        pass_id=run.idempotency_key, scope=run.scope, run_id=run.run_id, report=report
+    )
+    return await store.save_memory_pass(record, replace=True)
 
 
 def curator_for(
@@ -335,14 +399,21 @@ def curator_for(
             the provider declares no pass (names the provider); the prompt file is missing;
             ``model`` is not a valid model spec.
     """
+    # Any runtime can end a pass another process started (recover): it keeps its record.
+    runtime.unbound.register_finisher(
+        PASS_FINISHER, lambda run, exit_: _finished(runtime.store, run, exit_)
+    )
     checked = check_interval(interval)
     provider = service.provider if service is not None else None
     op = curation_op(provider, checked)
     if op is None or service is None:
         return None
-    resolved: Model | None = None
     if model is not None:
         from reverie.models.registry import resolve_model
 
-        resolved = resolve_model(model)
-    return Curator(runtime, service, op, interval=checked, model=resolved)
+        resolve_model(model)  # a bad spec fails Runtime.open; the spec itself is what passes keep
+    return Curator(runtime, service, op, interval=checked, model=model)
+
+
+async def _finished(store: Store, run: RunRecord, exit_: LoopExit) -> None:
+    await record_pass(store, run, exit_)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from reverie.core.events import RunEvent
 
@@ -18,7 +18,17 @@ class EventBus:
     def __init__(self) -> None:
         self._buffer: deque[RunEvent] = deque(maxlen=MAX_BUFFERED_EVENTS)
         self._queues: list[asyncio.Queue[RunEvent | None]] = []
+        self._taps: list[Callable[[RunEvent], None]] = []
         self._closed = False
+
+    def tap(self, listener: Callable[[RunEvent], None]) -> None:
+        """Call ``listener`` with every event published from now on (it must not block)."""
+        self._taps.append(listener)
+
+    def untap(self, listener: Callable[[RunEvent], None]) -> None:
+        """Stop calling ``listener``."""
+        if listener in self._taps:
+            self._taps.remove(listener)
 
     def emit(self, event: RunEvent) -> None:
         """Publish an event (never blocks)."""
@@ -27,6 +37,8 @@ class EventBus:
         self._buffer.append(event)
         for q in self._queues:
             q.put_nowait(event)
+        for listener in list(self._taps):
+            listener(event)
 
     def close(self) -> None:
         """End every subscription after the events already published."""

@@ -47,7 +47,6 @@ from reverie.hooks import (
     CapabilityHookContext,
     CapabilityResultContext,
     CheckpointHookContext,
-    EventHookContext,
     HookDispatcher,
     HookFailure,
     HookPoint,
@@ -513,23 +512,8 @@ class BusEvents:
         self.ctx = ctx
 
     def emit(self, event: RunEvent) -> None:
-        ctx = self.ctx
-        ctx.bus.emit(event)
-        if not ctx.hooks.registry.hooks("event"):
-            return
-
-        async def observe() -> None:
-            result = await ctx.hooks.observe(
-                "event",
-                EventHookContext(scope=ctx.scope, run_id=ctx.run_id, event=event),
-                poisoned=ctx.poisoned,
-            )
-            ctx.record_hook_failures(result.failures, result.newly_poisoned)
-
-        # Owned by the run context and awaited before the segment ends (never orphaned).
-        task = asyncio.get_running_loop().create_task(observe())
-        ctx.observers.add(task)
-        task.add_done_callback(ctx.observers.discard)
+        # ``event`` hooks see it through the segment's EventHookTap (runtime/event_hooks.py).
+        self.ctx.bus.emit(event)
 
 
 @dataclass(slots=True, kw_only=True)

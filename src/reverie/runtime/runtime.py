@@ -39,10 +39,12 @@ from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.memory.provider import MemoryProvider
 from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
 from reverie.models.base import Model
+from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import curator_for
 from reverie.runtime.dispatch import QueueDispatcher
+from reverie.runtime.event_hooks import EventHookTap
 from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
@@ -119,7 +121,13 @@ class Runtime:
         self._dispatcher = HookDispatcher(self.hooks)
         self.unbound = UnboundTurnService(self)
         """Unbound turns: no conversation, no reply target (DESIGN §14)."""
-        self._applier = ExitApplier(store, self._dispatcher)
+        self._after_turn = AfterTurnWork()
+        self._applier = ExitApplier(
+            store,
+            self._dispatcher,
+            before_terminal=self.unbound.before_terminal,
+            after_turn=self._after_turn,
+        )
         self._families = LoopFamilyRegistry(
             families if families is not None else default_families()
         )
@@ -245,6 +253,7 @@ class Runtime:
 
     async def aclose(self) -> None:
         """Stop local work (runs stay durable and can be resumed) and close the store."""
+        await self._after_turn.drain()  # bounded by its deadline: a turn still gets recorded
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -403,7 +412,8 @@ class Runtime:
         ``message`` is the user's message, or the run's opening messages in order (unbound
         turns). An ``idempotency_key`` that already names a run of the same owner returns that
         run's handle: it is never started a second time (keys are per owner: another owner's
-        same key starts that owner's own run). ``meta`` is stored on the run record as it is.
+        same key starts that owner's own run). ``meta`` is stored on the run record as it is
+        (an unbound run keeps its spec there).
 
         A thread has at most one active (queued, running or blocked) run. When ``thread_id``
         has one, ``thread_policy`` (default: the runtime's, ``"reject"`` unless
@@ -419,6 +429,8 @@ class Runtime:
         self._require_open()
         if not isinstance(scope, Scope):
             raise UsageError("scope must be a reverie.Scope set by the host")
+        if profile == "interactive" and has_actor:
+            await self._after_turn.settle(scope)  # the owner's last turn is recorded first
         if self._agents.get(agent.name) is not agent:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
@@ -557,7 +569,37 @@ class Runtime:
     async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
         run = await self.store.get_run(run_id)
-        agent = self._agent_for(run)
+        if run.profile.startswith("unbound"):
+            # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
+            agent: Agent | Failed = await self.unbound.agent_for(run)
+        else:
+            agent = self._agent_for(run)
+        # The agent's own hooks apply to its runs only, on top of the runtime's.
+        dispatcher = (
+            HookDispatcher(self.hooks.extended(agent.hooks))
+            if isinstance(agent, Agent) and agent.hooks
+            else self._dispatcher
+        )
+        # Every event of the segment, run_started to run_finished, reaches `event` hooks.
+        tap = EventHookTap(dispatcher, scope=run.scope, run_id=run_id, bus=active.bus)
+        active.bus.tap(tap)
+        try:
+            return await self._advance_leased(run, agent, dispatcher, tap, active, resumed=resumed)
+        finally:
+            await tap.drain()
+            active.bus.untap(tap)
+
+    async def _advance_leased(
+        self,
+        run: RunRecord,
+        agent: Agent | Failed,
+        dispatcher: HookDispatcher,
+        tap: EventHookTap,
+        active: _Active,
+        *,
+        resumed: bool,
+    ) -> RunResult:
+        run_id = run.run_id
         owner = self._owner or new_owner()
         fence = await self.store.acquire_lease(
             run_id,
@@ -572,17 +614,13 @@ class Runtime:
             run = await self.store.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
                 return await self._applier.result_of(run)
+            if isinstance(agent, Failed):
+                return await self._applier.apply(run, agent, fence=fence, bus=active.bus)
             # Still "running": the worker that advanced it died mid-segment (a crash resume).
             crashed = resumed and run.status == "running"
             run = await self.store.set_run_status(run_id, "running", fence=fence)
             await self.store.unseal_inputs(run_id)
             family = self._families.get(run.family_id)
-            # The agent's own hooks apply to its runs only, on top of the runtime's.
-            dispatcher = (
-                HookDispatcher(self.hooks.extended(agent.hooks))
-                if agent.hooks
-                else self._dispatcher
-            )
             active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
             loaded = await load_state(self.store, run, family)
             if not isinstance(loaded, LoopExecutionState):
@@ -609,9 +647,10 @@ class Runtime:
                 bus=active.bus,
                 token=active.token,
                 family_digest=family.identity.digest,
-                poisoned=set(state.host_state.get("poisoned_hooks", ())),
+                poisoned=tap.poisoned,
                 gated=dict(state.host_state.get("gated_tools", {})),
             )
+            tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
@@ -777,7 +816,8 @@ class Runtime:
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             return await self._applier.result_of(run)
-        self._agent_for(run)
+        if not self.unbound.knows(run) and run.run_id not in self._run_agents:
+            self._agent(run.agent_name)  # the typed error naming the agent
         # A segment of this run still advancing (or still closing) here: let it finish first,
         # then decide from what it left in the store.
         while (active := self._active.get(run_id)) is not None:
@@ -817,7 +857,7 @@ class Runtime:
             if run.cancel_requested or not await self._waits_for_a_person(run):
                 candidates.append(run)
         for run in candidates:
-            if run.run_id in self._active or run.agent_name not in self._agents:
+            if run.run_id in self._active or not self.unbound.knows(run):
                 continue
             try:
                 results.append(await self.resume(run.run_id))

@@ -11,31 +11,62 @@ It runs through the ordinary start path as an ephemeral agent with profile ``unb
 * the idempotency key names the run: submitting it again returns the same run id and never
   starts a second run (nor a second segment of a finished one).
 
+Every unbound run keeps an :class:`~reverie.runtime.unbound_spec.UnboundSpec` with its row
+(prompt, contract, limits, model spec, tools by name and their first-party toolset, finisher),
+and every segment of the run is built from it (:meth:`UnboundTurnService.agent_for`). So
+``Runtime.recover()``/``resume()`` in any process continue it — with its own limits, never the
+next caller's — or end it ``Failed(not_resumable)`` when what it needs only existed in the
+process that submitted it (a ``Model`` instance, tool objects). A run's finisher (e.g. the
+record of a curation pass) runs wherever the run ends, just before its terminal status is
+written.
+
 Curation passes (docs/memory.md) are built on this service.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reverie.capabilities.tool import tools_by_name
 from reverie.core.canonical import digest
+from reverie.core.exits import Failed, LoopExit
 from reverie.core.ids import new_id
 from reverie.core.limits import Limits
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
-from reverie.errors import UsageError
+from reverie.errors import ConfigError, UsageError
 from reverie.loop.finish import STRUCTURED_RESULT_TOOL
 from reverie.runtime.agent import Agent
 from reverie.runtime.result import RunResult
 from reverie.runtime.structured import ContractModel, OutputContract, StructuredResultTool
-from reverie.store.base import TERMINAL_STATUSES
+from reverie.runtime.unbound_spec import META_KEY, UnboundSpec
+from reverie.store.base import TERMINAL_STATUSES, RunRecord
 
 if TYPE_CHECKING:
     from reverie.models.base import Model
     from reverie.runtime.runtime import Runtime
+
+log = logging.getLogger("reverie.runtime.unbound")
+
+Toolset = Callable[[RunRecord, Sequence[str]], Awaitable[list[Any]]]
+"""Builds a run's tools from their names (first-party: registered by the runtime itself)."""
+
+Finisher = Callable[[RunRecord, LoopExit], Awaitable[None]]
+"""Records what an unbound run came to; called before its terminal status is written."""
+
+
+@dataclass(slots=True)
+class _Live:
+    """What only the submitting process has: a model instance, tool objects, lender hooks."""
+
+    model: Model
+    tools: list[Any]
+    hooks: tuple[Any, ...]
+
 
 _FAMILY_CAP_PROBE = 1 << 30
 """Asked of a family's budget strategy to learn its own iteration cap."""
@@ -60,6 +91,19 @@ class UnboundTurnService:
         self._models: dict[str, Model] = {}
         self._submitting = asyncio.Lock()
         """Keyed submissions one at a time in this process, so a repeat joins the first."""
+        self._toolsets: dict[str, Toolset] = {}
+        self._finishers: dict[str, Finisher] = {}
+        self._live: dict[str, _Live] = {}
+
+    def register_toolset(self, name: str, build: Toolset) -> None:
+        """Register a first-party toolset: runs submitted with ``toolset=name`` get their
+        tools (by name) from ``build``, in whichever process advances them."""
+        self._toolsets[name] = build
+
+    def register_finisher(self, name: str, finish: Finisher) -> None:
+        """Register a first-party finisher, called when a run submitted with
+        ``finisher=name`` ends (before its terminal status is written)."""
+        self._finishers[name] = finish
 
     async def submit(
         self,
@@ -75,6 +119,8 @@ class UnboundTurnService:
         agent: Agent | None = None,
         meta: Mapping[str, Any] | None = None,
         thread_id: str | None = None,
+        toolset: str | None = None,
+        finisher: str | None = None,
     ) -> str:
         """Start an unbound turn and return its run id at once.
 
@@ -97,53 +143,74 @@ class UnboundTurnService:
             meta: Stored on the run record (``RunRecord.meta``) as it is.
             thread_id: Continue this thread of ``scope`` (its transcript comes before
                 ``messages``); omitted: a new thread.
+            toolset: A first-party toolset (:meth:`register_toolset`): ``tools`` are then
+                names it builds, in any process, so the run can be resumed anywhere.
+            finisher: A first-party finisher (:meth:`register_finisher`) to call when it ends.
+
+        The run is resumable in another process when its model is a spec string (or the
+        lending agent's is) and its tools come from a toolset (or it has none).
 
         Raises:
             UsageError: neither or both of ``model``/``agent``; a system-role message; a tool
-                named ``structured_result`` with a structured contract; duplicate tool names.
+                named ``structured_result`` with a structured contract; duplicate tool names;
+                an unknown toolset or finisher.
             NotFoundError: ``thread_id`` is not a thread of ``scope``.
         """
         contract = output_contract or OutputContract.assistant_message()
         if (model is None) == (agent is None):
             raise UsageError("submit needs exactly one of model= or agent=")
+        if finisher is not None and finisher not in self._finishers:
+            raise UsageError(f"unknown unbound finisher {finisher!r}")
         opening = _opening(messages)
-        capabilities = list(tools)
-        if contract.structured:
-            if any(t.descriptor.name == STRUCTURED_RESULT_TOOL for t in capabilities):
-                raise UsageError(f"{STRUCTURED_RESULT_TOOL!r} is reserved for the output contract")
-            capabilities.append(StructuredResultTool(contract))
-        tools_by_name(capabilities)  # invalid or duplicate names: an error now, not mid-run
         rt = self._rt
+        if toolset is not None:
+            if toolset not in self._toolsets:
+                raise UsageError(f"unknown toolset {toolset!r}")
+            if not all(isinstance(t, str) for t in tools):
+                raise UsageError("with toolset=..., tools are the names of the toolset's tools")
+            names = tuple(str(t) for t in tools)
+            capabilities: list[Any] = []
+        else:
+            capabilities = list(tools)
+            names = tuple(t.descriptor.name for t in capabilities)
+        if contract.structured and STRUCTURED_RESULT_TOOL in names:
+            raise UsageError(f"{STRUCTURED_RESULT_TOOL!r} is reserved for the output contract")
+        tools_by_name(capabilities)  # invalid or duplicate names: an error now, not mid-run
+        if len(set(names)) != len(names):
+            raise UsageError(f"duplicate tool names in {list(names)}")
         profile = contract.profile
-        resolved = self._model(agent.model if agent is not None else model)
+        chosen = agent.model if agent is not None else model
+        resolved = self._model(chosen)
         cap = rt._families.get(profile).budget.iteration_limit(_FAMILY_CAP_PROBE)
-        ephemeral = Agent(
-            name=_ephemeral_name(scope, idempotency_key),
-            model=ContractModel(resolved, contract) if contract.structured else resolved,
-            instructions=system_prompt,
-            tools=capabilities,
+        spec = UnboundSpec(
+            system_prompt=system_prompt,
+            contract=contract,
             limits=Limits(max_iterations=cap).narrow(limits),
             # A structured run's answer is its structured_result: a text summary cannot stand in.
             on_limit="fail" if contract.structured else "finalize",
-            family=profile,
+            model=chosen if isinstance(chosen, str) else None,
+            tools=names,
+            toolset=toolset,
+            lender=agent.name if agent is not None else None,
+            lender_hooks=bool(agent is not None and agent.hooks),
+            finisher=finisher,
+        )
+        # Named by the key, so a repeated submit (even in another process) finds the run.
+        name = _ephemeral_name(scope, idempotency_key)
+        live = _Live(
+            model=resolved,
+            tools=capabilities,
             hooks=tuple(agent.hooks) if agent is not None else (),
         )
         # The served agent's name, for listings: the run's own agent is the ephemeral one.
         stored = dict(meta or {})
         if agent is not None:
             stored[SERVED_AGENT_META] = agent.name
-        if idempotency_key is None:
-            handle = await rt.start(
-                ephemeral,
-                opening,
-                scope=scope,
-                thread_id=thread_id,
-                profile=profile,
-                has_actor=False,
-                meta=stored,
-            )
-        else:
-            async with self._submitting:
+        self._live.setdefault(name, live)
+        ephemeral = self._build(name, spec, resolved, capabilities, live.hooks, profile)
+        stored[META_KEY] = spec.to_meta()
+        try:
+            if idempotency_key is None:
                 handle = await rt.start(
                     ephemeral,
                     opening,
@@ -151,11 +218,134 @@ class UnboundTurnService:
                     thread_id=thread_id,
                     profile=profile,
                     has_actor=False,
-                    idempotency_key=idempotency_key,
                     meta=stored,
                 )
+            else:
+                async with self._submitting:
+                    handle = await rt.start(
+                        ephemeral,
+                        opening,
+                        scope=scope,
+                        thread_id=thread_id,
+                        profile=profile,
+                        has_actor=False,
+                        idempotency_key=idempotency_key,
+                        meta=stored,
+                    )
+        except BaseException:
+            if self._live.get(name) is live and name not in rt._agents:
+                del self._live[name]
+            raise
         self._retire_when_done(handle.run_id, ephemeral)
         return handle.run_id
+
+    # ------------------------------------------------------------------------------ resuming
+    def knows(self, run: RunRecord) -> bool:
+        """Whether this process can advance ``run``: its agent is registered, or it is an
+        unbound run that keeps its spec (which any process can rebuild, or fail cleanly)."""
+        return run.agent_name in self._rt._agents or UnboundSpec.from_meta(run.meta) is not None
+
+    async def agent_for(self, run: RunRecord) -> Agent | Failed:
+        """The agent that advances a segment of ``run``.
+
+        For an unbound run with a spec, the agent is rebuilt from it — its own prompt, limits,
+        contract and tools — with this process's model instance and tool objects when it is
+        the one that submitted it. What cannot be rebuilt here is a ``Failed(not_resumable)``
+        exit, which the caller applies to end the run. Any other run: its registered agent.
+
+        Raises:
+            UnknownAgentError: Not an unbound run, and its agent is not registered.
+        """
+        spec = UnboundSpec.from_meta(run.meta)
+        if spec is None:
+            return self._rt._agent(run.agent_name)
+        live = self._live.get(run.agent_name)
+        lender = self._rt._agents.get(spec.lender) if spec.lender is not None else None
+        if live is not None:
+            model: Model = live.model
+            hooks = live.hooks
+        else:
+            if spec.lender_hooks and lender is None:
+                return _not_resumable(
+                    f"the agent {spec.lender!r} that lent it its model and hooks is not "
+                    "registered in this process; its policies must travel with the run"
+                )
+            hooks = tuple(lender.hooks) if lender is not None else ()
+            spec_model = spec.model
+            if spec_model is None and lender is not None and isinstance(lender.model, str):
+                spec_model = lender.model
+            if spec_model is None:
+                if lender is None:
+                    return _not_resumable(
+                        "its model was a Model instance of the process that submitted it "
+                        "(only a model spec string can be resumed elsewhere)"
+                    )
+                model = lender.model  # type: ignore[assignment]
+            else:
+                try:
+                    model = self._model(spec_model)
+                except ConfigError:
+                    return _not_resumable(f"its model spec {spec_model!r} cannot be resolved")
+        if spec.toolset is not None:
+            build = self._toolsets.get(spec.toolset)
+            if build is None:
+                return _not_resumable(
+                    f"its toolset {spec.toolset!r} is not available in this process"
+                )
+            tools = await build(run, spec.tools)
+        elif live is not None:
+            tools = list(live.tools)
+        elif spec.tools:
+            return _not_resumable(
+                "its tools were objects of the process that submitted it (submit them through "
+                "a first-party toolset to make the run resumable anywhere)"
+            )
+        else:
+            tools = []
+        return self._build(run.agent_name, spec, model, tools, hooks, run.family_id)
+
+    async def before_terminal(self, run: RunRecord, exit_: LoopExit) -> None:
+        """Run the finisher of an unbound run about to end (never raises for its sake)."""
+        spec = UnboundSpec.from_meta(run.meta)
+        if spec is None or spec.finisher is None:
+            return
+        finish = self._finishers.get(spec.finisher)
+        if finish is None:
+            log.debug("unbound run %s: no finisher %r here", run.run_id, spec.finisher)
+            return
+        try:
+            await finish(run, exit_)
+        except Exception as exc:
+            log.debug(
+                "unbound run %s: finisher %r failed (%s)",
+                run.run_id,
+                spec.finisher,
+                type(exc).__name__,
+            )
+
+    def _build(
+        self,
+        name: str,
+        spec: UnboundSpec,
+        model: Model,
+        tools: Sequence[Any],
+        hooks: Sequence[Any],
+        family: str,
+    ) -> Agent:
+        contract = spec.contract
+        capabilities = list(tools)
+        if contract.structured:
+            capabilities.append(StructuredResultTool(contract))
+        return Agent(
+            name=name,
+            model=ContractModel(model, contract) if contract.structured else model,
+            instructions=spec.system_prompt,
+            tools=capabilities,
+            limits=spec.limits,
+            on_limit=spec.on_limit,
+            family=family,
+            hooks=tuple(hooks),
+        )
 
     async def result(self, run_id: str) -> RunResult:
         """Wait for an unbound run to end and return its result.
@@ -186,6 +376,8 @@ class UnboundTurnService:
         agent: Agent | None = None,
         meta: Mapping[str, Any] | None = None,
         thread_id: str | None = None,
+        toolset: str | None = None,
+        finisher: str | None = None,
     ) -> RunResult:
         """:meth:`submit`, then wait for :meth:`result`."""
         run_id = await self.submit(
@@ -200,6 +392,8 @@ class UnboundTurnService:
             agent=agent,
             meta=meta,
             thread_id=thread_id,
+            toolset=toolset,
+            finisher=finisher,
         )
         return await self.result(run_id)
 
@@ -216,15 +410,22 @@ class UnboundTurnService:
         return cached
 
     def _retire_when_done(self, run_id: str, agent: Agent) -> None:
-        """Forget the ephemeral agent once its run segment ends (bounded registry)."""
+        """Forget the ephemeral agent and what only this process had, once its run segment
+        ends (bounded registry)."""
         rt = self._rt
         active = rt._active.get(run_id)
-        if active is None:
+
+        def forget() -> None:
             rt.unregister(agent)
+            if agent.name not in rt._agents:
+                self._live.pop(agent.name, None)
+
+        if active is None:
+            forget()
             return
 
         def retire(done: asyncio.Future[RunResult]) -> None:
-            rt.unregister(agent)
+            forget()
             if not done.cancelled():
                 done.exception()  # read by result(); never "exception was never retrieved"
 
@@ -241,6 +442,10 @@ def _ephemeral_name(scope: Scope, idempotency_key: str | None) -> str:
     if idempotency_key is None:
         return f"unbound:{new_id('unb')}"
     return f"unbound:{digest([scope.tenant, scope.user, idempotency_key])[:32]}"
+
+
+def _not_resumable(why: str) -> Failed:
+    return Failed(kind="not_resumable", safe_summary=f"the unbound run cannot be resumed: {why}")
 
 
 def _opening(messages: Sequence[Message | str] | str) -> list[Message]:

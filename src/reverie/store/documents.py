@@ -147,12 +147,30 @@ class DocumentStore(Protocol):
         """
         ...
 
-    async def save_memory_pass(self, record: MemoryPassRecord) -> MemoryPassRecord:
-        """Keep a curation pass; a second save with the same ``pass_id`` returns the first."""
+    async def save_memory_pass(
+        self, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
+        """Keep a curation pass; a second save with the same ``pass_id`` returns the first,
+        unless ``replace``: then its run and report replace the first's (``created_at`` kept).
+        """
         ...
 
     async def list_memory_passes(self, scope: Scope, *, limit: int = 100) -> list[MemoryPassRecord]:
         """The scope's curation passes, newest first."""
+        ...
+
+    async def count_turn(self, owner: Scope, interval: int) -> bool:
+        """Count one completed turn of ``owner`` (its tenant and user) in one atomic step.
+
+        Returns:
+            Whether this was the ``interval``-th turn since the count last came due (the count
+            then starts over). Exact across processes: of N turns, one in ``interval`` is due.
+        """
+        ...
+
+    async def changed_scopes(self, owner: Scope, path: str, *, limit: int = 100) -> list[Scope]:
+        """The scopes of ``owner`` (its tenant and user, any agent or project) whose document
+        ``path`` was written after their latest curation pass (or that never had one)."""
         ...
 
 

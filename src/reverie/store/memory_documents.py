@@ -41,6 +41,7 @@ class MemoryDocuments:
         self._documents: dict[tuple[_ScopeKey, str], list[DocumentVersion]] = {}
         self._log: dict[_ScopeKey, list[LogEntry]] = {}
         self._passes: dict[str, MemoryPassRecord] = {}
+        self._turns: dict[tuple[str, str], int] = {}
 
     async def read_document(self, scope: Scope, path: str) -> Document | None:
         versions = self._documents.get((_key(scope), path))
@@ -116,11 +117,14 @@ class MemoryDocuments:
         hits.sort(key=lambda h: (h.score, h.created_at), reverse=True)
         return hits[:limit]
 
-    async def save_memory_pass(self, record: MemoryPassRecord) -> MemoryPassRecord:
+    async def save_memory_pass(
+        self, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
         existing = self._passes.get(record.pass_id)
-        if existing is not None:
+        if existing is not None and not replace:
             return existing
-        stored = dataclasses.replace(record, report=dict(record.report), created_at=time.time())
+        created = existing.created_at if existing is not None else time.time()
+        stored = dataclasses.replace(record, report=dict(record.report), created_at=created)
         self._passes[record.pass_id] = stored
         return stored
 
@@ -128,3 +132,25 @@ class MemoryDocuments:
         rows = [p for p in self._passes.values() if _key(p.scope) == _key(scope)]
         rows.sort(key=lambda p: (p.created_at, p.pass_id), reverse=True)
         return rows[: max(0, limit)]
+
+    async def count_turn(self, owner: Scope, interval: int) -> bool:
+        key = (owner.tenant, owner.user)
+        turns = self._turns.get(key, 0) + 1
+        due = turns >= interval
+        self._turns[key] = 0 if due else turns
+        return due
+
+    async def changed_scopes(self, owner: Scope, path: str, *, limit: int = 100) -> list[Scope]:
+        latest: dict[_ScopeKey, float] = {}
+        for record in self._passes.values():
+            k = _key(record.scope)
+            latest[k] = max(latest.get(k, -1.0), record.created_at)
+        found: list[Scope] = []
+        for (k, p), versions in sorted(
+            self._documents.items(), key=lambda item: (item[0][0][2] or "", item[0][0][3] or "")
+        ):
+            if p != path or not versions or k[:2] != (owner.tenant, owner.user):
+                continue
+            if versions[-1].created_at > latest.get(k, -1.0):
+                found.append(Scope(tenant=k[0], user=k[1], agent=k[2], project=k[3]))
+        return found[: max(0, limit)]

@@ -257,7 +257,23 @@ _V3 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
+_V4 = Migration(
+    version=4,
+    name="memory: completed-turn counts per owner (curation cadence)",
+    statements=(
+        """
+        CREATE TABLE memory_turn_counts (
+            scope_tenant  TEXT NOT NULL,
+            scope_user    TEXT NOT NULL,
+            turns         INTEGER NOT NULL,
+            updated_at    REAL NOT NULL,
+            PRIMARY KEY (scope_tenant, scope_user)
+        )
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 """Every migration, oldest first."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

@@ -247,8 +247,10 @@ class PostgresDocuments:
             [*terms, *_scope_params(scope), limit],
         )
 
-    async def save_memory_pass(self: _Connections, record: MemoryPassRecord) -> MemoryPassRecord:
-        """Keep a curation pass (idempotent on ``pass_id``)."""
+    async def save_memory_pass(
+        self: _Connections, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
+        """Keep a curation pass (idempotent on ``pass_id``; ``replace`` updates it)."""
         now = time.time()
         columns = {
             "pass_id": record.pass_id,
@@ -266,6 +268,11 @@ class PostgresDocuments:
                     run_id=record.run_id,
                     report=dict(record.report),
                     created_at=now,
+                )
+            if replace:
+                await conn.execute(
+                    "UPDATE memory_passes SET run_id = %s, report = %s WHERE pass_id = %s",
+                    [columns["run_id"], columns["report"], record.pass_id],
                 )
             sql = "SELECT * FROM memory_passes WHERE pass_id = %s"
             row = await db.one(conn, sql, [record.pass_id])
@@ -287,4 +294,42 @@ class PostgresDocuments:
             f"SELECT * FROM memory_passes WHERE {_SCOPE}"
             " ORDER BY created_at DESC, pass_id DESC LIMIT %s",
             [*_scope_params(scope), limit],
+        )
+
+    async def count_turn(self: _Connections, owner: Scope, interval: int) -> bool:
+        """One atomic increment of the owner's turn count; whether a pass is due."""
+        now = time.time()
+
+        async def write(conn: Conn) -> bool:
+            row = await db.one(
+                conn,
+                "INSERT INTO memory_turn_counts (scope_tenant, scope_user, turns, updated_at)"
+                " VALUES (%s, %s, 1, %s) ON CONFLICT (scope_tenant, scope_user) DO UPDATE SET"
+                " turns = CASE WHEN memory_turn_counts.turns + 1 >= %s THEN 0"
+                " ELSE memory_turn_counts.turns + 1 END,"
+                " updated_at = EXCLUDED.updated_at RETURNING turns",
+                [owner.tenant, owner.user, now, interval],
+            )
+            assert row is not None
+            return int(row["turns"]) == 0
+
+        return await self._transact("count a completed turn", write)
+
+    async def changed_scopes(
+        self: _Connections, owner: Scope, path: str, *, limit: int = 100
+    ) -> list[Scope]:
+        """The owner's scopes whose ``path`` changed since their latest curation pass."""
+        if limit <= 0:
+            return []
+        return await self._select(
+            "list the scopes whose memory changed",
+            schema.row_scope,
+            "SELECT d.scope_tenant, d.scope_user, d.scope_agent, d.scope_project"
+            " FROM memory_documents d WHERE d.scope_tenant = %s AND d.scope_user = %s"
+            " AND d.path = %s AND d.updated_at > COALESCE((SELECT MAX(p.created_at)"
+            " FROM memory_passes p WHERE p.scope_tenant = d.scope_tenant"
+            " AND p.scope_user = d.scope_user AND p.scope_agent = d.scope_agent"
+            " AND p.scope_project = d.scope_project), -1)"
+            " ORDER BY d.scope_agent, d.scope_project LIMIT %s",
+            [owner.tenant, owner.user, path, limit],
         )

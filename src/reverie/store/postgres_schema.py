@@ -249,7 +249,23 @@ _V3 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
+_V4 = Migration(
+    version=4,
+    name="memory: completed-turn counts per owner (curation cadence)",
+    statements=(
+        """
+        CREATE TABLE memory_turn_counts (
+            scope_tenant  TEXT NOT NULL,
+            scope_user    TEXT NOT NULL,
+            turns         BIGINT NOT NULL,
+            updated_at    DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (scope_tenant, scope_user)
+        )
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 """Every migration, oldest first. Never edit one that has shipped; append the next."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

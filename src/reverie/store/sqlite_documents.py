@@ -13,6 +13,7 @@ are quoted one by one: free text cannot form an FTS query of its own.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -254,8 +255,10 @@ class SQLiteDocuments:
             [_fts_query(scope, terms), *_scope_params(scope), limit],
         )
 
-    async def save_memory_pass(self: _Connections, record: MemoryPassRecord) -> MemoryPassRecord:
-        """Keep a curation pass (idempotent on ``pass_id``)."""
+    async def save_memory_pass(
+        self: _Connections, record: MemoryPassRecord, *, replace: bool = False
+    ) -> MemoryPassRecord:
+        """Keep a curation pass (idempotent on ``pass_id``; ``replace`` updates it)."""
         now = time.time()
         columns = {
             "pass_id": record.pass_id,
@@ -267,8 +270,16 @@ class SQLiteDocuments:
 
         def write(db: sqlite3.Connection) -> MemoryPassRecord:
             row = schema.one(db, "SELECT * FROM memory_passes WHERE pass_id = ?", [record.pass_id])
-            if row is not None:
+            if row is not None and not replace:
                 return _row_pass(row)
+            if row is not None:
+                db.execute(
+                    "UPDATE memory_passes SET run_id = ?, report = ? WHERE pass_id = ?",
+                    [columns["run_id"], columns["report"], record.pass_id],
+                )
+                return dataclasses.replace(
+                    _row_pass(row), run_id=record.run_id, report=dict(record.report)
+                )
             schema.insert(db, "memory_passes", [columns])
             return MemoryPassRecord(
                 pass_id=record.pass_id,
@@ -292,6 +303,41 @@ class SQLiteDocuments:
             f"SELECT * FROM memory_passes WHERE {_SCOPE}"
             " ORDER BY created_at DESC, pass_id DESC LIMIT ?",
             [*_scope_params(scope), limit],
+        )
+
+    async def count_turn(self: _Connections, owner: Scope, interval: int) -> bool:
+        """One atomic increment of the owner's turn count; whether a pass is due."""
+        now = time.time()
+
+        def write(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "INSERT INTO memory_turn_counts (scope_tenant, scope_user, turns, updated_at)"
+                " VALUES (?, ?, 1, ?) ON CONFLICT (scope_tenant, scope_user) DO UPDATE SET"
+                " turns = CASE WHEN turns + 1 >= ? THEN 0 ELSE turns + 1 END,"
+                " updated_at = excluded.updated_at RETURNING turns",
+                [owner.tenant, owner.user, now, interval],
+            ).fetchone()
+            return int(row[0]) == 0
+
+        return await self._transact("count a completed turn", write)
+
+    async def changed_scopes(
+        self: _Connections, owner: Scope, path: str, *, limit: int = 100
+    ) -> list[Scope]:
+        """The owner's scopes whose ``path`` changed since their latest curation pass."""
+        if limit <= 0:
+            return []
+        return await self._select(
+            "list the scopes whose memory changed",
+            _row_scope,
+            "SELECT d.scope_tenant, d.scope_user, d.scope_agent, d.scope_project"
+            " FROM memory_documents d WHERE d.scope_tenant = ? AND d.scope_user = ?"
+            " AND d.path = ? AND d.updated_at > COALESCE((SELECT MAX(p.created_at)"
+            " FROM memory_passes p WHERE p.scope_tenant = d.scope_tenant"
+            " AND p.scope_user = d.scope_user AND p.scope_agent = d.scope_agent"
+            " AND p.scope_project = d.scope_project), -1)"
+            " ORDER BY d.scope_agent, d.scope_project LIMIT ?",
+            [owner.tenant, owner.user, path, limit],
         )
 
 
