@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -64,6 +66,29 @@ def die_once(marker: str) -> str:
             handle.write(str(os.getpid()))
         os._exit(1)
     return "survived"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def getenv(name: str) -> str:
+    """The value of an environment variable of the server ("" when unset)."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
+def kill_pidfile(path: str) -> str:
+    """SIGKILL the process whose pid is the last line of ``path``; answer once it is dead."""
+    with open(path, encoding="utf-8") as handle:
+        pid = int(handle.read().split()[-1])
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(3000):  # up to a minute: a zombie (not reaped by its parent) is dead too
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.02)
+    return f"killed {pid}"
 
 
 @server.tool()

@@ -37,10 +37,11 @@ import contextlib
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TextIO
 from urllib.parse import urlsplit
 
 from reverie.capabilities.context import ToolContext
@@ -529,7 +530,8 @@ class MCPToolset:
             transport = stdio_client(
                 StdioServerParameters(
                     command=self._command[0], args=self._command[1:], env=self._env, cwd=self._cwd
-                )
+                ),
+                errlog=_server_errlog(),
             )
         else:
             assert self._url is not None
@@ -583,6 +585,19 @@ class MCPToolset:
             )
             wrapped[local] = MCPTool(self, remote.name, descriptor)
         return tuple(wrapped.values())
+
+
+def _server_errlog() -> TextIO:
+    """Where a stdio server's stderr goes: ours, or the process's real one when ours is not a
+    file (a test runner's capture, a notebook), since the child needs a file descriptor."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    raise CapabilityError("unavailable", "no stderr to give a stdio MCP server")
 
 
 def is_connection_lost(exc: BaseException) -> bool:

@@ -74,7 +74,9 @@ def run_command(
             return ExitCode.USAGE
         scope = Scope(tenant=tenant, user=user or default_user())
         async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
-            handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread)
+            handle = await session.rt.start(
+                session.agent(chosen.name), message, scope=scope, thread_id=thread
+            )
             result = await wait_for(session, handle)
             return show_result(result, as_json=as_json)
 

@@ -74,7 +74,7 @@ def serve_command(
         where_host = host or settings.host
         where_port = settings.port if port is None else port
         async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
-            app = create_app(session.rt, agents={a.name: a for a in agents}, tokens=tokens)
+            app = create_app(session.rt, agents=session.agents, tokens=tokens)
             names = ", ".join(sorted(a.name for a in agents))
             err_console().print(
                 f"reverie serve: agents {names}; {len(tokens)} token(s); "
