@@ -255,6 +255,49 @@ async def test_mcp_toolset_over_streamable_http(http_server_url: str, ctx: ToolC
         assert await tools["web_add"].invoke({"a": 4, "b": 5}, ctx) == CallCompleted(output="9")
 
 
+async def start_http_server(port: int) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        *SERVER, "--http", str(port), stdout=asyncio.subprocess.DEVNULL
+    )
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return proc
+
+
+async def test_mcp_http_server_that_goes_away_is_reconnected_once_it_is_back(
+    ctx: ToolContext,
+) -> None:
+    port = free_port()
+    proc = await start_http_server(port)
+    try:
+        toolset = MCPToolset(
+            url=f"http://127.0.0.1:{port}/mcp", restart_backoff_s=0.1, max_restart_backoff_s=0.5
+        )
+        async with toolset as ts:
+            add = tools_by_name(ts.tools())["add"]
+            assert await add.invoke({"a": 1, "b": 1}, ctx) == CallCompleted(output="2")
+            proc.kill()
+            await proc.wait()
+            down = failed(await add.invoke({"a": 1, "b": 2}, ctx))
+            assert down.error_kind == "unavailable"
+            assert not ts.connected
+            proc = await start_http_server(port)
+            await eventually(lambda: ts.connected)
+            assert await add.invoke({"a": 1, "b": 3}, ctx) == CallCompleted(output="4")
+            assert ts.restarts == 1
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def test_mcp_unreachable_url_raises_unavailable_at_connect() -> None:
     with pytest.raises(CapabilityError, match="could not connect") as info:
         async with MCPToolset(url=f"http://127.0.0.1:{free_port()}/mcp", timeout_s=5):
