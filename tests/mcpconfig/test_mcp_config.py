@@ -383,3 +383,77 @@ def test_the_documented_mcp_servers_example_loads(tmp_path: Path) -> None:
     assert config.agents["assistant"].mcp_servers == ["files", "notes"]
     servers = mcp_servers(config)
     assert servers.names == ("files", "notes")
+
+
+def test_reverie_serve_starts_each_server_once_and_shares_it_across_requests(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import time
+
+    import httpx
+    import openai
+
+    home = tmp_path / "home"
+    home.mkdir()
+    pids = tmp_path / "pids"
+    script = script_file(tmp_path / "s.json", [{"call": "demo_pid"}, {"reply": "done"}])
+    table = demo_server_table("demo").replace(
+        f"command = {toml_str(sys.executable)}\nargs = [",
+        f'command = "sh"\nargs = ["-c", "echo $$ >> \\"$0\\"; exec \\"$@\\"", '
+        f"{toml_str(pids)}, {toml_str(sys.executable)}, ",
+    )
+    write(
+        home / "reverie.toml",
+        table
+        + f'[agents.assistant]\nmodel = {toml_str(script)}\nmcp_servers = ["demo"]\n'
+        + '[auth.tokens]\nana = { token_env = "API_TOKEN_ANA", tenant = "acme", user = "ana" }\n',
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(REVERIE_HOME=str(home), USER="tester", API_TOKEN_ANA="tok-serve-1")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reverie.cli.app", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120  # MCP servers start before it listens
+        while True:
+            assert process.poll() is None, process.communicate()
+            try:
+                httpx.get(f"{url}/v1/models", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "reverie serve did not start listening"
+                time.sleep(0.05)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="tok-serve-1", max_retries=0)
+        with client:
+            for _ in range(2):
+                completion = client.chat.completions.create(
+                    model="assistant", messages=[{"role": "user", "content": "pid?"}]
+                )
+                assert completion.choices[0].message.content == "done"
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            _, stderr = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+    assert process.returncode == 0, stderr
+    [pid] = pids.read_text().split()  # one server process for the whole `reverie serve`
+
+    async def tool_results() -> list[str]:
+        async with Runtime.open(f"sqlite:///{home / 'reverie.db'}") as rt:
+            runs = await rt.store.list_runs(scope=Scope(tenant="acme", user="ana"))
+            found: list[str] = []
+            for run in runs:
+                items = await rt.store.thread_items(run.thread_id)
+                found.extend(i.content for i in items if i.role == "tool")
+            return found
+
+    assert asyncio.run(tool_results()) == [pid, pid]

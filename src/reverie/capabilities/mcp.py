@@ -316,7 +316,7 @@ class MCPToolset:
             CapabilityError: kind ``unavailable`` when not connected (closed, or restarting).
             MCPError, TimeoutError, Exception: whatever the SDK raises for a failed call.
         """
-        client, wake = await self._live_client(name)
+        client, wake = await self._live_client()
         try:
             result = await client.call_tool(
                 name, dict(arguments), read_timeout_seconds=self._timeout_s
@@ -375,7 +375,7 @@ class MCPToolset:
 
     # ------------------------------------------------------------------ sessions
 
-    async def _live_client(self, tool: str) -> tuple[Client, asyncio.Event]:
+    async def _live_client(self) -> tuple[Client, asyncio.Event]:
         """The current session's client, waiting for a restart attempt in progress.
 
         Raises:
