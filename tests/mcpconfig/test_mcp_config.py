@@ -355,7 +355,7 @@ def test_doctor_fails_a_server_that_does_not_start_and_warns_for_an_optional_one
     assert code == 1
 
 
-def test_cli_children_inherit_no_stray_server_processes(tmp_path: Path) -> None:
+def test_a_finished_reverie_run_leaves_no_mcp_server_behind(tmp_path: Path) -> None:
     """A finished ``reverie run`` leaves no MCP server behind (they stop with the session)."""
     home = tmp_path / "home"
     pidfile = tmp_path / "pids"
