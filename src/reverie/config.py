@@ -15,6 +15,7 @@ Full reference: ``docs/configuration.md``. In short::
     tools = ["reverie.cli.demo_tools:add", "mytools:send_email"]
     limits = { max_iterations = 16, max_usd = 0.50 }
     on_limit = "finalize"
+    mcp_servers = ["files"]                     # the tools of [mcp.servers.files] too
 
     [models.together]                           # an OpenAI-compatible endpoint: together:<model>
     base_url = "https://api.together.xyz/v1"
@@ -32,6 +33,10 @@ Full reference: ``docs/configuration.md``. In short::
     point = "before_capability"
     callable = "mypolicy:no_deletes"
     name = "no-deletes"
+
+    [mcp.servers.files]                         # MCP servers (reverie.mcp_servers)
+    command = "npx"
+    args = ["-y", "@modelcontextprotocol/server-filesystem", "."]
 
     [serve]                                     # ``reverie serve`` (docs/http.md)
     host = "127.0.0.1"
@@ -73,6 +78,7 @@ from reverie.hooks.manifest import (
     register_manifest_hooks,
 )
 from reverie.hooks.registry import HookRegistration, HookRegistry
+from reverie.mcp_servers import MCPServerConfig, MCPServers, parse_mcp_servers
 from reverie.memory.config import MemoryConfig, memory_from_config
 from reverie.models.base import Model
 from reverie.models.pricing import PriceTable
@@ -97,6 +103,8 @@ __all__ = [
     "default_config_path",
     "key_env_for",
     "load_config",
+    "mcp_server_settings",
+    "mcp_servers",
     "memory_settings",
     "register_hooks",
     "resolve_model_spec",
@@ -183,6 +191,8 @@ class AgentConfig(_Section):
     """``"package.module:attribute"`` references, imported when the file is loaded."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     on_limit: Literal["finalize", "fail"] = "finalize"
+    mcp_servers: list[str] = Field(default_factory=list)
+    """Names of ``[mcp.servers.NAME]`` whose tools this agent gets (after its own)."""
 
 
 class EndpointSection(_Section):
@@ -219,7 +229,7 @@ class ReverieConfig(_Section):
     """``[auth.tokens]``: bearer tokens of ``reverie serve``, read (and checked) by
     :func:`auth_tokens` when the server starts."""
     mcp: dict[str, Any] = Field(default_factory=dict)
-    """Reserved for MCP servers (``[mcp.servers.NAME]``); passed through unread."""
+    """``[mcp.servers.NAME]``: MCP servers, validated by :func:`mcp_server_settings`."""
     memory: dict[str, Any] = Field(default_factory=dict)
     """``[memory]``: the provider and curation settings, validated by
     :func:`reverie.memory.memory_from_config` (see :func:`memory_settings`)."""
@@ -290,6 +300,8 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.max_tokens": "set a non-negative integer, or remove it",
     "agents.*.limits.max_response_bytes": "set an integer of at least 1 (default 4194304)",
     "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
+    "agents.*.mcp_servers": 'set mcp_servers = ["files"] (names of [mcp.servers.NAME] tables)',
+    "agents.*.mcp_servers.[]": 'name a server of [mcp.servers.NAME], e.g. "files"',
     "models": 'write each endpoint as a table: [models.NAME] with base_url = "https://host/v1"',
     "models.*": 'write the endpoint as a table: [models.NAME] with base_url = "https://host/v1"',
     "models.*.base_url": 'set base_url = "https://host/v1" (an http:// or https:// URL)',
@@ -464,6 +476,17 @@ def _check(config: ReverieConfig) -> None:
     if config.hooks:
         read_hook_specs({"hooks": config.hooks}, source=source)
     memory_settings(config)
+    servers = mcp_server_settings(config)
+    for name, agent in config.agents.items():
+        for index, server in enumerate(agent.mcp_servers):
+            if server not in servers:
+                known = ", ".join(servers) or "none"
+                raise config_error(
+                    source,
+                    f"{_dotted(['agents', name, 'mcp_servers'])}[{index}]",
+                    f"no MCP server named {server!r} (configured: {known})",
+                    f"add a [mcp.servers.{server}] table, or remove the name",
+                )
     _extend_path(config)
     build_agents(config)
     curation_model(config)
@@ -640,6 +663,23 @@ def store_url(config: ReverieConfig, override: str | None = None) -> str:
 def _under(base: Path, path: str) -> Path:
     candidate = Path(path).expanduser()
     return candidate if candidate.is_absolute() else base / candidate
+
+
+def mcp_server_settings(config: ReverieConfig) -> dict[str, MCPServerConfig]:
+    """``[mcp.servers.NAME]``, validated, by name.
+
+    Raises:
+        ConfigError: A key is invalid (names the file and the key).
+    """
+    return parse_mcp_servers(config.mcp, source=config.source)
+
+
+def mcp_servers(config: ReverieConfig) -> MCPServers:
+    """The owner of the file's MCP servers (none started yet: :meth:`MCPServers.start`).
+
+    Relative ``cwd`` and ``command`` paths start at the file's directory.
+    """
+    return MCPServers(mcp_server_settings(config), source=config.source, base_dir=config.base_dir)
 
 
 def memory_settings(config: ReverieConfig) -> MemoryConfig:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 server: MCPServer[object] = MCPServer("demo", log_level="ERROR")
 
@@ -50,7 +52,66 @@ def crash() -> str:
     os._exit(1)
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def pid() -> int:
+    """The server's process id (read-only, no idempotent hint)."""
+    return os.getpid()
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def workdir() -> str:
+    """The server's working directory."""
+    return os.getcwd()
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def die_once(marker: str) -> str:
+    """Exit mid-call the first time (creating ``marker``); answer once ``marker`` exists."""
+    if not os.path.exists(marker):
+        with open(marker, "w", encoding="utf-8") as handle:
+            handle.write(str(os.getpid()))
+        os._exit(1)
+    return "survived"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def getenv(name: str) -> str:
+    """The value of an environment variable of the server ("" when unset)."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
+def kill_pidfile(path: str) -> str:
+    """SIGKILL the process whose pid is the last line of ``path``; answer once it is dead."""
+    with open(path, encoding="utf-8") as handle:
+        pid = int(handle.read().split()[-1])
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(3000):  # up to a minute: a zombie (not reaped by its parent) is dead too
+        try:
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.02)
+    return f"killed {pid}"
+
+
+@server.tool()
+def reject_like_typescript(text: str) -> CallToolResult:
+    """Fail the way TypeScript servers report rejected arguments: an error result, -32602."""
+    message = (
+        "MCP error -32602: Input validation error: Invalid arguments for tool "
+        "reject_like_typescript: expected a number"
+    )
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
 if __name__ == "__main__":
+    if os.environ.get("DEMO_REFUSE_START_IF") and os.path.exists(
+        os.environ["DEMO_REFUSE_START_IF"]
+    ):
+        sys.exit(3)  # lets a test make restarts fail, then succeed again
     if sys.argv[1:2] == ["--http"]:  # mcp_demo_server.py --http PORT
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,15 @@ async def http_server_url() -> AsyncIterator[str]:
         await proc.wait()
 
 
+async def eventually(condition: Callable[[], bool], *, within_s: float = 60.0) -> None:
+    """Wait until ``condition()`` holds (a generous bound: the machine may be loaded)."""
+    async with asyncio.timeout(within_s):
+        while True:
+            if condition():
+                return
+            await asyncio.sleep(0.02)
+
+
 def failed(outcome: CallOutcome) -> CallFailed:
     assert isinstance(outcome, CallFailed), outcome
     return outcome
@@ -59,7 +70,7 @@ def failed(outcome: CallOutcome) -> CallFailed:
 async def test_mcp_toolset_lists_and_calls_a_stdio_server(ctx: ToolContext) -> None:
     async with MCPToolset(SERVER) as ts:
         tools = tools_by_name(ts.tools())
-        assert set(tools) == {"add", "shout", "refuse", "slow", "whoami", "crash"}
+        assert {"add", "shout", "refuse", "slow", "whoami", "crash", "pid"} <= set(tools)
         add = tools["add"]
         assert isinstance(add, Capability)
         assert add.descriptor.description == "Add two integers."
@@ -119,15 +130,125 @@ async def test_mcp_call_that_outlives_the_timeout_is_unavailable(ctx: ToolContex
         assert await tools["add"].invoke({"a": 1, "b": 1}, ctx) == CallCompleted(output="2")
 
 
-async def test_mcp_server_dying_mid_call_is_unavailable_not_an_exception(
+async def test_mcp_server_dying_mid_call_is_unavailable_and_the_next_call_recovers(
     ctx: ToolContext,
 ) -> None:
     async with MCPToolset(SERVER) as ts:
         tools = tools_by_name(ts.tools())
+        # Not idempotent: the server may have acted, so the call is not re-run.
         outcome = failed(await tools["crash"].invoke({}, ctx))
         assert outcome.error_kind == "unavailable"
-        after = failed(await tools["add"].invoke({"a": 1, "b": 1}, ctx))
-        assert after.error_kind == "unavailable"
+        assert await tools["add"].invoke({"a": 1, "b": 1}, ctx) == CallCompleted(output="2")
+        assert ts.restarts == 1
+
+
+async def test_mcp_stdio_server_killed_is_detected_restarted_and_the_next_call_recovers(
+    ctx: ToolContext,
+) -> None:
+    async with MCPToolset(SERVER) as ts:
+        tools = tools_by_name(ts.tools())
+        first = await tools["pid"].invoke({}, ctx)
+        assert isinstance(first, CallCompleted)
+        os.kill(int(first.output), signal.SIGKILL)
+        # Detected without a call: the session is dropped when the server's stdout closes.
+        await eventually(lambda: not ts.connected)
+        second = await tools["pid"].invoke({}, ctx)
+        assert isinstance(second, CallCompleted)
+        assert second.output != first.output  # a new server process answered
+        assert ts.connected
+        assert ts.restarts == 1
+
+
+async def test_mcp_restart_backs_off_while_the_server_keeps_failing_then_recovers(
+    ctx: ToolContext, tmp_path: Path
+) -> None:
+    refuse = tmp_path / "refuse-to-start"
+    toolset = MCPToolset(
+        SERVER,
+        env={"DEMO_REFUSE_START_IF": str(refuse)},
+        restart_backoff_s=0.2,
+        max_restart_backoff_s=0.4,
+    )
+    async with toolset as ts:
+        tools = tools_by_name(ts.tools())
+        running = await tools["pid"].invoke({}, ctx)
+        assert isinstance(running, CallCompleted)
+        refuse.touch()  # from now on the server exits at start-up
+        os.kill(int(running.output), signal.SIGKILL)
+        await eventually(lambda: not ts.connected)
+        down = failed(await tools["add"].invoke({"a": 1, "b": 1}, ctx))
+        assert down.error_kind == "unavailable"
+        assert "restart" in down.message
+        refuse.unlink()
+        await eventually(lambda: ts.connected)
+        assert await tools["add"].invoke({"a": 1, "b": 1}, ctx) == CallCompleted(output="2")
+        assert ts.restarts == 1
+
+
+async def test_mcp_idempotent_call_whose_connection_is_lost_is_rerun_on_the_restarted_server(
+    ctx: ToolContext, tmp_path: Path
+) -> None:
+    async with MCPToolset(SERVER) as ts:
+        die_once = tools_by_name(ts.tools())["die_once"]
+        assert die_once.descriptor.idempotent
+        outcome = await die_once.invoke({"marker": str(tmp_path / "died")}, ctx)
+        assert outcome == CallCompleted(output="survived")
+        assert (tmp_path / "died").exists()  # the first server really died mid-call
+        assert ts.restarts == 1
+
+
+async def test_mcp_closed_toolset_does_not_restart_its_server(ctx: ToolContext) -> None:
+    async with MCPToolset(SERVER) as ts:
+        add = tools_by_name(ts.tools())["add"]
+    assert not ts.connected
+    assert failed(await add.invoke({"a": 1, "b": 1}, ctx)).error_kind == "unavailable"
+    assert ts.restarts == 0
+
+
+async def test_mcp_read_only_hint_without_idempotent_hint_is_idempotent_and_safe_for_parallel() -> (
+    None
+):
+    async with MCPToolset(SERVER) as ts:
+        pid = tools_by_name(ts.tools())["pid"].descriptor
+    assert pid.effects == frozenset({"read"})
+    assert pid.concurrency == "safe_for_parallel"
+    assert pid.idempotent is True
+
+
+async def test_mcp_is_error_result_carrying_invalid_params_is_input_invalid(
+    ctx: ToolContext,
+) -> None:
+    async with MCPToolset(SERVER) as ts:
+        reject = tools_by_name(ts.tools())["reject_like_typescript"]
+        outcome = failed(await reject.invoke({"text": "x"}, ctx))
+    assert outcome.error_kind == "input_invalid"
+    assert "Input validation error" in outcome.message
+
+
+async def test_mcp_connect_and_each_call_have_separate_timeouts(ctx: ToolContext) -> None:
+    async with MCPToolset(SERVER, timeout_s=2.0, connect_timeout_s=60.0) as ts:
+        assert (ts.timeout_s, ts.connect_timeout_s) == (2.0, 60.0)
+        tools = tools_by_name(ts.tools())
+        assert tools["slow"].descriptor.timeout_s == 2.0
+        outcome = failed(await tools["slow"].invoke({"seconds": 60}, ctx))
+        assert outcome.error_kind == "unavailable"
+        assert "timed out after 2.0s" in outcome.message
+
+
+async def test_mcp_allow_and_deny_lists_pick_the_offered_tools() -> None:
+    async with MCPToolset(
+        SERVER, allow_tools=["add", "shout", "absent"], deny_tools=["shout"]
+    ) as ts:
+        assert [t.descriptor.name for t in ts.tools()] == ["add"]
+        assert "shout" in ts.listed_tools
+
+
+async def test_mcp_cwd_sets_the_stdio_server_working_directory(
+    ctx: ToolContext, tmp_path: Path
+) -> None:
+    async with MCPToolset(SERVER, cwd=tmp_path) as ts:
+        outcome = await tools_by_name(ts.tools())["workdir"].invoke({}, ctx)
+    assert outcome == CallCompleted(output=str(tmp_path))  # pytest resolves tmp_path
 
 
 async def test_mcp_toolset_over_streamable_http(http_server_url: str, ctx: ToolContext) -> None:
@@ -135,6 +256,49 @@ async def test_mcp_toolset_over_streamable_http(http_server_url: str, ctx: ToolC
         tools = tools_by_name(ts.tools())
         assert tools["web_add"].descriptor.effects == frozenset({"read"})
         assert await tools["web_add"].invoke({"a": 4, "b": 5}, ctx) == CallCompleted(output="9")
+
+
+async def start_http_server(port: int) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        *SERVER, "--http", str(port), stdout=asyncio.subprocess.DEVNULL
+    )
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            await writer.wait_closed()
+            return proc
+
+
+async def test_mcp_http_server_that_goes_away_is_reconnected_once_it_is_back(
+    ctx: ToolContext,
+) -> None:
+    port = free_port()
+    proc = await start_http_server(port)
+    try:
+        toolset = MCPToolset(
+            url=f"http://127.0.0.1:{port}/mcp", restart_backoff_s=0.1, max_restart_backoff_s=0.5
+        )
+        async with toolset as ts:
+            add = tools_by_name(ts.tools())["add"]
+            assert await add.invoke({"a": 1, "b": 1}, ctx) == CallCompleted(output="2")
+            proc.kill()
+            await proc.wait()
+            down = failed(await add.invoke({"a": 1, "b": 2}, ctx))
+            assert down.error_kind == "unavailable"
+            assert not ts.connected
+            proc = await start_http_server(port)
+            await eventually(lambda: ts.connected)
+            assert await add.invoke({"a": 1, "b": 3}, ctx) == CallCompleted(output="4")
+            assert ts.restarts == 1
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 async def test_mcp_unreachable_url_raises_unavailable_at_connect() -> None:
@@ -160,9 +324,11 @@ async def test_mcp_missing_executable_raises_unavailable_at_connect() -> None:
 
 
 async def test_mcp_silent_server_fails_at_connect_within_the_timeout() -> None:
-    silent = MCPToolset([sys.executable, "-c", "import sys; sys.stdin.read()"], timeout_s=0.5)
+    silent = MCPToolset(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], connect_timeout_s=1.0
+    )
     started = time.monotonic()
-    with pytest.raises(CapabilityError, match=r"no answer within 0\.5s"):
+    with pytest.raises(CapabilityError, match=r"no answer within 1\.0s"):
         async with silent:
             pass  # pragma: no cover - never reached
     assert time.monotonic() - started < 60  # bounded, not the 30 s default per call
@@ -207,6 +373,9 @@ def test_mcp_tools_before_entering_is_a_usage_error() -> None:
         lambda: MCPToolset(SERVER, prefix="bad prefix"),
         lambda: MCPToolset(SERVER, timeout_s=0),
         lambda: MCPToolset(SERVER, connect_timeout_s=0),
+        lambda: MCPToolset(url="http://localhost/mcp", cwd="/"),
+        lambda: MCPToolset(SERVER, allow_tools="add"),
+        lambda: MCPToolset(SERVER, restart_backoff_s=5, max_restart_backoff_s=1),
     ],
 )
 def test_mcp_toolset_options_must_describe_one_server(make: object) -> None:

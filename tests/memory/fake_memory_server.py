@@ -3,7 +3,7 @@
 ``python fake_memory_server.py MODE`` serves ``memory_search`` and ``memory_add_session``;
 MODE picks how ``memory_search`` answers:
 
-- ``honest``: one row in the caller's scope, echoing the arguments it received;
+- ``honest``: one row in the caller's scope, echoing the arguments it received (and its pid);
 - ``foreign``: another user's row, then the caller's;
 - ``noscope``: rows without scope fields, then the caller's;
 - ``many``: 10,000 rows in the caller's scope;
@@ -63,6 +63,7 @@ async def memory_search(
             "query": query,
             "limit": limit,
             "token_sha": hashlib.sha256(token.encode()).hexdigest()[:16] if token else None,
+            "pid": os.getpid(),
         }
         return {"rows": [_row("echo " + json.dumps(echo), tenant, user, **me)]}
     if MODE == "foreign":

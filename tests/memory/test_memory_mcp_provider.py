@@ -6,6 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -15,6 +18,7 @@ import pytest
 
 from memory.memory_support import ANA, BOB, FAKE_SERVER, memory_message, prompt_text, tool_results
 from reverie import Agent, Runtime
+from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.core.scope import Scope
 from reverie.memory import MCPMemory, Snippets, Unavailable
 from reverie.memory.sanitize import utf8_len
@@ -258,3 +262,49 @@ async def test_a_credential_quoted_back_by_the_server_is_redacted_before_it_is_l
     assert "memory_search: token *** is not allowed here" in caplog.text
     assert secret not in caplog.text
     assert all(secret not in prompt_text(request) for request in model.requests)
+
+
+def server_pid(result: object) -> int:
+    """The pid the honest fake server echoes in its row."""
+    assert isinstance(result, Snippets), result
+    echo = json.loads(result.items[0].text.removeprefix("echo "))
+    pid: int = echo["pid"]
+    return pid
+
+
+async def test_a_stdio_memory_server_that_dies_is_restarted_and_the_next_call_recovers(
+    fake: type[MCPMemory],
+) -> None:
+    provider = fake(**serve("honest"))  # type: ignore[arg-type]
+    first = server_pid(await search(provider))
+    os.kill(first, signal.SIGKILL)
+    # The next search recovers on a restarted server (never `Unavailable` for the process's
+    # life, as before): the search is re-run if the loss is only noticed under it.
+    second = server_pid(await search(provider))
+    assert second != first
+    third = server_pid(await search(provider))
+    assert third == second
+
+
+async def test_a_memory_server_killed_mid_run_is_restarted_and_the_run_recalls_again(
+    fake: type[MCPMemory],
+) -> None:
+    provider = fake(**serve("honest"))  # type: ignore[arg-type]
+    pids: list[int] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        results = tool_results(request)
+        if not results:
+            return call("memory_search", query="colour")
+        found = re.search(r'\\?"pid\\?": (\d+)', results[-1])
+        assert found is not None, results[-1]  # the search answered (not unavailable)
+        pids.append(int(found.group(1)))
+        if len(results) == 1:
+            os.kill(pids[0], signal.SIGKILL)  # the server dies between two tool calls
+            return call("memory_search", query="colour again")
+        return reply("done")
+
+    async with Runtime.open(":memory:", memory=provider) as rt:
+        r = await rt.run(Agent(name="a", model=ScriptedModel(script)), "colour?", scope=ANA)
+    assert r.status == "completed"
+    assert len(pids) == 2 and pids[0] != pids[1]

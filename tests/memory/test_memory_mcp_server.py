@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import reverie
 from memory.memory_support import ANA, BOB, EVE, MEMORY_SERVER, memory_message, prompt_text
 from reverie import Agent, Runtime
 from reverie.memory import MCPMemory, Snippets, Unavailable
@@ -72,6 +73,19 @@ async def test_mcp_provider_recalls_against_reverie_mcp_memory_over_stdio(
 ) -> None:
     memory = MCPMemory(command=[*command, "--store", store_url], timeout_s=20)
     await recall_scenario(memory)
+
+
+async def test_reverie_mcp_memory_reports_reverie_version_in_server_info(store_url: str) -> None:
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(
+        command=CLI_SERVER[0], args=[*CLI_SERVER[1:], "--store", store_url]
+    )
+    async with asyncio.timeout(60), Client(params) as client:
+        info = client.server_info
+    assert info is not None
+    assert info.name == "reverie-memory"
+    assert info.version == reverie.__version__
 
 
 @pytest.fixture

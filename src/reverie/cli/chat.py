@@ -466,7 +466,7 @@ def _chat(
             )
         )
         try:
-            chat = _Chat(runner, session, chosen, scope, thread)
+            chat = _Chat(runner, session, session.agent(chosen.name), scope, thread)
             runner.run(chat.check_thread())
             _line_editing()
             return chat.repl()

@@ -224,20 +224,82 @@ def reported_errors() -> Iterator[None]:
 
 
 class Session:
-    """An open runtime plus the agents (and their models) this command registered."""
+    """An open runtime plus the agents (and their models) this command registered.
+
+    It owns the process's MCP servers (``[mcp.servers]``): each starts when the first agent
+    naming it is added, and is shared by every run of the session.
+    """
 
     def __init__(self, runtime: Runtime, config: ReverieConfig) -> None:
         self.rt = runtime
         """The open runtime."""
         self.config = config
         """The loaded configuration."""
+        from reverie.config import mcp_servers
+
+        self.mcp = mcp_servers(config)
+        """The configured MCP servers of this process."""
         self._agents: list[Agent] = []
+        self._by_name: dict[str, Agent] = {}
         self._models: list[Any] = []
 
+    def _servers_of(self, agent: Agent) -> list[str]:
+        section = self.config.agents.get(agent.name)
+        return list(section.mcp_servers) if section is not None else []
+
+    async def add_agent(self, agent: Agent) -> Agent:
+        """Start the MCP servers ``agent`` names (if not yet), then register it with their tools.
+
+        Returns:
+            The agent as registered (with its MCP tools): start its runs with this one.
+
+        Raises:
+            CapabilityError: a required MCP server did not start (the message names it).
+            ConfigError: a ``${VAR}`` a server needs is not set, or tool names collide.
+        """
+        names = self._servers_of(agent)
+        if names:
+            await self.mcp.start(names)
+            agent = self.mcp.equip(agent, names)
+        self.register(agent)
+        return agent
+
     def register(self, agent: Agent) -> None:
-        """Make ``agent`` available to this process; its model is closed with the session."""
+        """Make ``agent`` available to this process; its model is closed with the session.
+
+        An agent that names MCP servers must come from :meth:`add_agent` (which adds their
+        tools); registering it without them would change its tools between processes.
+
+        Raises:
+            UsageError: ``agent`` names MCP servers but lacks their tools.
+        """
+        names = self._servers_of(agent)
+        if names:
+            wanted = {t.descriptor.name for t in self.mcp.tools(names)}
+            if not wanted <= {t.descriptor.name for t in agent.tools}:
+                raise UsageError(
+                    f"agent {agent.name!r} names MCP servers: add it with await "
+                    "session.add_agent(agent)"
+                )
         self.rt.register(agent)
         self._agents.append(agent)
+        self._by_name[agent.name] = agent
+
+    def agent(self, name: str) -> Agent:
+        """The registered agent ``name`` (with its MCP tools).
+
+        Raises:
+            UsageError: no agent of that name was added.
+        """
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise UsageError(f"agent {name!r} was not added to this session") from None
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        """The registered agents, by name."""
+        return dict(self._by_name)
 
     def close_with(self, model: object) -> None:
         """Close ``model`` (if it has ``aclose``) when the session ends."""
@@ -265,7 +327,8 @@ async def open_session(
     Args:
         config: The loaded configuration (prices, hooks, store URL, memory).
         store: The ``--store`` override, if any.
-        agents: Agents this process may run, resume and approve for.
+        agents: Agents this process may run, resume and approve for; the MCP servers they
+            name are started (once) and their tools added (see :meth:`Session.agent`).
         hooks: Register the file's ``[[hooks]]`` (commands that advance runs need them).
         memory: Give the runtime the ``[memory]`` provider and curation settings (commands
             that advance runs or read memory need them).
@@ -308,7 +371,7 @@ async def open_session(
             session.close_with(curator_model)
         try:
             for agent in agents:
-                session.register(agent)
+                await session.add_agent(agent)
             if hooks:
                 register_hooks(config, rt.hooks)
             yield session
@@ -319,4 +382,5 @@ async def open_session(
             # Models are closed after the runtime stopped its tasks (the opener's exit runs
             # after this block only for the store, so stop local work first).
             await rt.aclose()
+            await session.mcp.aclose()
             await session._close_models()

@@ -2,10 +2,12 @@
 
 Checks, in order: the configuration loads; the store opens; every agent's model spec resolves
 and the environment variable its key comes from is set (the value is never read out, let alone
-printed); the ``[[hooks]]`` import; then, unless ``--offline`` or something already failed,
-each agent's model endpoint is asked to list its models (proving it answers and accepts the
-key; a scripted model has no endpoint and is skipped). Exit 0 when every check
-passes (warnings allowed), 1 when one fails, 2 when the configuration itself is broken.
+printed); each ``[mcp.servers.NAME]`` starts (or is reached) and lists its tools (a failure is
+a warning for an ``optional`` server, else a failure; with ``--offline`` a ``url`` server is
+not contacted); the ``[[hooks]]`` import; then, unless ``--offline`` or something already
+failed, each agent's model endpoint is asked to list its models (proving it answers and accepts
+the key; a scripted model has no endpoint and is skipped). Exit 0 when every check passes
+(warnings allowed), 1 when one fails, 2 when the configuration itself is broken.
 """
 
 from __future__ import annotations
@@ -85,8 +87,13 @@ def _agent_checks(config: ReverieConfig) -> list[Check]:
     for name, agent in config.agents.items():
         label = f"agent {name}"
         names = ", ".join(t.descriptor.name for t in built[name].tools) or "none"
+        servers = f"; MCP servers: {', '.join(agent.mcp_servers)}" if agent.mcp_servers else ""
         checks.append(
-            Check(name=label, status="ok", detail=f"model {agent.model} resolves; tools: {names}")
+            Check(
+                name=label,
+                status="ok",
+                detail=f"model {agent.model} resolves; tools: {names}{servers}",
+            )
         )
         variable = key_env_for(agent.model, config)
         if variable is None:
@@ -133,6 +140,46 @@ async def _endpoint_checks(config: ReverieConfig) -> list[Check]:
     return checks
 
 
+async def _mcp_checks(config: ReverieConfig, *, offline: bool) -> list[Check]:
+    """Start (or reach) each configured MCP server and list its tools; stop it again."""
+    from reverie.config import mcp_server_settings, mcp_servers
+
+    checks: list[Check] = []
+    for name, spec in mcp_server_settings(config).items():
+        label = f"mcp server {name}"
+        users = [a for a, section in config.agents.items() if name in section.mcp_servers]
+        used = f"used by {', '.join(users)}" if users else "no agent uses it"
+        if offline and spec.url is not None:
+            checks.append(
+                Check(name=label, status="ok", detail=f"not contacted (--offline); {used}")
+            )
+            continue
+        try:
+            async with mcp_servers(config) as servers:
+                await servers.start([name])
+                toolset = servers.toolset(name)
+                tools = [t.descriptor.name for t in toolset.tools()] if toolset else []
+                skipped = servers.warnings.get(name)
+        except (ReverieError, OSError) as exc:
+            checks.append(Check(name=label, status="fail", detail=str(exc)))
+            continue
+        if skipped is not None:
+            detail = f"optional, did not start (its tools are left out): {skipped}; {used}"
+            checks.append(Check(name=label, status="warn", detail=detail))
+            continue
+        listed = ", ".join(tools) or "none"
+        status: CheckStatus = "ok"
+        missing = sorted(set(spec.allow_tools or ()) - set(toolset.listed_tools if toolset else ()))
+        note = ""
+        if missing:
+            status = "warn"
+            note = f"; allow_tools names tools it does not have: {', '.join(missing)}"
+        checks.append(
+            Check(name=label, status=status, detail=f"answers; tools: {listed}{note}; {used}")
+        )
+    return checks
+
+
 def _hook_check(config: ReverieConfig) -> Check | None:
     from reverie.config import register_hooks
     from reverie.hooks import HookRegistry
@@ -175,7 +222,8 @@ def doctor_command(
         bool, typer.Option("--offline", help="Do not contact the model endpoints.")
     ] = False,
 ) -> None:
-    """Check the configuration, the store, each agent's model, key and endpoint, and the hooks.
+    """Check the configuration, the store, each agent's model, key and endpoint, each MCP
+    server (it starts and lists its tools), and the hooks.
 
     Exit code: 0 all good (warnings allowed), 1 a check failed, 2 the configuration is broken.
     Key values are never printed.
@@ -194,6 +242,7 @@ def doctor_command(
         checks = [Check(name="config", status="ok", detail=f"{where} loads")]
         checks.append(await _store_check(cfg, store))
         checks.extend(_agent_checks(cfg))
+        checks.extend(await _mcp_checks(cfg, offline=offline))
         if not offline and not any(c.status == "fail" for c in checks):
             checks.extend(await _endpoint_checks(cfg))
         hook_check = _hook_check(cfg)

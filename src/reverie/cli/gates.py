@@ -106,7 +106,7 @@ def _resolve(
             gate = await session.rt.store.get_gate(await resolve_gate_ref(session.rt.store, ref))
             run = await session.rt.store.get_run(gate.run_id)
             for agent in agents_with_model(cfg, run.agent_name, model):
-                session.register(agent)
+                await session.add_agent(agent)
             try:
                 if decision == "approved":
                     result = await session.rt.approve(gate.ref)

@@ -130,7 +130,7 @@ def run_command(
             if thread is not None:
                 thread_id = await resolve_thread_id(session.rt.store, thread, scope=scope)
             handle = await session.rt.start(
-                chosen,
+                session.agent(chosen.name),  # with the tools of its MCP servers
                 message,
                 scope=scope,
                 thread_id=thread_id,

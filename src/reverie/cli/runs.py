@@ -155,7 +155,7 @@ def resume(
                     )
                 return show_result(await session.rt.get_result(run.run_id), as_json=as_json)
             for agent in agents_with_model(cfg, run.agent_name, model):
-                session.register(agent)
+                await session.add_agent(agent)
             try:
                 result = await session.rt.resume(run.run_id)
             except UnknownAgentError as exc:

@@ -80,7 +80,7 @@ def serve_command(
         async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
             app = create_app(
                 session.rt,
-                agents={a.name: a for a in agents},
+                agents=session.agents,
                 tokens=tokens,
                 max_body_bytes=settings.max_body_bytes,
                 cors_origins=settings.cors_origins,

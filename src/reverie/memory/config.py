@@ -12,7 +12,8 @@
     credential_env = "MEM_TOKEN"             # the variable's name; its value is never logged
     search_tool = "memory_search"
     record_tool = "memory_add_session"
-    timeout_s = 5
+    timeout_s = 5                            # each call
+    connect_timeout_s = 30                   # start-up, handshake, tool listing (and restarts)
     max_rows = 50
     max_bytes = 64000
 
@@ -48,6 +49,7 @@ class _MCPTable(BaseModel):
     search_tool: str = "memory_search"
     record_tool: str | None = "memory_add_session"
     timeout_s: float = Field(default=5.0, gt=0)
+    connect_timeout_s: float = Field(default=30.0, gt=0)
     max_rows: int = Field(default=50, ge=1)
     max_bytes: int = Field(default=64_000, ge=1)
 
@@ -133,6 +135,7 @@ def memory_from_config(
             search_tool=mcp.search_tool,
             record_tool=mcp.record_tool,
             timeout_s=mcp.timeout_s,
+            connect_timeout_s=mcp.connect_timeout_s,
             max_rows=mcp.max_rows,
             max_bytes=mcp.max_bytes,
         )

@@ -15,6 +15,9 @@ The contract it enforces on the server (``docs/memory-over-mcp.md``):
   counted in :attr:`MCPMemory.security_events`);
 - a transport failure, a timeout, an error result or a malformed response is
   ``Unavailable``, never ``Empty``; nothing raises into the run;
+- a server that dies is restarted (the toolset heals, with backoff) and the next call recovers;
+  a search whose connection is lost under it is re-run once (a read is safe to repeat), a
+  recording is not (the server may have stored it);
 - the credential is read from the environment when connecting, passed to the server (in its
   environment for stdio, as ``Authorization: Bearer …`` for HTTP) and never logged.
 """
@@ -104,11 +107,14 @@ class MCPMemory:
         credential_env: The name of an environment variable holding the server's credential.
         search_tool: The server's search tool (long-term lane and ``memory_search``).
         record_tool: The server's recording tool (``None``: turns are not recorded).
-        timeout_s: Bound on connecting and on each call.
+        timeout_s: Bound on each call.
+        connect_timeout_s: Bound on connecting: starting the server, the handshake and the
+            tool listing (at start-up and after a restart).
         max_rows: At most this many result rows are read from one search.
         max_bytes: At most this many bytes of row text are kept from one search.
-        retry_after_s: After a failed connection, calls answer ``Unavailable`` at once for this
-            long before connecting again (so a dead server does not slow every turn).
+        retry_after_s: After a failed first connection, calls answer ``Unavailable`` at once for
+            this long before connecting again (so a dead server does not slow every turn). Once
+            connected, a lost server is restarted by the toolset with its own backoff.
 
     Raises:
         UsageError: The options do not describe one server, or a bound is not positive.
@@ -123,6 +129,7 @@ class MCPMemory:
         search_tool: str = "memory_search",
         record_tool: str | None = "memory_add_session",
         timeout_s: float = 5.0,
+        connect_timeout_s: float = 30.0,
         max_rows: int = 50,
         max_bytes: int = 64_000,
         retry_after_s: float = 30.0,
@@ -133,8 +140,16 @@ class MCPMemory:
             raise UsageError(
                 "MCPMemory command must be a non-empty list, e.g. ['reverie', 'mcp-memory']"
             )
-        if not timeout_s > 0 or max_rows < 1 or max_bytes < 1 or retry_after_s < 0:
-            raise UsageError("MCPMemory timeout_s, max_rows and max_bytes must be positive")
+        if (
+            not timeout_s > 0
+            or not connect_timeout_s > 0
+            or max_rows < 1
+            or max_bytes < 1
+            or retry_after_s < 0
+        ):
+            raise UsageError(
+                "MCPMemory timeout_s, connect_timeout_s, max_rows and max_bytes must be positive"
+            )
         if not search_tool:
             raise UsageError("MCPMemory needs a search_tool name")
         self._command = list(command) if command is not None else None
@@ -145,6 +160,7 @@ class MCPMemory:
         self.record_tool = record_tool
         """The server's recording tool, if any."""
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self.max_rows = max_rows
         self.max_bytes = max_bytes
         self._retry_after_s = retry_after_s
@@ -196,7 +212,10 @@ class MCPMemory:
             await toolset.aclose()
 
     async def _connected(self) -> MCPToolset:
-        """The live toolset, connecting (again) if needed.
+        """The toolset, connecting first if it never connected.
+
+        Once connected, the toolset itself restarts a server that died (with backoff), so it is
+        kept for the life of the provider.
 
         Raises:
             CapabilityError: kind ``unavailable``: cannot connect, or backing off after a
@@ -207,11 +226,8 @@ class MCPMemory:
         async with self._lock:
             if self._closed:
                 raise CapabilityError("unavailable", "the memory provider is closed")
-            if self._toolset is not None and self._toolset.connected:
+            if self._toolset is not None:
                 return self._toolset
-            stale, self._toolset = self._toolset, None
-            if stale is not None:
-                await stale.aclose()
             if (
                 self._failed_at is not None
                 and time.monotonic() - self._failed_at < self._retry_after_s
@@ -237,6 +253,7 @@ class MCPMemory:
                 env=env,
                 headers=headers,
                 timeout_s=self.timeout_s,
+                connect_timeout_s=self.connect_timeout_s,
             )
             try:
                 await toolset.__aenter__()
@@ -251,13 +268,25 @@ class MCPMemory:
             self._toolset = toolset
             return toolset
 
-    async def _call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
-        """One call, bounded by ``timeout_s``; any failure is a ``CapabilityError``."""
+    async def _call(
+        self, tool: str, arguments: Mapping[str, Any], *, repeatable: bool = False
+    ) -> Any:
+        """One call, bounded by ``timeout_s``; any failure is a ``CapabilityError``.
+
+        A ``repeatable`` call whose connection is lost under it is re-run once, on the server
+        the toolset restarted (waiting for the restart within ``connect_timeout_s``).
+        """
+        from reverie.capabilities.mcp import is_connection_lost
+
         toolset = await self._connected()
         try:
-            # The SDK bounds the call by timeout_s already; this outer bound is belt-and-braces.
-            async with asyncio.timeout(self.timeout_s * 2):
-                result = await toolset.call_raw(tool, arguments)
+            try:
+                result = await self._bounded_call(toolset, tool, arguments)
+            except Exception as exc:
+                if not (repeatable and is_connection_lost(exc)):
+                    raise
+                log.info("memory provider %s: connection lost mid-call; re-running", self.name)
+                result = await self._bounded_call(toolset, tool, arguments)
         except CapabilityError:
             raise
         except TimeoutError as exc:
@@ -275,6 +304,14 @@ class MCPMemory:
             raise CapabilityError("unavailable", f"{tool}: the server reported an error")
         return result
 
+    async def _bounded_call(
+        self, toolset: MCPToolset, tool: str, arguments: Mapping[str, Any]
+    ) -> Any:
+        # The SDK bounds the call by timeout_s; this outer bound also covers waiting for a
+        # restart attempt the toolset is making.
+        async with asyncio.timeout(self.connect_timeout_s + self.timeout_s * 2):
+            return await toolset.call_raw(tool, arguments)
+
     # ---------------------------------------------------------------- lanes
     async def profile_read(self, scope: Scope) -> LaneResult:
         """Not declared (no standing document over MCP)."""
@@ -289,7 +326,7 @@ class MCPMemory:
         limit = max(1, min(max_snippets, self.max_rows))
         arguments = {**scope_arguments(scope), "query": query, "limit": limit}
         try:
-            result = await self._call(self.search_tool, arguments)
+            result = await self._call(self.search_tool, arguments, repeatable=True)
         except CapabilityError as exc:
             log.info("memory provider %s: search unavailable: %s", self.name, exc)
             return Unavailable(str(exc))

@@ -82,7 +82,10 @@ def build_server(memory: NativeMemory, *, name: str = "reverie-memory") -> MCPSe
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
 
-    server: MCPServer[Any] = MCPServer(name, log_level="ERROR")
+    from reverie import __version__
+
+    # serverInfo carries reverie's version, so a client can tell which server it talks to.
+    server: MCPServer[Any] = MCPServer(name, version=__version__, log_level="ERROR")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
     async def memory_search(
