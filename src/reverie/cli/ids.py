@@ -15,7 +15,7 @@ the CLI is an operator's tool with direct access to the store (``runs list`` sho
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from reverie.errors import NotFoundError, UsageError
@@ -75,23 +75,15 @@ async def resolve_run_id(store: Store, text: str, *, scope: Scope | None = None)
         NotFoundError: No run of ``scope`` (any scope when ``None``) matches.
         AmbiguousIdError: Several do; the error lists them.
     """
-    text = text.strip()
-    if not text:
-        raise UsageError("a run id is empty")
-    try:
-        run = await store.get_run(text)
-    except NotFoundError:
-        pass
-    else:
-        if _in_scope(run.scope, scope):
-            return run.run_id
-    runs = await store.list_runs(scope=scope, limit=SCAN_LIMIT)
-    found = _matching([run.run_id for run in runs], text, "run_")
-    if not found:
-        raise NotFoundError(f"no run {text!r}{_scope_note(scope)} (see: reverie runs list)")
-    if len(found) > 1:
-        raise AmbiguousIdError("run", text, found)
-    return found[0]
+
+    async def exact(key: str) -> tuple[str, Scope]:
+        run = await store.get_run(key)
+        return run.run_id, run.scope
+
+    async def every() -> list[str]:
+        return [run.run_id for run in await store.list_runs(scope=scope, limit=SCAN_LIMIT)]
+
+    return await _resolve("run", "run_", "reverie runs list", text, scope, exact, every)
 
 
 async def resolve_gate_ref(store: Store, text: str, *, scope: Scope | None = None) -> str:
@@ -101,22 +93,42 @@ async def resolve_gate_ref(store: Store, text: str, *, scope: Scope | None = Non
         NotFoundError: No gate of ``scope`` (any scope when ``None``) matches.
         AmbiguousIdError: Several do; the error lists them.
     """
+
+    async def exact(key: str) -> tuple[str, Scope]:
+        gate = await store.get_gate(key)
+        return gate.ref, gate.scope
+
+    async def every() -> list[str]:
+        return [gate.ref for gate in await store.list_gates(scope=scope, status=None)]
+
+    return await _resolve("gate", "gate_", "reverie gates list", text, scope, exact, every)
+
+
+async def _resolve(
+    what: str,
+    prefix: str,
+    listing: str,
+    text: str,
+    scope: Scope | None,
+    exact: Callable[[str], Awaitable[tuple[str, Scope]]],
+    every: Callable[[], Awaitable[list[str]]],
+) -> str:
+    """One id lookup: the whole id first, then the unique id ``text`` is a prefix of."""
     text = text.strip()
     if not text:
-        raise UsageError("a gate ref is empty")
+        raise UsageError(f"a {what} id is empty")
     try:
-        gate = await store.get_gate(text)
+        key, owner = await exact(text)
     except NotFoundError:
         pass
     else:
-        if _in_scope(gate.scope, scope):
-            return gate.ref
-    gates = await store.list_gates(scope=scope, status=None)
-    found = _matching([gate.ref for gate in gates], text, "gate_")
+        if _in_scope(owner, scope):
+            return key
+    found = _matching(await every(), text, prefix)
     if not found:
-        raise NotFoundError(f"no gate {text!r}{_scope_note(scope)} (see: reverie gates list)")
+        raise NotFoundError(f"no {what} {text!r}{_scope_note(scope)} (see: {listing})")
     if len(found) > 1:
-        raise AmbiguousIdError("gate", text, found)
+        raise AmbiguousIdError(what, text, found)
     return found[0]
 
 
