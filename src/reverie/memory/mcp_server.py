@@ -82,7 +82,7 @@ def build_server(memory: NativeMemory, *, name: str = "reverie-memory") -> MCPSe
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
 
-    from reverie import __version__
+    from reverie.core.version import __version__
 
     # serverInfo carries reverie's version, so a client can tell which server it talks to.
     server: MCPServer[Any] = MCPServer(name, version=__version__, log_level="ERROR")
