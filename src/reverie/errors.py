@@ -4,6 +4,7 @@ The hierarchy::
 
     ReverieError                      base of everything reverie raises on purpose
     ├── ConfigError                   a config file, manifest or option is invalid
+    │   └── MissingExtraError         an optional extra is not installed (also an ImportError)
     ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
     │   ├── UnknownAgentError         a run names an agent this process has not registered
     │   └── UnknownFamilyError        a profile names a loop family that is not registered
@@ -48,6 +49,47 @@ class ReverieError(Exception):
 
 class ConfigError(ReverieError):
     """A configuration file, manifest or option is invalid."""
+
+
+EXTRA_OF_MODULE: dict[str, str] = {
+    "anthropic": "anthropic",
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "sse_starlette": "serve",
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "procrastinate": "postgres",
+}
+"""The optional extra (``pip install 'reverie[EXTRA]'``) that provides each top-level module."""
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """An optional extra this feature needs is not installed.
+
+    Also an :class:`ImportError`, so code that guards an optional import keeps working; the CLI
+    reports it as one line with the ``pip install`` command.
+    """
+
+    def __init__(self, extra: str, what: str) -> None:
+        super().__init__(f"{what} needs the {extra!r} extra. Fix: pip install 'reverie[{extra}]'")
+        self.extra = extra
+        """The extra to install."""
+
+    @classmethod
+    def of(cls, exc: ImportError, what: str) -> MissingExtraError | None:
+        """The error for a failed optional import, or ``None`` when no extra provides the module.
+
+        Args:
+            exc: The ``ImportError`` an import raised.
+            what: What needed the module, e.g. ``"the Anthropic provider"``.
+        """
+        if isinstance(exc, MissingExtraError):
+            return exc
+        top = (exc.name or "").partition(".")[0]
+        extra = EXTRA_OF_MODULE.get(top)
+        return None if extra is None else cls(extra, what)
 
 
 class UsageError(ReverieError):

@@ -419,7 +419,7 @@ def _chat(
     except NoAgentConfigured as exc:
         err_console().print(str(exc), markup=False)
         return ExitCode.USAGE
-    scope = Scope(tenant=scope_tenant, user=scope_user or default_user())
+    scope = Scope(tenant=scope_tenant, user=default_user() if scope_user is None else scope_user)
     with asyncio.Runner() as runner:
         stack = contextlib.AsyncExitStack()
         session = runner.run(

@@ -30,6 +30,7 @@ from reverie.config import (
 from reverie.errors import (
     ConfigError,
     GateResolvedError,
+    MissingExtraError,
     NotFoundError,
     ReverieError,
     RunBusy,
@@ -196,6 +197,12 @@ def reported_errors() -> Iterator[None]:
         )
     except (ConfigError, UsageError, NotFoundError, GateResolvedError, RunEndedError) as exc:
         fail(str(exc))
+    except ImportError as exc:
+        # An optional extra imported lazily somewhere below: one line naming the pip command.
+        missing = MissingExtraError.of(exc, "this command")
+        if missing is None:
+            raise
+        fail(str(missing))
     except RunBusy as exc:
         fail(f"{exc}; try again once that worker has stopped", ExitCode.FAILED)
     except ReverieError as exc:
@@ -262,6 +269,8 @@ async def open_session(
     curator_model = curation_model(config) if provider is not None else None
     try:
         backend = open_store(url)
+    except MissingExtraError:
+        raise
     except ConfigError as exc:
         where = "--store" if store else f"{config.source}: store.url"
         raise ConfigError(

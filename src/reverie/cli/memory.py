@@ -72,7 +72,7 @@ _DEFAULT_EDITOR: Final = "vi"
 
 
 def _scope(tenant: str, user: str | None) -> Scope:
-    return Scope(tenant=tenant, user=user or default_user())
+    return Scope(tenant=tenant, user=default_user() if user is None else user)
 
 
 def _path(path: str) -> str:

@@ -72,7 +72,7 @@ def run_command(
         except NoAgentConfigured as exc:
             err_console().print(str(exc), markup=False)
             return ExitCode.USAGE
-        scope = Scope(tenant=tenant, user=user or default_user())
+        scope = Scope(tenant=tenant, user=default_user() if user is None else user)
         async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
             handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread)
             result = await wait_for(session, handle)

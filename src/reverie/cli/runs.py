@@ -13,7 +13,6 @@ from reverie.cli.common import (
     ExitCode,
     JsonOption,
     StoreOption,
-    default_user,
     err_console,
     execute,
     load,
@@ -23,7 +22,7 @@ from reverie.cli.common import (
 )
 from reverie.cli.render import print_json, run_payload, show_result, show_run, show_runs
 from reverie.core.scope import Scope
-from reverie.errors import RunBusy, UnknownAgentError
+from reverie.errors import RunBusy, UnknownAgentError, UsageError
 from reverie.store.base import TERMINAL_STATUSES
 
 __all__ = ["app"]
@@ -60,9 +59,12 @@ ModelOption = Annotated[
 
 
 def _scope(tenant: str | None, user: str | None) -> Scope | None:
-    if tenant is None and user is None:
+    """The owner ``--user`` narrows to (in ``--tenant``, else ``local``); ``None`` without it."""
+    if tenant == "":
+        raise UsageError("--tenant needs a non-empty tenant name")
+    if user is None:
         return None
-    return Scope(tenant=tenant or "local", user=user or default_user())
+    return Scope(tenant="local" if tenant is None else tenant, user=user)
 
 
 @app.command("list")
@@ -87,8 +89,11 @@ def list_runs(
     async def main() -> int:
         cfg = load(config)
         async with open_session(cfg, store) as session:
+            owner = _scope(tenant, user)
             runs = await session.rt.store.list_runs(
-                scope=_scope(tenant, user),
+                scope=owner,
+                # --tenant alone lists the whole tenant (every user), as docs/cli.md says.
+                tenant=tenant if user is None else None,
                 statuses=[s.value for s in status] if status else None,
                 limit=limit,
             )

@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from reverie.errors import MissingExtraError
+
 try:
     import anthropic
     from anthropic.types import RawMessageStreamEvent
-except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
-    raise ImportError(
-        "the Anthropic provider needs the anthropic SDK: pip install 'reverie[anthropic]'"
-    ) from exc
+except ImportError as exc:  # the tests simulate the extra's absence
+    raise MissingExtraError("anthropic", "the Anthropic provider") from exc
 
 from reverie.core.messages import (
     Message,
