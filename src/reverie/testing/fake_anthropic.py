@@ -30,6 +30,7 @@ from reverie.testing.fake_openai import (
     FakeHang,
     FakeMalformed,
     FakeModelServer,
+    FakeRawStream,
     FakeReply,
     FakeStep,
     as_error,
@@ -119,6 +120,8 @@ class FakeAnthropicServer(FakeModelServer):
                     _stream_error(step, body, n, api_key), media_type="text/event-stream"
                 )
             return _error(step, api_key)
+        if isinstance(step, FakeRawStream):
+            return StreamingResponse(step.body(), media_type="text/event-stream")
         if isinstance(step, FakeMalformed):
             if streaming:
                 events = [
