@@ -15,6 +15,7 @@ The hierarchy::
     │   ├── NotFoundError             a run, thread, gate or document does not exist
     │   └── CorruptCheckpointError    a checkpoint row cannot be decoded (names the run)
     ├── ModelError                    a model call failed; ``kind`` is its §4.2 class
+    ├── ListenError                   a server cannot listen on its address (in use, refused)
     ├── CapabilityError               a tool failed; ``kind`` is its §4.2 class
     └── RunError                      a run-level operation was refused
         ├── RunEndedError             an input was sent to a run that already ended
@@ -90,6 +91,17 @@ class MissingExtraError(ConfigError, ImportError):
         top = (exc.name or "").partition(".")[0]
         extra = EXTRA_OF_MODULE.get(top)
         return None if extra is None else cls(extra, what)
+
+
+class ListenError(ReverieError):
+    """A server cannot listen on its address: the port is in use, or binding is not permitted."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
+        self.host = host
+        """The address asked for."""
+        self.port = port
+        """The port asked for."""
 
 
 class UsageError(ReverieError):

@@ -44,6 +44,7 @@ from reverie.cli.common import (
     load,
     open_session,
     reported_errors,
+    require_credentials,
 )
 from reverie.core.events import (
     AssistantMessage,
@@ -420,6 +421,7 @@ def _chat(
         err_console().print(str(exc), markup=False)
         return ExitCode.USAGE
     scope = Scope(tenant=scope_tenant, user=default_user() if scope_user is None else scope_user)
+    require_credentials([chosen])
     with asyncio.Runner() as runner:
         stack = contextlib.AsyncExitStack()
         session = runner.run(

@@ -30,7 +30,9 @@ from reverie.config import (
 from reverie.errors import (
     ConfigError,
     GateResolvedError,
+    ListenError,
     MissingExtraError,
+    ModelError,
     NotFoundError,
     ReverieError,
     RunBusy,
@@ -38,6 +40,7 @@ from reverie.errors import (
     UnknownAgentError,
     UsageError,
 )
+from reverie.models.sdk_model import check_credentials
 from reverie.runtime.agent import Agent
 from reverie.runtime.runtime import Runtime
 from reverie.store import open_store
@@ -59,6 +62,7 @@ __all__ = [
     "open_session",
     "out_console",
     "reported_errors",
+    "require_credentials",
     "unknown_agent",
 ]
 
@@ -79,6 +83,9 @@ class ExitCode(IntEnum):
     no model configured, a gate already resolved, a bad option."""
     BLOCKED = 3
     """The run is blocked on a gate that waits for a person."""
+    CANNOT_LISTEN = 4
+    """``reverie serve`` cannot listen: the port is in use, or binding the address is not
+    permitted."""
     CANCELLED = 130
     """The run was cancelled (also Ctrl-C), as shells report SIGINT."""
 
@@ -163,6 +170,22 @@ def unknown_agent(exc: UnknownAgentError, config: ReverieConfig, note: str = "")
     )
 
 
+def require_credentials(agents: Iterable[Agent]) -> None:
+    """Check every agent's model has its API key before a run starts (no run stored, no call).
+
+    Raises:
+        ConfigError: a key's environment variable is unset; the message names it, never a value.
+    """
+    for agent in agents:
+        try:
+            check_credentials(agent.model)
+        except ModelError as exc:
+            raise ConfigError(
+                f"agent {agent.name!r}: {exc}. Fix: export the variable (reverie doctor checks "
+                "every agent's key)"
+            ) from None
+
+
 def load(path: str | None) -> ReverieConfig:
     """Load the configuration (errors become exit code 2 via :func:`execute`)."""
     return load_config(path)
@@ -205,6 +228,11 @@ def reported_errors() -> Iterator[None]:
         fail(str(missing))
     except RunBusy as exc:
         fail(f"{exc}; try again once that worker has stopped", ExitCode.FAILED)
+    except ListenError as exc:
+        fail(
+            f"{exc}. Fix: stop what holds the port, or pass --port (or set [serve] port)",
+            ExitCode.CANNOT_LISTEN,
+        )
     except ReverieError as exc:
         fail(f"{type(exc).__name__}: {exc}", ExitCode.FAILED)
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ from reverie.cli.common import (
     execute,
     load,
     open_session,
+    require_credentials,
 )
 from reverie.cli.render import show_result
 from reverie.core.scope import Scope
@@ -73,6 +74,7 @@ def run_command(
             err_console().print(str(exc), markup=False)
             return ExitCode.USAGE
         scope = Scope(tenant=tenant, user=default_user() if user is None else user)
+        require_credentials([chosen])
         async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
             handle = await session.rt.start(chosen, message, scope=scope, thread_id=thread)
             result = await wait_for(session, handle)

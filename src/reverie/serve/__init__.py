@@ -20,6 +20,6 @@ except ImportError as exc:  # the tests simulate the extra's absence
     raise MissingExtraError("serve", "the HTTP server (reverie serve)") from exc
 
 from reverie.serve.app import create_app
-from reverie.serve.server import background_server, run_server
+from reverie.serve.server import background_server, listen, run_server
 
-__all__ = ["background_server", "create_app", "run_server"]
+__all__ = ["background_server", "create_app", "listen", "run_server"]
