@@ -63,9 +63,10 @@ async def openai_model() -> AsyncIterator[tuple[OpenAIChatModel, Queue]]:
 async def anthropic_model() -> AsyncIterator[tuple[AnthropicModel, Queue]]:
     """As :func:`openai_model`, for the Anthropic SDK."""
     queue = Queue()
-    async with FakeAnthropicServer(queue) as srv, AnthropicModel(
-        "claude-test", base_url=srv.base_url, api_key="sk-ant-test"
-    ) as model:
+    async with (
+        FakeAnthropicServer(queue) as srv,
+        AnthropicModel("claude-test", base_url=srv.base_url, api_key="sk-ant-test") as model,
+    ):
         yield model, queue
 
 

@@ -98,8 +98,8 @@ async def parse_body(
         allow_empty: Treat an empty body as ``{}``.
 
     Raises:
-        APIError: 400 for an empty body (unless allowed), invalid JSON or a non-object;
-            ``invalid_status`` for a field problem.
+        APIError: 400 for an empty body (unless allowed), invalid or too deeply nested JSON,
+            or a non-object; ``invalid_status`` for a field problem.
     """
     raw = await request.body()
     if not raw.strip():
@@ -112,6 +112,11 @@ async def parse_body(
         data: Any = json.loads(raw)
     except UnicodeDecodeError:
         raise APIError(400, "the request body is not UTF-8 JSON", code="invalid_json") from None
+    except RecursionError:
+        # json.loads recurses per nesting level: a body of 5,000 "[" would otherwise be a 500.
+        raise APIError(
+            400, "the request body nests arrays or objects too deeply", code="invalid_json"
+        ) from None
     except json.JSONDecodeError as exc:
         raise APIError(
             400,
