@@ -36,6 +36,7 @@ COMMANDS = [
     ("serve",),
     ("worker",),
     ("doctor",),
+    ("mcp-memory",),
 ]
 
 
