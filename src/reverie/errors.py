@@ -7,6 +7,7 @@ The hierarchy::
     │   └── MissingExtraError         an optional extra is not installed (also an ImportError)
     ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
     │   ├── UnknownAgentError         a run names an agent this process has not registered
+    │   ├── InvalidScopeError         a Scope field is empty or not a string (also ValueError)
     │   └── UnknownFamilyError        a profile names a loop family that is not registered
     ├── StoreError                    the store failed or refused a write
     │   ├── ConflictError             a compare-and-swap write lost (stale version)
@@ -117,6 +118,14 @@ class UnknownAgentError(UsageError):
             f"Runtime.open(..., agents=[...]) or call rt.register(agent)"
         )
         self.agent_name = agent_name
+
+
+class InvalidScopeError(UsageError, ValueError):
+    """A ``Scope`` field is empty or not a string.
+
+    Also a :class:`ValueError`, which ``Scope`` raised before empty strings were refused in every
+    field, so existing ``except ValueError`` handlers keep working.
+    """
 
 
 class UnknownFamilyError(UsageError):

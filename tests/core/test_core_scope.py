@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reverie.core.scope import Scope
-from reverie.errors import UsageError
+from reverie.errors import InvalidScopeError, UsageError
 
 
 @pytest.mark.parametrize("field", ["tenant", "user"])
@@ -43,3 +43,11 @@ def test_scope_from_dict_reads_a_legacy_empty_field_as_unset_and_refuses_no_owne
     assert Scope.from_dict(legacy) == Scope(tenant="acme", user="ana")
     with pytest.raises(UsageError):
         Scope.from_dict({"tenant": "acme", "user": ""})
+
+
+def test_an_invalid_scope_is_both_a_usage_error_and_the_value_error_it_used_to_be() -> None:
+    with pytest.raises(InvalidScopeError) as info:
+        Scope(tenant="acme", user="ana", project="")
+
+    assert isinstance(info.value, UsageError)
+    assert isinstance(info.value, ValueError)

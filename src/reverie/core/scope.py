@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reverie.errors import UsageError
+from reverie.errors import InvalidScopeError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scope:
-    """Who a run acts for. The host sets it on every call; models never choose it."""
+    """Who a run acts for. The host sets it on every call; models never choose it.
+
+    Every field that is set is a non-empty string: ``Scope(agent="")`` raises
+    :class:`~reverie.errors.InvalidScopeError` (a ``UsageError``) rather than meaning "unset".
+    """
 
     tenant: str
     """The organisation or deployment the owner belongs to."""
@@ -27,11 +31,11 @@ class Scope:
         for name in ("tenant", "user"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
-                raise UsageError(f"Scope needs a non-empty {name} string")
+                raise InvalidScopeError(f"Scope needs a non-empty {name} string")
         for name in ("agent", "project"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
-                raise UsageError(f"Scope {name} must be a non-empty string or None (unset)")
+                raise InvalidScopeError(f"Scope {name} must be a non-empty string or None (unset)")
 
     def key(self) -> str:
         """A stable string for indexing rows by scope."""
@@ -51,11 +55,11 @@ class Scope:
         """Rebuild a scope from :meth:`as_dict` output.
 
         Raises:
-            UsageError: the record lacks a tenant or user.
+            InvalidScopeError: the record lacks a tenant or user.
         """
         tenant, user = data.get("tenant"), data.get("user")
         if not tenant or not user:
-            raise UsageError("scope record lacks tenant or user")
+            raise InvalidScopeError("scope record lacks tenant or user")
         # Records written before empty strings were refused may hold "" for an unset field.
         return cls(
             tenant=tenant,
