@@ -20,7 +20,11 @@ MODULES = {
     "mcp": "mcp,mcp_types",
     "serve": "starlette,uvicorn,sse_starlette",
     "postgres": "psycopg,psycopg_pool,procrastinate",
+    "procrastinate": "procrastinate",
 }
+
+EXTRA_OF = {"procrastinate": "postgres"}
+"""Cases that block only part of an extra: the extra the hint names."""
 
 AGENTS_TOML = f"""
 [agents.assistant]
@@ -62,6 +66,12 @@ CASES = [
     ),
     pytest.param("mcp", ("mcp-memory",), "", id="mcp-memory"),
     pytest.param("postgres", ("worker", "--store", POSTGRES_URL), AGENTS_TOML, id="worker"),
+    pytest.param(
+        "procrastinate",
+        ("worker", "--store", "postgresql://postgres@127.0.0.1:1/postgres"),
+        AGENTS_TOML,
+        id="worker-job-queue",
+    ),
     pytest.param("postgres", ("runs", "list", "--store", POSTGRES_URL), "", id="store-url"),
     pytest.param(
         "mcp",
@@ -83,7 +93,7 @@ def test_a_missing_extra_is_one_line_naming_the_pip_install_and_a_nonzero_exit(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ")
-    assert f"pip install 'reverie[{extra}]'" in lines[0]
+    assert f"pip install 'reverie[{EXTRA_OF.get(extra, extra)}]'" in lines[0]
     assert "Traceback" not in result.stderr
 
 

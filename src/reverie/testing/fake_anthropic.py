@@ -11,7 +11,9 @@ Streams carry ``message_start``, ``content_block_start`` / ``content_block_delta
 (``text_delta``, ``input_json_delta``) / ``content_block_stop``, ``message_delta`` with usage,
 and ``message_stop``. :class:`FakeError` answers with ``{"type": "error", "error": {...}}`` and
 its status; with ``mid_stream=True`` it starts a 200 stream and then sends an ``error`` event, as
-Anthropic does when it is overloaded after a stream has begun.
+Anthropic does when it is overloaded after a stream has begun. :class:`FakeRawStream` sends
+exactly the ``(event_name, data)`` events given (pass ``done=False``: Anthropic streams end
+without ``[DONE]``), to script malformed or unknown events.
 """
 
 from __future__ import annotations
