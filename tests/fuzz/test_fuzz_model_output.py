@@ -101,6 +101,7 @@ async def test_any_tool_argument_text_from_the_model_ends_the_run_cleanly(
     openai_model: tuple[OpenAIChatModel, Queue], runtime: Runtime, raw: str
 ) -> None:
     model, queue = openai_model
+    queue.steps.clear()  # an earlier failing example may have left answers behind
     queue.steps.extend([FakeReply(tool_calls=(FakeToolCall("add", raw),)), "done"])
     agent = Agent(name="calc", model=model, tools=[add])
 
@@ -136,6 +137,7 @@ async def test_any_openai_chunk_shape_is_a_response_or_a_typed_model_error(
     openai_model: tuple[OpenAIChatModel, Queue], chunks: list[Any]
 ) -> None:
     model, queue = openai_model
+    queue.steps.clear()  # an earlier failing example may have left answers behind
     queue.steps.extend([FakeRawStream(chunks), "still serving"])
 
     try:
@@ -187,6 +189,7 @@ async def test_any_anthropic_event_shape_is_a_response_or_a_typed_model_error(
     anthropic_model: tuple[AnthropicModel, Queue], events: list[tuple[str, Any]]
 ) -> None:
     model, queue = anthropic_model
+    queue.steps.clear()  # an earlier failing example may have left answers behind
     queue.steps.extend([FakeRawStream(events, done=False), "still serving"])
 
     try:

@@ -77,6 +77,17 @@ async def test_a_malformed_openai_chunk_is_an_internal_model_error_naming_no_con
     assert SECRET not in str(info.value)
 
 
+async def test_an_openai_error_event_with_fields_of_the_wrong_type_is_an_internal_error() -> None:
+    error = {"error": {"message": [SECRET], "type": {"x": 1}, "code": [1, 2]}}
+    async with FakeOpenAIServer([FakeRawStream([chunk(choices=[]), error])]) as srv:
+        model = OpenAIChatModel("m", base_url=srv.base_url, api_key="sk-test")
+        with pytest.raises(ModelError) as info:
+            await collect(model)
+
+    assert info.value.kind == "internal"
+    assert SECRET not in str(info.value)
+
+
 async def test_choices_null_in_a_usage_chunk_reads_as_no_choices() -> None:
     events = [
         chunk(choices=[choice({"content": "Hello"})]),
@@ -192,6 +203,10 @@ ANTHROPIC_MALFORMED: dict[str, list[Any]] = {
     ],
     "not-json": [_START, ("content_block_delta", "{" + SECRET)],
     "error-event-without-error": [_START, ("error", {"type": "error", "error": None})],
+    "error-event-typed-wrong": [
+        _START,
+        ("error", {"type": "error", "error": {"type": [SECRET], "message": {"x": SECRET}}}),
+    ],
 }
 
 

@@ -39,6 +39,7 @@ from reverie.models.errors import (
     classify_api_error,
     detail,
     key_source,
+    text_or_none,
 )
 from reverie.models.openai import parse_tool_arguments
 from reverie.models.payloads import MalformedPayload, field, optional, read_tokens
@@ -235,9 +236,9 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         if isinstance(exc, anthropic.APIStatusError):
             # An ``error`` event inside a 200 stream arrives as a status error with status 200.
             status = exc.status_code if exc.status_code >= 400 else None
-            error_type = exc.type
-            message = exc.api_message
-            code = exc.error_code
+            error_type = text_or_none(exc.type)
+            message = text_or_none(exc.api_message)
+            code = text_or_none(exc.error_code)
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
         kind = classify_api_error(status, code=code, type_=error_type, message=message)

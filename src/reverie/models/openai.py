@@ -37,6 +37,7 @@ from reverie.models.errors import (
     classify_api_error,
     detail,
     key_source,
+    text_or_none,
 )
 from reverie.models.payloads import DeltaCall, MalformedPayload, read_chunk
 from reverie.models.sdk_model import SDKModel
@@ -270,10 +271,13 @@ class OpenAIChatModel(SDKModel[openai.AsyncOpenAI]):
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
-        kind = classify_api_error(status, code=exc.code, type_=exc.type, message=_body_message(exc))
+        error_code, error_type = text_or_none(exc.code), text_or_none(exc.type)
+        kind = classify_api_error(
+            status, code=error_code, type_=error_type, message=_body_message(exc)
+        )
         what = f"HTTP {status}" if status is not None else "error in stream"
         text = detail(_body_message(exc), self._sent_key)
-        code = f" [{exc.code}]" if exc.code else ""
+        code = f" [{error_code}]" if error_code else ""
         return ModelError(kind, f"{name}: {what}{code}" + (f": {text}" if text else ""))
 
 
