@@ -60,7 +60,6 @@ import importlib
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -71,7 +70,8 @@ from reverie.capabilities import tool
 from reverie.capabilities.tool import Capability
 from reverie.core.limits import Limits
 from reverie.core.scope import Scope
-from reverie.errors import ConfigError, UsageError
+from reverie.core.tomlfile import parse_toml
+from reverie.errors import ConfigError, MissingExtraError, UsageError
 from reverie.hooks.manifest import (
     read_hook_specs,
     register_config_hooks,
@@ -414,7 +414,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ReverieConfig:
     source = str(file)
     try:
         with open(file, "rb") as handle:
-            document = tomllib.load(handle)
+            raw = handle.read()
     except FileNotFoundError:
         if explicit:
             raise ConfigError(
@@ -429,8 +429,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> ReverieConfig:
         raise ConfigError(
             f"{source}: cannot be read ({type(exc).__name__}). Fix: check the file's permissions"
         ) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise _syntax_error(source, exc) from None
+    document = parse_toml(raw, source)
     try:
         config = ReverieConfig.model_validate(document)
     except ValidationError as exc:
@@ -445,21 +444,6 @@ def _finish(config: ReverieConfig, *, source: str, base_dir: Path, exists: bool)
     config._base_dir = base_dir
     config._exists = exists
     return config
-
-
-def _syntax_error(source: str, exc: tomllib.TOMLDecodeError) -> ConfigError:
-    # tomllib (3.11) puts "(at line L, column C)" in its message, never the file's content.
-    text = str(exc)
-    where = re.search(r"\(at line (\d+), column (\d+)\)", text)
-    reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)", "", text)
-    reason = reason[:1].lower() + reason[1:]
-    if where:
-        line, column = where.groups()
-        return ConfigError(
-            f"{source}: line {line}, column {column}: invalid TOML: {reason}. "
-            f"Fix: correct the syntax on line {line}"
-        )
-    return ConfigError(f"{source}: end of file: invalid TOML: {reason}. Fix: correct the syntax")
 
 
 def _check(config: ReverieConfig) -> None:
@@ -565,7 +549,7 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
                 config.source,
                 f"{key}.model",
                 f"the provider's package is not installed ({exc.name or exc})",
-                "pip install 'reverie[anthropic]' (or the extra the provider needs)",
+                _extra_fix(exc),
             ) from None
         try:
             agents.append(
@@ -714,8 +698,15 @@ def curation_model(config: ReverieConfig) -> Model | None:
             config.source,
             "memory.curation_model",
             f"the provider's package is not installed ({exc.name or exc})",
-            "pip install 'reverie[anthropic]' (or the extra the provider needs)",
+            _extra_fix(exc),
         ) from None
+
+
+def _extra_fix(exc: ImportError) -> str:
+    missing = MissingExtraError.of(exc, "the model provider")
+    if missing is None:
+        return "install the package the provider needs"
+    return f"pip install 'reverie[{missing.extra}]'"
 
 
 def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookRegistration, ...]:

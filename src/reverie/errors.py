@@ -4,8 +4,10 @@ The hierarchy::
 
     ReverieError                      base of everything reverie raises on purpose
     ├── ConfigError                   a config file, manifest or option is invalid
+    │   └── MissingExtraError         an optional extra is not installed (also an ImportError)
     ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
     │   ├── UnknownAgentError         a run names an agent this process has not registered
+    │   ├── InvalidScopeError         a Scope field is empty or not a string (also ValueError)
     │   └── UnknownFamilyError        a profile names a loop family that is not registered
     ├── StoreError                    the store failed or refused a write
     │   ├── ConflictError             a compare-and-swap write lost (stale version)
@@ -14,6 +16,7 @@ The hierarchy::
     │   ├── NotFoundError             a run, thread, gate or document does not exist
     │   └── CorruptCheckpointError    a checkpoint row cannot be decoded (names the run)
     ├── ModelError                    a model call failed; ``kind`` is its §4.2 class
+    ├── ListenError                   a server cannot listen on its address (in use, refused)
     ├── CapabilityError               a tool failed; ``kind`` is its §4.2 class
     └── RunError                      a run-level operation was refused
         ├── RunEndedError             an input was sent to a run that already ended
@@ -53,6 +56,58 @@ class ConfigError(ReverieError):
     """A configuration file, manifest or option is invalid."""
 
 
+EXTRA_OF_MODULE: dict[str, str] = {
+    "anthropic": "anthropic",
+    "mcp": "mcp",
+    "mcp_types": "mcp",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "sse_starlette": "serve",
+    "psycopg": "postgres",
+    "psycopg_pool": "postgres",
+    "procrastinate": "postgres",
+}
+"""The optional extra (``pip install 'reverie[EXTRA]'``) that provides each top-level module."""
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """An optional extra this feature needs is not installed.
+
+    Also an :class:`ImportError`, so code that guards an optional import keeps working; the CLI
+    reports it as one line with the ``pip install`` command.
+    """
+
+    def __init__(self, extra: str, what: str) -> None:
+        super().__init__(f"{what} needs the {extra!r} extra. Fix: pip install 'reverie[{extra}]'")
+        self.extra = extra
+        """The extra to install."""
+
+    @classmethod
+    def of(cls, exc: ImportError, what: str) -> MissingExtraError | None:
+        """The error for a failed optional import, or ``None`` when no extra provides the module.
+
+        Args:
+            exc: The ``ImportError`` an import raised.
+            what: What needed the module, e.g. ``"the Anthropic provider"``.
+        """
+        if isinstance(exc, MissingExtraError):
+            return exc
+        top = (exc.name or "").partition(".")[0]
+        extra = EXTRA_OF_MODULE.get(top)
+        return None if extra is None else cls(extra, what)
+
+
+class ListenError(ReverieError):
+    """A server cannot listen on its address: the port is in use, or binding is not permitted."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
+        self.host = host
+        """The address asked for."""
+        self.port = port
+        """The port asked for."""
+
+
 class UsageError(ReverieError):
     """The public API was called in a way it does not support."""
 
@@ -66,6 +121,14 @@ class UnknownAgentError(UsageError):
             f"Runtime.open(..., agents=[...]) or call rt.register(agent)"
         )
         self.agent_name = agent_name
+
+
+class InvalidScopeError(UsageError, ValueError):
+    """A ``Scope`` field is empty or not a string.
+
+    Also a :class:`ValueError`, which ``Scope`` raised before empty strings were refused in every
+    field, so existing ``except ValueError`` handlers keep working.
+    """
 
 
 class UnknownFamilyError(UsageError):

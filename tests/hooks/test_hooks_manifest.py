@@ -188,7 +188,7 @@ def test_hooks_that_is_not_an_array_of_tables_is_rejected(
 def test_invalid_toml_names_the_file_and_the_line(tmp_path: Path) -> None:
     path = write(tmp_path, "[[hooks]]\npoint = \n")
 
-    with pytest.raises(ConfigError, match=r"manifest\.toml: not valid TOML.*line 2"):
+    with pytest.raises(ConfigError, match=r"manifest\.toml: line 2, column \d+: invalid TOML"):
         load_hook_manifest(path)
 
 

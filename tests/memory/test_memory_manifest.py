@@ -138,7 +138,7 @@ def test_unknown_lane_or_tool_or_key_is_an_error() -> None:
         parse_memory_manifest('[memory]\nname = "x"\ntools = ["memory_delete"]\n')
     with pytest.raises(ConfigError, match="colour"):
         parse_memory_manifest('[memory]\nname = "x"\ncolour = "red"\n')
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(ConfigError, match="invalid TOML"):
         parse_memory_manifest("[memory\n")
 
 

@@ -131,3 +131,21 @@ def test_an_unknown_auth_key_is_refused(tmp_path: Path) -> None:
     path = config_from(tmp_path, '[auth]\nmode = "open"\n')
     with pytest.raises(ConfigError, match=r"auth\.mode: unknown key"):
         auth_tokens(load_config(path), {})
+
+
+@pytest.mark.parametrize("field", ["tenant", "user"])
+def test_an_auth_token_with_an_empty_scope_field_is_a_config_error_naming_it(
+    tmp_path: Path, field: str
+) -> None:
+    fields = {"tenant": "acme", "user": "ana", field: ""}
+    entry = (
+        f'ana = {{ token_env = "SAME", tenant = "{fields["tenant"]}", user = "{fields["user"]}" }}'
+    )
+    path = config_from(tmp_path, f"[auth.tokens]\n{entry}\n")
+
+    with pytest.raises(ConfigError) as caught:
+        auth_tokens(load_config(path), {"SAME": "tok-SECRET-1234"})
+
+    message = str(caught.value)
+    assert message.startswith(f"{path}: auth.tokens.ana.{field}: "), message
+    assert "SECRET" not in message

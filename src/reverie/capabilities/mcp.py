@@ -51,7 +51,7 @@ from reverie.capabilities.schema import find_non_finite
 from reverie.capabilities.tool import TOOL_NAME_PATTERN
 from reverie.core.capability import CallCompleted, CallFailed, CallOutcome, CapabilityDescriptor
 from reverie.core.redact import redact, url_secrets
-from reverie.errors import CapabilityError, UsageError
+from reverie.errors import CapabilityError, MissingExtraError, UsageError
 
 try:
     import anyio
@@ -62,8 +62,8 @@ try:
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("MCP toolsets need the 'mcp' extra: pip install 'reverie[mcp]'") from exc
+except ImportError as exc:  # the tests simulate the extra's absence
+    raise MissingExtraError("mcp", "MCP (toolsets and the mcp memory provider)") from exc
 
 __all__ = ["MCPTool", "MCPToolset", "is_connection_lost"]
 

@@ -88,7 +88,7 @@ def _root(
 
     Configuration: $REVERIE_HOME/reverie.toml (REVERIE_HOME defaults to ~/.reverie).
     Exit codes: 0 completed/ok, 1 failed, 2 configuration or usage problem, 3 blocked on a
-    gate, 130 cancelled.
+    gate, 130 cancelled; 4 serve cannot listen (its port is in use).
     """
     restore_interrupts()
 

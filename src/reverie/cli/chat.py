@@ -45,6 +45,7 @@ from reverie.cli.common import (
     load,
     open_session,
     reported_errors,
+    require_credentials,
 )
 from reverie.cli.ids import resolve_thread_id
 from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
@@ -457,7 +458,8 @@ def _chat(
     except NoAgentConfigured as exc:
         err_console().print(str(exc), markup=False)
         return ExitCode.USAGE
-    scope = Scope(tenant=scope_tenant, user=scope_user or default_user())
+    scope = Scope(tenant=scope_tenant, user=default_user() if scope_user is None else scope_user)
+    require_credentials([chosen])
     with asyncio.Runner() as runner:
         stack = contextlib.AsyncExitStack()
         session = runner.run(

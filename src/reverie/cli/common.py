@@ -22,6 +22,9 @@ from rich.markup import escape
 from reverie.errors import (
     ConfigError,
     GateResolvedError,
+    ListenError,
+    MissingExtraError,
+    ModelError,
     NotFoundError,
     ReverieError,
     RunBusy,
@@ -56,6 +59,7 @@ __all__ = [
     "open_session",
     "out_console",
     "reported_errors",
+    "require_credentials",
     "unknown_agent",
 ]
 
@@ -82,6 +86,9 @@ class ExitCode(IntEnum):
     THREAD_BUSY = 75
     """The thread already has an active run (``--thread-policy`` chooses otherwise); 75 is
     sysexits' EX_TEMPFAIL: try again later."""
+    CANNOT_LISTEN = 4
+    """``reverie serve`` cannot listen: the port is in use, or binding the address is not
+    permitted."""
     CANCELLED = 130
     """The run was cancelled (also Ctrl-C), as shells report SIGINT."""
 
@@ -176,6 +183,24 @@ def unknown_agent(exc: UnknownAgentError, config: ReverieConfig, note: str = "")
     )
 
 
+def require_credentials(agents: Iterable[Agent]) -> None:
+    """Check every agent's model has its API key before a run starts (no run stored, no call).
+
+    Raises:
+        ConfigError: a key's environment variable is unset; the message names it, never a value.
+    """
+    from reverie.models.sdk_model import check_credentials
+
+    for agent in agents:
+        try:
+            check_credentials(agent.model)
+        except ModelError as exc:
+            raise ConfigError(
+                f"agent {agent.name!r}: {exc}. Fix: export the variable (reverie doctor checks "
+                "every agent's key)"
+            ) from None
+
+
 def load(path: str | None) -> ReverieConfig:
     """Load the configuration (errors become exit code 2 via :func:`execute`)."""
     from reverie.config import load_config
@@ -212,10 +237,21 @@ def reported_errors() -> Iterator[None]:
         )
     except (ConfigError, UsageError, NotFoundError, GateResolvedError, RunEndedError) as exc:
         fail(str(exc))
+    except ImportError as exc:
+        # An optional extra imported lazily somewhere below: one line naming the pip command.
+        missing = MissingExtraError.of(exc, "this command")
+        if missing is None:
+            raise
+        fail(str(missing))
     except RunBusy as exc:
         fail(f"{exc}; try again once that worker has stopped", ExitCode.FAILED)
     except ThreadBusy as exc:
         fail(str(exc).replace("thread_policy=", "--thread-policy "), ExitCode.THREAD_BUSY)
+    except ListenError as exc:
+        fail(
+            f"{exc}. Fix: stop what holds the port, or pass --port (or set [serve] port)",
+            ExitCode.CANNOT_LISTEN,
+        )
     except ReverieError as exc:
         fail(f"{type(exc).__name__}: {exc}", ExitCode.FAILED)
     except KeyboardInterrupt:
@@ -347,6 +383,8 @@ async def open_session(
     curator_model = curation_model(config) if provider is not None else None
     try:
         backend = open_store(url)
+    except MissingExtraError:
+        raise
     except ConfigError as exc:
         where = "--store" if store else f"{config.source}: store.url"
         raise ConfigError(

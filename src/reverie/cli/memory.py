@@ -75,7 +75,7 @@ STANDING_DOCUMENT: Final = "MEMORY.md"
 
 
 def _scope(tenant: str, user: str | None) -> Scope:
-    return Scope(tenant=tenant, user=user or default_user())
+    return Scope(tenant=tenant, user=default_user() if user is None else user)
 
 
 def _path(path: str) -> str:

@@ -28,6 +28,7 @@ from reverie.cli.common import (
     fail,
     load,
     open_session,
+    require_credentials,
 )
 from reverie.cli.ids import resolve_thread_id
 from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
@@ -117,7 +118,8 @@ def run_command(
         except NoAgentConfigured as exc:
             err_console().print(str(exc), markup=False)
             return ExitCode.USAGE
-        scope = Scope(tenant=tenant, user=user or default_user())
+        scope = Scope(tenant=tenant, user=default_user() if user is None else user)
+        require_credentials([chosen])
         from reverie.runtime.runtime import THREAD_POLICIES
 
         if thread_policy not in (None, *THREAD_POLICIES):

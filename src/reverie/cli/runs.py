@@ -13,7 +13,6 @@ from reverie.cli.common import (
     ExitCode,
     JsonOption,
     StoreOption,
-    default_user,
     err_console,
     execute,
     load,
@@ -24,7 +23,8 @@ from reverie.cli.common import (
 from reverie.cli.ids import resolve_run_id
 from reverie.cli.render import print_json, run_payload, show_result, show_run, show_runs
 from reverie.core.scope import Scope
-from reverie.errors import RunBusy, UnknownAgentError
+from reverie.errors import RunBusy, UnknownAgentError, UsageError
+from reverie.store.base import TERMINAL_STATUSES
 
 __all__ = ["app"]
 
@@ -63,9 +63,12 @@ ModelOption = Annotated[
 
 
 def _scope(tenant: str | None, user: str | None) -> Scope | None:
-    if tenant is None and user is None:
+    """The owner ``--user`` narrows to (in ``--tenant``, else ``local``); ``None`` without it."""
+    if tenant == "":
+        raise UsageError("--tenant needs a non-empty tenant name")
+    if user is None:
         return None
-    return Scope(tenant=tenant or "local", user=user or default_user())
+    return Scope(tenant="local" if tenant is None else tenant, user=user)
 
 
 @app.command("list")
@@ -90,8 +93,11 @@ def list_runs(
     async def main() -> int:
         cfg = load(config)
         async with open_session(cfg, store) as session:
+            owner = _scope(tenant, user)
             runs = await session.rt.store.list_runs(
-                scope=_scope(tenant, user),
+                scope=owner,
+                # --tenant alone lists the whole tenant (every user), as docs/cli.md says.
+                tenant=tenant if user is None else None,
                 statuses=[s.value for s in status] if status else None,
                 limit=limit,
             )
@@ -143,7 +149,6 @@ def resume(
 
     async def main() -> int:
         cfg = load(config)
-        from reverie.store.base import TERMINAL_STATUSES
 
         async with open_session(cfg, store, hooks=True, memory=True) as session:
             run = await session.rt.store.get_run(await resolve_run_id(session.rt.store, run_id))
@@ -187,7 +192,6 @@ def cancel(
 
     async def main() -> int:
         cfg = load(config)
-        from reverie.store.base import TERMINAL_STATUSES
 
         nonlocal resolved
         async with open_session(cfg, store, hooks=True) as session:

@@ -7,6 +7,7 @@ extra; it is imported only when the command runs, so the rest of the CLI works w
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 import typer
@@ -20,6 +21,7 @@ from reverie.cli.common import (
     fail,
     load,
     open_session,
+    require_credentials,
 )
 from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
 
@@ -71,29 +73,33 @@ def serve_command(
                 f"no agents are configured in {cfg.source}, so there is nothing to serve. Fix: "
                 'add [agents.NAME] with a model, e.g. model = "openai:gpt-4.1-mini"'
             )
+        require_credentials(agents)
         try:
-            from reverie.serve import create_app, run_server
+            from reverie.serve import create_app, listen, run_server
         except ImportError as exc:
             fail(str(exc))
         where_host = host or settings.host
-        where_port = settings.port if port is None else port
-        async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
-            app = create_app(
-                session.rt,
-                agents=session.agents,
-                tokens=tokens,
-                max_body_bytes=settings.max_body_bytes,
-                cors_origins=settings.cors_origins,
-                shutdown_grace_s=settings.shutdown_grace_s,
-                recover=True,
-            )
-            names = ", ".join(sorted(a.name for a in agents))
-            err_console().print(
-                f"reverie serve: agents {names}; {len(tokens)} token(s); "
-                f"http://{where_host}:{where_port}/v1",
-                markup=False,
-            )
-            await run_server(app, host=where_host, port=where_port)
+        # Bound before the store opens, so a port in use is reported at once (exit 4).
+        sock = listen(where_host, settings.port if port is None else port)
+        where_port = sock.getsockname()[1]
+        with contextlib.closing(sock):
+            async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
+                app = create_app(
+                    session.rt,
+                    agents=session.agents,
+                    tokens=tokens,
+                    max_body_bytes=settings.max_body_bytes,
+                    cors_origins=settings.cors_origins,
+                    shutdown_grace_s=settings.shutdown_grace_s,
+                    recover=True,
+                )
+                names = ", ".join(sorted(a.name for a in agents))
+                err_console().print(
+                    f"reverie serve: agents {names}; {len(tokens)} token(s); "
+                    f"http://{where_host}:{where_port}/v1",
+                    markup=False,
+                )
+                await run_server(app, host=where_host, port=where_port, sock=sock)
         return ExitCode.OK
 
     with observed(log_level, log_format, default="info"):

@@ -21,6 +21,7 @@ from reverie.cli.common import (
     open_session,
 )
 from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
+from reverie.errors import MissingExtraError
 
 __all__ = ["worker_command"]
 
@@ -55,6 +56,10 @@ def worker_command(
                 f"no agents are configured in {cfg.source}, so the worker could advance no run. "
                 'Fix: add [agents.NAME] with a model, e.g. model = "openai:gpt-4.1-mini"'
             )
+        try:
+            import procrastinate  # noqa: F401  (the job queue: checked before the store opens)
+        except ImportError as exc:
+            raise MissingExtraError("postgres", "reverie worker (its job queue)") from exc
         from reverie.runtime.dispatch import serve_jobs
 
         async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:

@@ -12,8 +12,10 @@ placed in a prompt it is wrapped like this::
 
 The wrapped text cannot close the envelope from inside: every ``<`` (or look-alike bracket) that
 starts an opening or closing ``untrusted-data`` tag is replaced by ``&lt;``, so the only real
-closing tag is the last line. The source label is host-provided, but it is sanitised too, so a
-label cannot break out of its attribute.
+closing tag is the last line. Tags are recognised after normalising a copy of the text (NFKC,
+default-ignorable code points and combining marks removed, look-alike letters folded to ASCII),
+so a closing tag split by a soft hyphen or spelled with a Cyrillic "a" is escaped too. The source
+label is host-provided, but it is sanitised too, so a label cannot break out of its attribute.
 
 The output is deterministic (no random nonce): the same text and source give the same bytes, so
 prompts stay cacheable and checkpoints stay reproducible.
@@ -22,6 +24,7 @@ prompts stay cacheable and checkpoints stay reproducible.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from reverie.errors import UsageError
 
@@ -32,17 +35,88 @@ ENVELOPE_TAG = "untrusted-data"
 
 _MAX_SOURCE_CHARS = 120
 
-# Characters a model may read as "<": ASCII, fullwidth, small form, angle quotation marks and
-# angle brackets. Zero-width characters are treated as whitespace so ``<\u200b/untrusted-data>``
-# is caught as well.
-_OPEN_BRACKETS = "<\uff1c\ufe64\u2039\u3008\u27e8"
-_GAP = r"[\s\u200b\u200c\u200d\u2060\ufeff]*"
-_SEPARATOR = r"[\s_\-\u2010-\u2015\u200b\u200c\u200d\u2060\ufeff]*"
-_TAG_START = re.compile(
-    rf"[{_OPEN_BRACKETS}](?={_GAP}/?{_GAP}untrusted{_SEPARATOR}data)",
-    re.IGNORECASE,
+# The escaper looks for envelope tags in a *folded* copy of the text, so spellings a model reads
+# as the tag are caught too: each code point is NFKC-normalised (fullwidth and small-form "<",
+# ligatures, compatibility letters), default-ignorable code points (soft hyphen, zero-width and
+# bidi controls, variation selectors, tags) and combining marks are dropped, and letters that look
+# like those of the tag name (Cyrillic, Greek, Armenian, small capitals) are folded to ASCII.
+# Every folded character remembers which original code point it came from, so only the original
+# bracket is replaced and the rest of the text is kept byte for byte.
+_DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
 )
-"""The bracket that opens any opening or closing envelope tag, in any spelling."""
+"""Unicode's Default_Ignorable_Code_Point ranges: invisible when rendered."""
+
+_CONFUSABLES: dict[str, str] = {
+    # Brackets a model may read as "<" (NFKC already maps fullwidth and small-form ones).
+    **dict.fromkeys("\u2039\u3008\u27e8\u02c2\u1438\u276e\u29fc\u2329", "<"),
+    # Slashes.
+    **dict.fromkeys("\u2044\u2215\u29f8\u2571\u30fb", "/"),
+    # Dashes and minus signs (the separator between "untrusted" and "data").
+    **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212\u2043\u02d7\u30fc", "-"),
+    # Look-alikes of the letters of "untrusted-data" (lowercase: the text is case-folded first).
+    **dict.fromkeys("\u0430\u03b1\u0251\u237a", "a"),
+    **dict.fromkeys("\u0501\u217e\u13e7", "d"),
+    **dict.fromkeys("\u0435\u04bd\u212e\u0451\u0450", "e"),
+    **dict.fromkeys("\u0578\u057c\u03b7\u0273\u0274", "n"),
+    **dict.fromkeys("\u0433\u1d26\uab47\u0280", "r"),
+    **dict.fromkeys("\u0455\ua731\u0282", "s"),
+    **dict.fromkeys("\u0442\u03c4\u1d1b", "t"),
+    **dict.fromkeys("\u03c5\u057d\u028b\u1d1c\u0446\u0443", "u"),
+}
+"""Folds applied after NFKC and case folding."""
+
+_GAP = r"\s*"
+_SEPARATOR = r"[\s_\-.]*"
+_TAG = re.compile(rf"<(?={_GAP}/?{_GAP}untrusted{_SEPARATOR}data)")
+"""The bracket that opens an opening or closing envelope tag, in the folded text."""
+
+
+def _ignorable(code: int) -> bool:
+    return any(low <= code <= high for low, high in _DEFAULT_IGNORABLE)
+
+
+def _fold(text: str) -> tuple[str, list[int]]:
+    """The folded text and, for each folded character, the index of its original code point."""
+    folded: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        if char.isascii():
+            # Fast path: ASCII is its own fold except for case.
+            folded.append(char.lower())
+            origin.append(index)
+            continue
+        if _ignorable(ord(char)):
+            continue
+        for part in unicodedata.normalize("NFKC", char).casefold():
+            if unicodedata.combining(part) or _ignorable(ord(part)):
+                continue
+            folded.append(_CONFUSABLES.get(part, part))
+            origin.append(index)
+    return "".join(folded), origin
+
+
+def _tag_starts(text: str) -> list[int]:
+    """Indexes (in ``text``) of every code point that opens an envelope tag, in any spelling."""
+    folded, origin = _fold(text)
+    return sorted({origin[match.start()] for match in _TAG.finditer(folded)})
+
 
 _SOURCE_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:/@#+\-]")
 
@@ -59,7 +133,17 @@ def _clean_source(source: str) -> str:
 
 
 def _escape(text: str) -> str:
-    return _TAG_START.sub("&lt;", text)
+    starts = _tag_starts(text)
+    if not starts:
+        return text
+    pieces: list[str] = []
+    last = 0
+    for index in starts:
+        pieces.append(text[last:index])
+        pieces.append("&lt;")
+        last = index + 1
+    pieces.append(text[last:])
+    return "".join(pieces)
 
 
 def wrap_untrusted(text: str, *, source: str) -> str:
@@ -117,4 +201,4 @@ def is_enveloped(text: str) -> bool:
         return False
     if match["notice"] != _notice(match["source"]):
         return False
-    return _TAG_START.search(match["body"]) is None
+    return not _tag_starts(match["body"])

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reverie.errors import InvalidScopeError
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scope:
-    """Who a run acts for. The host sets it on every call; models never choose it."""
+    """Who a run acts for. The host sets it on every call; models never choose it.
+
+    Every field that is set is a non-empty string: ``Scope(agent="")`` raises
+    :class:`~reverie.errors.InvalidScopeError` (a ``UsageError``) rather than meaning "unset".
+    """
 
     tenant: str
     """The organisation or deployment the owner belongs to."""
@@ -19,8 +25,17 @@ class Scope:
     """Optionally narrows memory to one project of the owner."""
 
     def __post_init__(self) -> None:
-        if not self.tenant or not self.user:
-            raise ValueError("Scope needs a non-empty tenant and user")
+        # One rule on every backend: an empty string is not "unset". The SQL stores keep an unset
+        # agent/project as '' in their key columns, so Scope(agent="") would alias the unset scope
+        # there while the in-memory store keeps the two apart; refusing "" removes the ambiguity.
+        for name in ("tenant", "user"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InvalidScopeError(f"Scope needs a non-empty {name} string")
+        for name in ("agent", "project"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidScopeError(f"Scope {name} must be a non-empty string or None (unset)")
 
     def key(self) -> str:
         """A stable string for indexing rows by scope."""
@@ -37,8 +52,18 @@ class Scope:
 
     @classmethod
     def from_dict(cls, data: dict[str, str | None]) -> Scope:
-        """Rebuild a scope from :meth:`as_dict` output."""
+        """Rebuild a scope from :meth:`as_dict` output.
+
+        Raises:
+            InvalidScopeError: the record lacks a tenant or user.
+        """
         tenant, user = data.get("tenant"), data.get("user")
         if not tenant or not user:
-            raise ValueError("scope record lacks tenant or user")
-        return cls(tenant=tenant, user=user, agent=data.get("agent"), project=data.get("project"))
+            raise InvalidScopeError("scope record lacks tenant or user")
+        # Records written before empty strings were refused may hold "" for an unset field.
+        return cls(
+            tenant=tenant,
+            user=user,
+            agent=data.get("agent") or None,
+            project=data.get("project") or None,
+        )

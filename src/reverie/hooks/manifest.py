@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from reverie.core.tomlfile import parse_toml
 from reverie.errors import ConfigError
 from reverie.hooks.points import HOOK_POINTS, PHASES, HookPoint, Phase
 from reverie.hooks.registry import (
@@ -192,17 +192,14 @@ def load_hook_manifest(path: str | os.PathLike[str]) -> tuple[HookSpec, ...]:
     where = os.fspath(path)
     try:
         with open(path, "rb") as handle:
-            document = tomllib.load(handle)
+            raw = handle.read()
     except FileNotFoundError:
         raise ConfigError(f"{where}: file not found. Fix: check the manifest path") from None
     except OSError as exc:
         raise ConfigError(
             f"{where}: cannot be read ({type(exc).__name__}). Fix: check the file's permissions"
         ) from exc
-    except tomllib.TOMLDecodeError as exc:
-        # The decoder's message gives the line and column, never the file's content.
-        raise ConfigError(f"{where}: not valid TOML: {exc}. Fix: correct the syntax") from None
-    return read_hook_specs(document, source=where)
+    return read_hook_specs(parse_toml(raw, where), source=where)
 
 
 def _import_callable(spec: HookSpec, source: str) -> HookFn:

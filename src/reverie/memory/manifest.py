@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -41,6 +40,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reverie.core.tomlfile import parse_toml
 from reverie.errors import ConfigError
 from reverie.hooks.points import FIRST_PARTY_TRUST, TrustClass
 
@@ -300,10 +300,7 @@ def parse_memory_manifest(
     """
     where = os.fspath(source)
     if isinstance(document, str):
-        try:
-            document = tomllib.loads(document)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{where}: not valid TOML: {exc}. Fix: correct the syntax") from None
+        document = parse_toml(document, where)
     try:
         parsed = _Document.model_validate(document).memory
     except ValidationError as exc:

@@ -30,13 +30,13 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
 
 from pydantic import BaseModel, Field
 
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
-from reverie.errors import UsageError
+from reverie.errors import ConfigError, MissingExtraError, ReverieError, UsageError
 from reverie.memory.native import NativeMemory
 from reverie.store.base import Store
 from reverie.store.documents import DocumentStore
@@ -68,9 +68,12 @@ def _scope(tenant: str, user: str, agent: str | None, project: str | None) -> Sc
     from mcp.server.mcpserver.exceptions import ToolError
 
     try:
-        return Scope(tenant=tenant, user=user, agent=agent or None, project=project or None)
-    except ValueError:
-        raise ToolError("tenant and user must be non-empty strings") from None
+        # "" is refused, not read as "unset": the same rule as Scope on every backend.
+        return Scope(tenant=tenant, user=user, agent=agent, project=project)
+    except UsageError:
+        raise ToolError(
+            "tenant and user must be non-empty strings; agent and project non-empty or omitted"
+        ) from None
 
 
 def build_server(memory: NativeMemory, *, name: str = "reverie-memory") -> MCPServer[Any]:
@@ -268,8 +271,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # stdout is the MCP channel over stdio: logs go to stderr only.
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run(args))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_run(args))
+    except ImportError as exc:
+        missing = MissingExtraError.of(exc, "reverie mcp-memory")
+        if missing is None:
+            raise
+        _exit_with(missing)
+    except ReverieError as exc:
+        _exit_with(exc)
+
+
+def _exit_with(exc: ReverieError) -> NoReturn:
+    """One line on stderr, exit 2 for a configuration or usage problem, else 1 (as ``reverie``)."""
+    print(f"error: {exc}", file=sys.stderr)
+    raise SystemExit(2 if isinstance(exc, ConfigError | UsageError) else 1)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from reverie.errors import MissingExtraError
+
 try:
     import anthropic
     from anthropic.types import RawMessageStreamEvent
-except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
-    raise ImportError(
-        "the Anthropic provider needs the anthropic SDK: pip install 'reverie[anthropic]'"
-    ) from exc
+except ImportError as exc:  # the tests simulate the extra's absence
+    raise MissingExtraError("anthropic", "the Anthropic provider") from exc
 
 from reverie.core.messages import (
     Message,
@@ -39,8 +39,10 @@ from reverie.models.errors import (
     classify_api_error,
     detail,
     key_source,
+    text_or_none,
 )
 from reverie.models.openai import parse_tool_arguments
+from reverie.models.payloads import MalformedPayload, field, optional, read_tokens
 from reverie.models.sdk_model import SDKModel
 
 __all__ = ["AnthropicModel"]
@@ -148,54 +150,26 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
                 )
                 async with stream:
                     async for event in stream:
-                        if event.type == "message_start":
-                            model_name = event.message.model or model_name
-                            usage = event.message.usage
-                            input_tokens = (
-                                (usage.input_tokens or 0)
-                                + (usage.cache_creation_input_tokens or 0)
-                                + (usage.cache_read_input_tokens or 0)
-                            )
-                            output_tokens = usage.output_tokens or 0
-                        elif event.type == "content_block_start":
-                            block = event.content_block
-                            if block.type == "tool_use":
-                                blocks[event.index] = _Block(
-                                    kind="tool_use",
-                                    id=block.id,
-                                    name=block.name,
-                                    start_input=block.input
-                                    if isinstance(block.input, dict)
-                                    else None,
-                                )
-                            elif block.type == "text":
-                                blocks[event.index] = _Block(kind="text", text=block.text)
-                                if block.text:
-                                    yield TextDelta(text=block.text)
-                        elif event.type == "content_block_delta":
-                            current = blocks.get(event.index)
-                            delta = event.delta
-                            if current is None:
-                                continue  # a block kind we do not surface (thinking, server tools)
-                            if delta.type == "text_delta" and delta.text:
-                                current.text += delta.text
-                                yield TextDelta(text=delta.text)
-                            elif delta.type == "input_json_delta":
-                                current.input_json += delta.partial_json
-                        elif event.type == "message_delta":
-                            stop_reason = event.delta.stop_reason or stop_reason
-                            usage_delta = event.usage
-                            output_tokens = usage_delta.output_tokens or output_tokens
-                            if usage_delta.input_tokens:
-                                input_tokens = (
-                                    usage_delta.input_tokens
-                                    + (usage_delta.cache_creation_input_tokens or 0)
-                                    + (usage_delta.cache_read_input_tokens or 0)
-                                )
+                        step = _read_event(event, blocks)
+                        if step.model_name:
+                            model_name = step.model_name
+                        if step.input_tokens is not None:
+                            input_tokens = step.input_tokens
+                        if step.output_tokens:
+                            output_tokens = step.output_tokens
+                        if step.stop_reason:
+                            stop_reason = step.stop_reason
+                        if step.text:
+                            yield TextDelta(text=step.text)
         except anthropic.APIError as exc:
             raise self._map_error(exc) from exc
         except anthropic.AnthropicError as exc:
             raise ModelError("internal", f"{self._name}: {type(exc).__name__}") from exc
+        except MalformedPayload as exc:
+            # An event of the wrong shape: the server is broken, not busy. Never the content.
+            raise ModelError(
+                "internal", f"{self._name}: malformed response from the server: {exc}"
+            ) from exc
         except ValueError as exc:
             # A body that is not JSON or not an event: the server is broken, not busy.
             raise ModelError(
@@ -263,9 +237,9 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         if isinstance(exc, anthropic.APIStatusError):
             # An ``error`` event inside a 200 stream arrives as a status error with status 200.
             status = exc.status_code if exc.status_code >= 400 else None
-            error_type = exc.type
-            message = exc.api_message
-            code = exc.error_code
+            error_type = text_or_none(exc.type)
+            message = text_or_none(exc.api_message)
+            code = text_or_none(exc.error_code)
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
         kind = classify_api_error(status, code=code, type_=error_type, message=message)
@@ -273,6 +247,98 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         label = f" [{error_type}]" if error_type else ""
         text = detail(message, self._sent_key, self._url_secrets)
         return ModelError(kind, f"{name}: {what}{label}" + (f": {text}" if text else ""))
+
+
+@dataclass(slots=True)
+class _EventStep:
+    """What one stream event changed (``None``/empty: nothing)."""
+
+    text: str = ""
+    model_name: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int = 0
+    stop_reason: str | None = None
+
+
+def _input_tokens(usage: object, where: str) -> int:
+    # Cache writes and reads are input too (priced the same way here).
+    return sum(
+        read_tokens(field(usage, name, where), name)
+        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
+def _read_event(event: object, blocks: dict[int, _Block]) -> _EventStep:
+    """Apply one Messages stream event to ``blocks``; every field is checked.
+
+    Event and block types reverie does not surface (``ping``, thinking, server tools, types
+    added later) are skipped.
+
+    Raises:
+        MalformedPayload: the event has the wrong shape.
+    """
+    kind = optional(field(event, "type", "an event"), str, "an event's type")
+    step = _EventStep()
+    if kind == "message_start":
+        message = field(event, "message", "message_start")
+        step.model_name = optional(field(message, "model", "the message"), str, "its model")
+        usage = field(message, "usage", "the message")
+        if usage is not None:
+            step.input_tokens = _input_tokens(usage, "message_start usage")
+            step.output_tokens = read_tokens(
+                field(usage, "output_tokens", "usage"), "output_tokens"
+            )
+    elif kind == "content_block_start":
+        index = _block_index(event)
+        block = field(event, "content_block", "content_block_start")
+        block_type = optional(field(block, "type", "a content block"), str, "a block's type")
+        if block_type == "tool_use":
+            start_input = field(block, "input", "a tool_use block")
+            blocks[index] = _Block(
+                kind="tool_use",
+                id=optional(field(block, "id", "a tool_use block"), str, "a tool_use id") or "",
+                name=optional(field(block, "name", "a tool_use block"), str, "a tool name") or "",
+                start_input=start_input if isinstance(start_input, dict) else None,
+            )
+        elif block_type == "text":
+            text = optional(field(block, "text", "a text block"), str, "a block's text") or ""
+            blocks[index] = _Block(kind="text", text=text)
+            step.text = text
+    elif kind == "content_block_delta":
+        current = blocks.get(_block_index(event))
+        if current is None:
+            return step  # a block kind we do not surface (thinking, server tools)
+        delta = field(event, "delta", "content_block_delta")
+        delta_type = optional(field(delta, "type", "a delta"), str, "a delta's type")
+        if delta_type == "text_delta":
+            text = optional(field(delta, "text", "a text_delta"), str, "a delta's text") or ""
+            current.text += text
+            step.text = text
+        elif delta_type == "input_json_delta":
+            current.input_json += (
+                optional(field(delta, "partial_json", "an input_json_delta"), str, "partial_json")
+                or ""
+            )
+    elif kind == "message_delta":
+        delta = field(event, "delta", "message_delta")
+        step.stop_reason = optional(
+            field(delta, "stop_reason", "a message delta"), str, "stop_reason"
+        )
+        usage = field(event, "usage", "message_delta")
+        if usage is not None:
+            step.output_tokens = read_tokens(
+                field(usage, "output_tokens", "usage"), "output_tokens"
+            )
+            if read_tokens(field(usage, "input_tokens", "usage"), "input_tokens"):
+                step.input_tokens = _input_tokens(usage, "message_delta usage")
+    return step
+
+
+def _block_index(event: object) -> int:
+    index = optional(field(event, "index", "a block event"), int, "a block event's index")
+    if index is None:
+        raise MalformedPayload("a block event has no index")
+    return index
 
 
 def _finish_call(block: _Block) -> ToolCall:

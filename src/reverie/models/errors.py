@@ -34,6 +34,7 @@ __all__ = [
     "missing_key",
     "redact",
     "resolve_api_key",
+    "text_or_none",
 ]
 
 _CONTEXT_MARKERS = (
@@ -75,8 +76,10 @@ def classify_api_error(
     """Classify a provider error by HTTP status, error code/type and message.
 
     ``status`` is ``None`` for errors that arrived inside a stream (no HTTP status of their own).
-    The context/content checks come first because providers report both as a plain 400.
+    The context/content checks come first because providers report both as a plain 400. A
+    field that is not a string (a broken server's error body) is ignored.
     """
+    code, type_, message = text_or_none(code), text_or_none(type_), text_or_none(message)
     markers = " ".join(part for part in (code, type_, message) if part).lower()
     if status in (None, 400, 413) and any(m in markers for m in _CONTEXT_MARKERS):
         return "context_overflow"
@@ -102,12 +105,18 @@ def redact(text: str, secret: str | None) -> str:
     return text
 
 
+def text_or_none(value: object) -> str | None:
+    """``value`` if it is a string, else ``None``: error bodies come from the server, untyped."""
+    return value if isinstance(value, str) else None
+
+
 def detail(message: str | None, secret: str | None, also: Iterable[str] = ()) -> str:
     """A short, redacted form of a provider's error message for our own message.
 
     ``secret`` (the key sent) and ``also`` (say, the endpoint URL's password) are masked, and so
     is the userinfo of any URL the server quoted back.
     """
+    message = text_or_none(message)
     if not message:
         return ""
     text = redact_all(redact(" ".join(message.split()), secret), also)

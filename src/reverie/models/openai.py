@@ -34,7 +34,9 @@ from reverie.models.errors import (
     classify_api_error,
     detail,
     key_source,
+    text_or_none,
 )
+from reverie.models.payloads import DeltaCall, MalformedPayload, read_chunk
 from reverie.models.sdk_model import SDKModel
 
 if TYPE_CHECKING:
@@ -42,7 +44,6 @@ if TYPE_CHECKING:
     # does for a configured agent) costs nothing until the model is called.
     import openai
     from openai.types.chat import ChatCompletionChunk
-    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 __all__ = ["OpenAIChatModel", "loads_strict", "parse_tool_arguments"]
 
@@ -193,26 +194,25 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
                     await client.chat.completions.create(**params),
                 )
                 async with stream:
-                    async for chunk in stream:
+                    async for raw_chunk in stream:
+                        chunk = read_chunk(raw_chunk)
                         model_name = chunk.model or model_name
                         if chunk.usage is not None:
-                            usage = TokenUsage(
-                                input_tokens=chunk.usage.prompt_tokens or 0,
-                                output_tokens=chunk.usage.completion_tokens or 0,
-                            )
-                        for choice in chunk.choices:
-                            if choice.index != 0:
-                                continue
-                            delta = choice.delta
-                            if delta.content:
-                                text.append(delta.content)
-                                yield TextDelta(text=delta.content)
-                            for position, tc in enumerate(delta.tool_calls or ()):
-                                _accumulate(calls, tc, position)
-                            if choice.finish_reason:
-                                finish_reason = choice.finish_reason
+                            usage = chunk.usage
+                        if chunk.content:
+                            text.append(chunk.content)
+                            yield TextDelta(text=chunk.content)
+                        for position, tc in enumerate(chunk.tool_calls):
+                            _accumulate(calls, tc, position)
+                        if chunk.finish_reason:
+                            finish_reason = chunk.finish_reason
         except openai.APIError as exc:
             raise self._map_error(exc) from exc
+        except MalformedPayload as exc:
+            # A chunk of the wrong shape: the server is broken, not busy. Never the content.
+            raise ModelError(
+                "internal", f"{self._name}: malformed response from the server: {exc}"
+            ) from exc
         except ValueError as exc:
             # A body that is not JSON or not a chunk: the server is broken, not busy.
             raise ModelError(
@@ -283,10 +283,13 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
-        kind = classify_api_error(status, code=exc.code, type_=exc.type, message=_body_message(exc))
+        error_code, error_type = text_or_none(exc.code), text_or_none(exc.type)
+        kind = classify_api_error(
+            status, code=error_code, type_=error_type, message=_body_message(exc)
+        )
         what = f"HTTP {status}" if status is not None else "error in stream"
         text = detail(_body_message(exc), self._sent_key, self._url_secrets)
-        code = f" [{exc.code}]" if exc.code else ""
+        code = f" [{error_code}]" if error_code else ""
         return ModelError(kind, f"{name}: {what}{code}" + (f": {text}" if text else ""))
 
 
@@ -301,22 +304,19 @@ def _body_message(exc: openai.APIError) -> str | None:
     return None
 
 
-def _accumulate(calls: dict[int, _CallAccumulator], tc: ChoiceDeltaToolCall, position: int) -> None:
+def _accumulate(calls: dict[int, _CallAccumulator], tc: DeltaCall, position: int) -> None:
     # Some compatible servers omit ``index`` (one whole call per delta): fall back to a new slot.
-    index = getattr(tc, "index", None)
-    if not isinstance(index, int):
+    index = tc.index
+    if index is None:
         index = len(calls) + position
     acc = calls.setdefault(index, _CallAccumulator())
     if tc.id:
         acc.id = tc.id
-    function = tc.function
-    if function is None:
-        return
-    if function.name and function.name != acc.name:
+    if tc.name and tc.name != acc.name:
         # OpenAI sends the name once; some servers repeat the whole name on every delta.
-        acc.name += function.name
-    if function.arguments:
-        acc.arguments += function.arguments
+        acc.name += tc.name
+    if tc.arguments:
+        acc.arguments += tc.arguments
 
 
 def _finish_call(acc: _CallAccumulator) -> ToolCall:

@@ -10,6 +10,25 @@ from reverie.errors import ModelError
 from reverie.models.errors import ClientHolder, ClientT, resolve_api_key
 
 
+def check_credentials(model: object) -> None:
+    """Check that ``model`` (or the model it wraps, as Hermes does) has its API key.
+
+    Models without credentials (scripted, local endpoints) pass.
+
+    Raises:
+        ModelError: ``unavailable``: the key's environment variable is unset or empty.
+    """
+    seen: set[int] = set()
+    current: object | None = model
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        check = getattr(current, "check_credentials", None)
+        if callable(check):
+            check()
+            return
+        current = getattr(current, "inner", None)
+
+
 class SDKModel(ABC, Generic[ClientT]):
     """Base of the providers that wrap an official SDK client.
 
@@ -74,6 +93,19 @@ class SDKModel(ABC, Generic[ClientT]):
     async def aclose(self) -> None:
         """Close the kept SDK client and its connections (see :meth:`__aenter__`)."""
         await self._clients.aclose()
+
+    def check_credentials(self) -> None:
+        """Check, without any request, that the key this model would send is available.
+
+        Raises:
+            ModelError: ``unavailable``, naming the environment variable to set (never a value).
+        """
+        resolve_api_key(
+            self._name,
+            api_key=self._api_key,
+            api_key_env=self._api_key_env,
+            placeholder=self._placeholder_key,
+        )
 
     def _new_client(self) -> ClientT:
         key = resolve_api_key(

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from reverie.core.events import RunFinished, event_from_dict
-from reverie.errors import ConfigError, LeaseLost, RunBusy
+from reverie.errors import ConfigError, LeaseLost, MissingExtraError, RunBusy
 from reverie.runtime.event_log import follow_events, last_seq, run_settled
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import RunHandle
@@ -77,10 +77,8 @@ def _lock(run_id: str) -> str:
 def _app(url: str) -> procrastinate.App:
     try:
         import procrastinate
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ConfigError(
-            f"queue dispatch needs procrastinate ({exc}). Fix: pip install 'reverie[postgres]'"
-        ) from None
+    except ImportError as exc:  # the tests simulate the extra's absence
+        raise MissingExtraError("postgres", "queue dispatch (procrastinate)") from exc
     connector = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=4)
     return procrastinate.App(connector=connector)
 

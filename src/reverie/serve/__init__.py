@@ -10,17 +10,16 @@ Build the app with :func:`create_app` and serve it with uvicorn, or run ``reveri
 
 from __future__ import annotations
 
+from reverie.errors import MissingExtraError
+
 try:
     import sse_starlette  # noqa: F401
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401
-except ImportError as exc:  # pragma: no cover - exercised only without the extra installed
-    raise ImportError(
-        f"reverie.serve needs the 'serve' extra ({exc.name or exc} is missing): "
-        "pip install 'reverie[serve]'"
-    ) from exc
+except ImportError as exc:  # the tests simulate the extra's absence
+    raise MissingExtraError("serve", "the HTTP server (reverie serve)") from exc
 
 from reverie.serve.app import create_app
-from reverie.serve.server import background_server, run_server
+from reverie.serve.server import background_server, listen, run_server
 
-__all__ = ["background_server", "create_app", "run_server"]
+__all__ = ["background_server", "create_app", "listen", "run_server"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import math
 import signal
 import socket
@@ -15,9 +16,10 @@ from typing import Any
 import uvicorn
 from sse_starlette.sse import AppStatus
 
+from reverie.errors import ListenError
 from reverie.serve.context import DEFAULT_SHUTDOWN_GRACE_S
 
-__all__ = ["background_server", "run_server"]
+__all__ = ["background_server", "listen", "run_server"]
 
 _STARTUP_TIMEOUT_S = 10.0
 
@@ -80,17 +82,66 @@ class _ForegroundServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-async def run_server(app: Any, *, host: str, port: int, log_level: str = "info") -> None:
+def listen(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``0``: a free port), ready for :func:`run_server`.
+
+    Binding first, before anything else starts, makes "the port is in use" a typed error the
+    CLI reports with its own exit code, instead of a log line from deep inside uvicorn.
+
+    Raises:
+        ListenError: the address is in use, cannot be resolved, or binding is not permitted.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise ListenError(host, port, f"the host cannot be resolved ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn does: a restarted server may rebind while old connections are in TIME_WAIT
+        # (it never lets two listeners share a port on Linux).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        reason = "the address is already in use" if exc.errno == errno.EADDRINUSE else None
+        raise ListenError(host, port, reason or exc.strerror or type(exc).__name__) from None
+    return sock
+
+
+async def run_server(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    log_level: str = "info",
+    sock: socket.socket | None = None,
+) -> None:
     """Serve ``app`` until SIGINT or SIGTERM, then shut down gracefully and return.
 
     New connections are refused at once; open streams may go on for the app's
     ``shutdown_grace_s`` (then their streamed turns are cancelled as ``server shutdown``); the
     app's lifespan then cancels its background work. The caller closes the runtime afterwards.
+
+    Args:
+        app: The ASGI app.
+        host: The address to listen on (also what the logs name).
+        port: The port to listen on.
+        log_level: uvicorn's log level.
+        sock: A socket from :func:`listen` to serve on instead of binding ``host:port`` here.
+
+    Raises:
+        ListenError: ``sock`` is not given and ``host:port`` cannot be bound.
     """
+    listener = sock if sock is not None else listen(host, port)
     server = _ForegroundServer(_config(app, host=host, port=port, log_level=log_level))
     try:
-        await server.serve()
+        await server.serve(sockets=[listener])
     finally:
+        if sock is None:
+            listener.close()
         # sse-starlette records a shutdown in a process-wide flag that nothing resets: left
         # set, every stream of a later server in this process would end at once.
         AppStatus.should_exit = False

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs
 
-from reverie.errors import ConfigError
+from reverie.errors import ConfigError, MissingExtraError
 from reverie.store.base import (
     CHECKPOINT_KINDS,
     TERMINAL_STATUSES,
@@ -145,9 +145,6 @@ def _postgres_store(url: str) -> Store:
         from reverie.store.postgres import PostgresStore
     except ImportError as exc:
         if not (exc.name or "").startswith("reverie"):  # psycopg, or its libpq wrapper
-            raise ImportError(
-                "the PostgreSQL store needs psycopg 3: pip install 'reverie[postgres]'",
-                name=exc.name,
-            ) from exc
+            raise MissingExtraError("postgres", "the PostgreSQL store") from exc
         raise
     return PostgresStore(url)

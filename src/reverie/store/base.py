@@ -181,9 +181,14 @@ class Store(Protocol):
         ...
 
     async def list_runs(
-        self, *, scope: Scope | None = None, statuses: Sequence[str] | None = None, limit: int = 100
+        self,
+        *,
+        scope: Scope | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunRecord]:
-        """Newest first."""
+        """Newest first; ``scope`` narrows to its tenant and user, ``tenant`` to one tenant."""
         ...
 
     async def set_run_status(

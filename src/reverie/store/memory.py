@@ -190,12 +190,18 @@ class MemoryStore(MemoryDocuments):
             raise NotFoundError(f"run {run_id} not found") from None
 
     async def list_runs(
-        self, *, scope: Scope | None = None, statuses: Sequence[str] | None = None, limit: int = 100
+        self,
+        *,
+        scope: Scope | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunRecord]:
         rows = [
             r
             for r in self._runs.values()
             if (scope is None or (r.scope.tenant, r.scope.user) == (scope.tenant, scope.user))
+            and (tenant is None or r.scope.tenant == tenant)
             and (statuses is None or r.status in statuses)
         ]
         rows.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)

@@ -245,12 +245,17 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
         return await self._select_one(f"run {run_id}", schema.row_run, sql, (run_id,))
 
     async def list_runs(
-        self, *, scope: Scope | None = None, statuses: Sequence[str] | None = None, limit: int = 100
+        self,
+        *,
+        scope: Scope | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a scope (tenant and user) and/or in some statuses, newest first."""
+        """Runs of a scope (tenant and user) or a tenant, and/or in some statuses, newest first."""
         if statuses is not None and not statuses:
             return []
-        where, params = db.where(scope, statuses)
+        where, params = db.where(scope, statuses, tenant=tenant)
         sql = f"SELECT * FROM runs{where} ORDER BY created_at DESC, run_id DESC LIMIT %s"
         return await self._select("list runs", schema.row_run, sql, [*params, max(0, limit)])
 

@@ -144,10 +144,15 @@ async def insert(conn: Conn, table: str, columns: Mapping[str, Any], suffix: str
     return await execute(conn, insert_sql(table, list(columns)) + suffix, list(columns.values()))
 
 
-def where(scope: Scope | None, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
+def where(
+    scope: Scope | None, statuses: Sequence[str] | None, *, tenant: str | None = None
+) -> tuple[str, list[Any]]:
     """The WHERE clause of the list queries: scope means tenant and user, as in MemoryStore."""
     clauses: list[str] = []
     params: list[Any] = []
+    if tenant is not None:
+        clauses.append("scope_tenant = %s")
+        params.append(tenant)
     if scope is not None:
         clauses.append("scope_tenant = %s AND scope_user = %s")
         params += [scope.tenant, scope.user]

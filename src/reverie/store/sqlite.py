@@ -278,12 +278,17 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
         return await self._select_one(f"run {run_id}", schema.row_run, sql, (run_id,))
 
     async def list_runs(
-        self, *, scope: Scope | None = None, statuses: Sequence[str] | None = None, limit: int = 100
+        self,
+        *,
+        scope: Scope | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
     ) -> list[RunRecord]:
-        """Runs of a scope (tenant and user) and/or in some statuses, newest first."""
+        """Runs of a scope (tenant and user) or a tenant, and/or in some statuses, newest first."""
         if statuses is not None and not statuses:
             return []
-        where, params = schema.where(scope, statuses)
+        where, params = schema.where(scope, statuses, tenant=tenant)
         sql = f"SELECT * FROM runs{where} ORDER BY created_at DESC, run_id DESC LIMIT ?"
         return await self._select("list runs", schema.row_run, sql, [*params, limit])
 

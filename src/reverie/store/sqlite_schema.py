@@ -156,10 +156,15 @@ def marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def where(scope: Scope | None, statuses: Sequence[str] | None) -> tuple[str, list[Any]]:
+def where(
+    scope: Scope | None, statuses: Sequence[str] | None, *, tenant: str | None = None
+) -> tuple[str, list[Any]]:
     """The WHERE clause of the list queries: scope means tenant and user, as in MemoryStore."""
     clauses: list[str] = []
     params: list[Any] = []
+    if tenant is not None:
+        clauses.append("scope_tenant = ?")
+        params.append(tenant)
     if scope is not None:
         clauses.append("scope_tenant = ? AND scope_user = ?")
         params += [scope.tenant, scope.user]

@@ -20,6 +20,8 @@ Strict by default, like the OpenAI fake: a request breaking the Messages API's c
 naming the rule. ``FakeAnthropicServer(script, strict=False)`` answers it from the script.
 Default ``tool_use`` ids (``toolu_<n>``) count across the server's answers, so they never repeat
 within a conversation, as the API's never do.
+:class:`FakeRawStream` sends exactly the ``(event_name, data)`` events given (pass
+``done=False``: Anthropic streams end without ``[DONE]``), to script malformed or unknown events.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from reverie.testing.fake_openai import (
     FakeHang,
     FakeMalformed,
     FakeModelServer,
+    FakeRawStream,
     FakeReply,
     FakeStep,
     Script,
@@ -158,6 +161,8 @@ class FakeAnthropicServer(FakeModelServer):
                     _stream_error(step, body, n, api_key), media_type="text/event-stream"
                 )
             return _error(step, api_key)
+        if isinstance(step, FakeRawStream):
+            return StreamingResponse(step.body(), media_type="text/event-stream")
         if isinstance(step, FakeMalformed):
             if streaming:
                 events = [

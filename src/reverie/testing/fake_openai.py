@@ -22,7 +22,9 @@ request body to a step). A step is:
 - a :class:`FakeError`: an HTTP error status with an OpenAI-style error body (or, with
   ``mid_stream=True``, an error event inside a 200 stream);
 - a :class:`FakeHang`: no answer for a while (longer than the client's timeout), then ``then``;
-- a :class:`FakeMalformed`: a 200 response whose body (or SSE data) is not JSON.
+- a :class:`FakeMalformed`: a 200 response whose body (or SSE data) is not JSON;
+- a :class:`FakeRawStream`: a 200 stream of exactly the events given (malformed chunk shapes,
+  ``"choices": null``, unknown event types), to test how a client copes with a broken server.
 
 A request past the end of a list script gets a 400 naming the script, which the providers
 classify as ``internal``. The server runs uvicorn on ``127.0.0.1`` on a free port, in a
@@ -72,6 +74,7 @@ __all__ = [
     "FakeMalformed",
     "FakeModelServer",
     "FakeOpenAIServer",
+    "FakeRawStream",
     "FakeReply",
     "FakeStep",
     "FakeToolCall",
@@ -161,7 +164,40 @@ class FakeMalformed:
     body: str = '{"choices": [ this is not json'
 
 
-FakeStep = str | ModelResponse | ModelError | FakeReply | FakeError | FakeHang | FakeMalformed
+@dataclass(frozen=True, slots=True)
+class FakeRawStream:
+    """A 200 event stream of exactly these events, whatever the request asked for.
+
+    Each event is its data (a ``str`` is sent as is, anything else as JSON) or a pair
+    ``(event_name, data)`` for a named event (Anthropic streams name theirs). With ``done``, a
+    final ``data: [DONE]`` follows, as OpenAI streams end.
+    """
+
+    events: Sequence[Any]
+    done: bool = True
+
+    def body(self) -> Iterator[bytes]:
+        """The events as server-sent-event bytes."""
+        for item in self.events:
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+                name, data = item
+            else:
+                name, data = None, item
+            yield sse(data if isinstance(data, str) else json.dumps(data), name)
+        if self.done:
+            yield sse("[DONE]")
+
+
+FakeStep = (
+    str
+    | ModelResponse
+    | ModelError
+    | FakeReply
+    | FakeError
+    | FakeHang
+    | FakeMalformed
+    | FakeRawStream
+)
 """One scripted answer."""
 
 Script = Sequence[FakeStep] | Callable[[dict[str, Any]], FakeStep]
@@ -544,6 +580,8 @@ class FakeOpenAIServer(FakeModelServer):
                     media_type="text/event-stream",
                 )
             return _openai_error(step, api_key)
+        if isinstance(step, FakeRawStream):
+            return StreamingResponse(step.body(), media_type="text/event-stream")
         if isinstance(step, FakeMalformed):
             if streaming:
                 return StreamingResponse(iter([sse(step.body)]), media_type="text/event-stream")
