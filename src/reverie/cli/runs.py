@@ -24,7 +24,6 @@ from reverie.cli.ids import resolve_run_id
 from reverie.cli.render import print_json, run_payload, show_result, show_run, show_runs
 from reverie.core.scope import Scope
 from reverie.errors import RunBusy, UnknownAgentError, UsageError
-from reverie.store.base import TERMINAL_STATUSES
 
 __all__ = ["app"]
 
@@ -148,6 +147,8 @@ def resume(
     """
 
     async def main() -> int:
+        from reverie.store.base import TERMINAL_STATUSES
+
         cfg = load(config)
 
         async with open_session(cfg, store, hooks=True, memory=True) as session:
@@ -191,6 +192,8 @@ def cancel(
         return code
 
     async def main() -> int:
+        from reverie.store.base import TERMINAL_STATUSES
+
         cfg = load(config)
 
         nonlocal resolved
