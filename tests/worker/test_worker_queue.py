@@ -180,6 +180,20 @@ async def test_a_gated_run_approved_through_the_producer_completes_on_a_worker(
         assert [i.role for i in items] == ["user", "assistant", "tool", "assistant"]
 
 
+async def test_resume_after_a_gate_is_its_own_job_kind(pool: Pool) -> None:
+    async with Runtime.open(pool.url, dispatch="queue", agents=_agents()) as rt:
+        handle = await rt.start(_agents()[1], "message ana", scope=ANA)
+        async with asyncio.timeout(RESULT_TIMEOUT_S):
+            blocked = await handle.result()
+        assert blocked.gate is not None
+        async with asyncio.timeout(RESULT_TIMEOUT_S):
+            done = await rt.approve(blocked.gate.ref)
+    assert done.status == "completed"
+    logs = "".join(err.read_text(encoding="utf-8") for err in pool.stderr)
+    assert logs.count(f"job: advance run {handle.run_id}") == 1, logs  # its first segment only
+    assert f"job: resume run {handle.run_id} after its gate" in logs, logs
+
+
 async def test_the_worker_logs_each_job_it_runs_at_info(pool: Pool) -> None:
     async with Runtime.open(pool.url, dispatch="queue", agents=_agents()) as rt:
         handle = await rt.start(_agents()[0], "note", scope=ANA)

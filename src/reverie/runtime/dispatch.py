@@ -6,8 +6,19 @@ on procrastinate, a PostgreSQL task queue kept in the same database as the store
 processes (:func:`serve_jobs`, behind ``reverie worker``) take the jobs and call
 ``Runtime.resume(run_id)``.
 
-Every job of a run carries the lock and the queueing lock ``reverie:run:<run_id>``: at most one
-job per run waits in the queue, and jobs of one run never run at once. Should a job still be
+Three job kinds, each its own procrastinate task:
+
+- ``reverie.advance_run(run_id)`` (:data:`TASK_NAME`): start or continue a run;
+- ``reverie.resume_after_gate(run_id)`` (:data:`RESUME_TASK`): continue a run whose gate was
+  resolved;
+- ``reverie.curation_pass(tenant, user)`` (:data:`PASS_TASK`): advance the owner's curation
+  passes. A pass is never run inline where the turn that made it due finished: the worker that
+  ran the turn enqueues this job (:func:`serve_jobs` hands its runtime a dispatcher for
+  background work). Its lock and queueing lock are per owner (``reverie:curation:<tenant>:<user>``):
+  one such job per owner waits at a time, and it takes every queued pass of the owner.
+
+The run jobs carry the lock and the queueing lock ``reverie:run:<run_id>``: at most one job per
+run waits in the queue, and jobs of one run never run at once. Should a job still be
 delivered twice (a worker lost mid-job and its job retried), the run lease
 (docs/durability.md) keeps the run single-writer: the second worker gets ``RunBusy`` and
 treats the job as done.
@@ -17,13 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from reverie.core.events import RunFinished, event_from_dict
+from reverie.core.scope import Scope
 from reverie.errors import ConfigError, LeaseLost, MissingExtraError, RunBusy
+from reverie.memory.curation import pass_prefix
 from reverie.runtime.event_log import follow_events, last_seq, run_settled
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import RunHandle
@@ -39,8 +53,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("reverie.dispatch")
 
 __all__ = [
+    "PASS_TASK",
     "QUEUE",
     "RECOVER_EVERY_S",
+    "RESUME_TASK",
     "TASK_NAME",
     "QueueDispatcher",
     "ensure_queue_schema",
@@ -51,6 +67,10 @@ __all__ = [
 
 TASK_NAME: Final = "reverie.advance_run"
 """The procrastinate task of an "advance run R" job; its one argument is ``run_id``."""
+RESUME_TASK: Final = "reverie.resume_after_gate"
+"""The task of a "resume run R after its gate" job; its one argument is ``run_id``."""
+PASS_TASK: Final = "reverie.curation_pass"
+"""The task of a "curate owner O" job; its arguments are ``tenant`` and ``user``."""
 QUEUE: Final = "reverie"
 """The procrastinate queue reverie's jobs go to (workers listen to it only)."""
 RECOVER_EVERY_S: Final = 30.0
@@ -72,6 +92,33 @@ def _require_postgres(url: str) -> None:
 
 def _lock(run_id: str) -> str:
     return f"reverie:run:{run_id}"
+
+
+def _owner_lock(tenant: str, user: str) -> str:
+    return f"reverie:curation:{tenant}:{user}"
+
+
+def is_pass(run: RunRecord) -> bool:
+    """Whether ``run`` is a curation pass (its key is one of its owner's pass ids)."""
+    return (run.idempotency_key or "").startswith(pass_prefix(run.scope))
+
+
+_ADVANCING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "reverie_advancing_job_run", default=None
+)
+
+
+def advanced_by_a_job(run_id: str) -> bool:
+    """Whether this task is the job that advances ``run_id`` (so it runs here, not queued)."""
+    return _ADVANCING.get() == run_id
+
+
+async def _advance_here(rt: Runtime, run_id: str) -> RunResult:
+    token = _ADVANCING.set(run_id)
+    try:
+        return await rt.resume(run_id)
+    finally:
+        _ADVANCING.reset(token)
 
 
 def _app(url: str) -> procrastinate.App:
@@ -135,26 +182,46 @@ class QueueDispatcher:
             app, self._app = self._app, None
             await app.close_async()
 
-    async def enqueue(self, run_id: str) -> None:
-        """Defer a job that advances ``run_id`` (a no-op when one is already waiting)."""
+    async def enqueue(self, run_id: str, *, task: str = TASK_NAME) -> None:
+        """Defer a job of ``task`` (advance, or resume after a gate) for ``run_id`` (a no-op
+        when one is already waiting)."""
+        await self._defer(task, _lock(run_id), run_id=run_id)
+
+    async def enqueue_pass(self, owner: Scope) -> None:
+        """Defer a job that advances the owner's queued passes (a no-op when one is waiting:
+        it takes every pass queued by the time it runs)."""
+        lock = _owner_lock(owner.tenant, owner.user)
+        await self._defer(PASS_TASK, lock, tenant=owner.tenant, user=owner.user)
+
+    async def _defer(self, task: str, lock: str, **arguments: str) -> None:
         from procrastinate.exceptions import AlreadyEnqueued
 
         if self._app is None:
             raise RuntimeError("the queue dispatcher is not open")
-        deferrer = self._app.configure_task(
-            TASK_NAME, queue=QUEUE, lock=_lock(run_id), queueing_lock=_lock(run_id)
-        )
+        deferrer = self._app.configure_task(task, queue=QUEUE, lock=lock, queueing_lock=lock)
         with contextlib.suppress(AlreadyEnqueued):
-            await deferrer.defer_async(run_id=run_id)
+            await deferrer.defer_async(**arguments)
 
     async def dispatch(
-        self, rt: Runtime, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]]
+        self,
+        rt: Runtime,
+        run: RunRecord,
+        spawn: Callable[[Any], asyncio.Task[None]],
+        *,
+        resumed: bool = False,
     ) -> RunHandle:
-        """Enqueue the run's job; a handle whose result and events come from the store (every
-        event the worker records, with a run event log; else the final ``run_finished``)."""
+        """Enqueue the run's job — a curation pass's owner job, a blocked run's "resume after
+        gate" job, else "advance run" — and return a handle whose result and events come from
+        the store (every event the worker records, with a run event log; else the final
+        ``run_finished``)."""
         log_ = rt.store if isinstance(rt.store, RunEventLog) else None
         start = await last_seq(log_, run.run_id) if log_ is not None else 0
-        await self.enqueue(run.run_id)
+        if is_pass(run):
+            await self.enqueue_pass(run.scope)
+        elif resumed and run.status == "blocked":
+            await self.enqueue(run.run_id, task=RESUME_TASK)
+        else:
+            await self.enqueue(run.run_id)
         return watching_handle(rt, run, spawn, start=start)
 
 
@@ -210,20 +277,21 @@ async def serve_jobs(
     """Run a procrastinate worker that advances runs with ``rt`` until SIGTERM or SIGINT.
 
     ``rt`` (local dispatch, open, with the agents registered) resumes each job's run; a run
-    another worker holds (``RunBusy``/``LeaseLost``) counts as done. ``rt.recover()`` runs at
-    start and every ``recover_every_s`` seconds, for runs whose worker died.
+    another worker holds (``RunBusy``/``LeaseLost``) counts as done. Background work ``rt``
+    starts itself — a curation pass a turn made due — goes to the queue as its own job.
+    ``rt.recover()`` runs at start and every ``recover_every_s`` seconds, for runs whose worker
+    died.
     """
     from procrastinate.worker import Worker
 
     _require_postgres(url)
     await ensure_queue_schema(url)
     app = _app(url)
+    background = QueueDispatcher(url)
 
-    @app.task(name=TASK_NAME, queue=QUEUE, retry=3)
-    async def advance_run(run_id: str) -> None:
-        log.info("job: advance run %s", run_id)
+    async def advance(run_id: str) -> None:
         try:
-            result = await rt.resume(run_id)
+            result = await _advance_here(rt, run_id)
         except (RunBusy, LeaseLost):
             log.info("run %s: another worker has it", run_id)
             return
@@ -231,6 +299,25 @@ async def serve_jobs(
             log.warning("job: run %s raised %s (the job is retried)", run_id, type(exc).__name__)
             raise
         log.info("job: run %s is %s", run_id, result.status)
+
+    @app.task(name=TASK_NAME, queue=QUEUE, retry=3)
+    async def advance_run(run_id: str) -> None:
+        log.info("job: advance run %s", run_id)
+        await advance(run_id)
+
+    @app.task(name=RESUME_TASK, queue=QUEUE, retry=3)
+    async def resume_after_gate(run_id: str) -> None:
+        log.info("job: resume run %s after its gate", run_id)
+        await advance(run_id)
+
+    @app.task(name=PASS_TASK, queue=QUEUE, retry=3)
+    async def curation_pass(tenant: str, user: str) -> None:
+        owner = Scope(tenant=tenant, user=user)
+        runs = await rt.store.list_runs(scope=owner, statuses=["queued", "running"], limit=100)
+        for run in reversed(runs):  # oldest first
+            if is_pass(run):
+                log.info("job: curation pass run %s of %s/%s", run.run_id, tenant, user)
+                await advance(run.run_id)
 
     async def recover_forever() -> None:
         while True:
@@ -240,7 +327,12 @@ async def serve_jobs(
                 log.exception("recover failed; retrying in %s s", recover_every_s)
             await asyncio.sleep(recover_every_s)
 
-    async with app.open_async():
+    await background.open()
+    rt._background_queue = background
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(background.aclose)
+        stack.callback(setattr, rt, "_background_queue", None)
+        await stack.enter_async_context(app.open_async())
         worker = Worker(
             app=app,
             queues=[QUEUE],

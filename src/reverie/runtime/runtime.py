@@ -43,7 +43,7 @@ from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import curator_for
-from reverie.runtime.dispatch import QueueDispatcher
+from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
 from reverie.runtime.event_hooks import EventHookTap
 from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
@@ -151,6 +151,8 @@ class Runtime:
         self._opened = False
         self._owner: str | None = None
         self._queue: QueueDispatcher | None = None  # set by open(..., dispatch="queue")
+        # Set by a worker (dispatch.serve_jobs): the queue its own background work goes to.
+        self._background_queue: QueueDispatcher | None = None
         self._memory = memory_service(memory, budget_bytes=memory_budget_bytes)
         # Checked here, so a bad curation setting fails Runtime.open, not a later turn.
         self._curator = curator_for(
@@ -514,9 +516,12 @@ class Runtime:
 
     async def _dispatch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
         """Advance the run here (local dispatch) or enqueue it for a worker (queue)."""
-        if self._queue is None:
+        queue = self._queue
+        if queue is None and is_pass(run) and not advanced_by_a_job(run.run_id):
+            queue = self._background_queue  # a worker's pass is its own job, never inline
+        if queue is None:
             return self._launch(run, resumed=resumed)
-        return await self._queue.dispatch(self, run, self._spawn)
+        return await queue.dispatch(self, run, self._spawn, resumed=resumed)
 
     def _launch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
         active = self._active.get(run.run_id)
