@@ -217,6 +217,68 @@ async def test_interrupt_policy_cancels_the_active_run_and_closes_its_gate_then_
         assert unanswered_calls(model.requests[0].messages) == []
 
 
+async def test_enqueue_on_a_blocked_run_is_delivered_after_the_approval() -> None:
+    ran: list[str] = []
+
+    @tool(effects={"write"}, needs_approval=True)
+    async def deploy() -> str:
+        """Deploys."""
+        ran.append("deploy")
+        return "deployed"
+
+    seen: list[list[str]] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        users = [m.content for m in request.messages if m.role == "user"]
+        seen.append(users)
+        if not any(m.role == "tool" for m in request.messages):
+            return call("deploy")
+        return reply(f"answered {len(users)} messages")
+
+    agent = Agent(name="a", model=ScriptedModel(script), tools=[deploy])
+    async with Runtime.open(":memory:") as rt:
+        blocked = await rt.run(agent, "ship it", scope=SCOPE)
+        assert blocked.gate is not None
+        joined = await rt.start(
+            agent, "and tell me", scope=SCOPE, thread_id=blocked.thread_id, thread_policy="enqueue"
+        )
+        assert joined.run_id == blocked.run_id
+        done = await rt.approve(blocked.gate.ref)
+        assert ran == ["deploy"]  # the approved call ran first, then the follow-up
+        assert done.status == "completed" and done.text == "answered 2 messages"
+        assert seen[-1] == ["ship it", "and tell me"]
+        assert unanswered_calls(await thread_messages(rt, blocked.thread_id)) == []
+
+
+async def test_interrupt_policy_on_a_run_mid_tool_cancels_it_and_keeps_the_thread_well_formed() -> (
+    None
+):
+    started = asyncio.Event()
+
+    @tool(effects={"write"})
+    async def slow() -> str:
+        """Never returns by itself."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    agent = Agent(name="a", model=ScriptedModel([call("slow")]), tools=[slow])
+    model = ScriptedModel([reply("new turn")])
+    async with Runtime.open(":memory:") as rt:
+        h = await rt.start(agent, "go", scope=SCOPE)
+        await started.wait()
+        r = await rt.run(
+            Agent(name="b", model=model),
+            "stop that",
+            scope=SCOPE,
+            thread_id=h.thread_id,
+            thread_policy="interrupt",
+        )
+        assert r.status == "completed" and r.text == "new turn"
+        assert (await h.result()).status == "cancelled"
+        assert unanswered_calls(model.requests[0].messages) == []
+
+
 async def test_thread_policy_default_comes_from_the_runtime() -> None:
     async with Runtime.open(":memory:", thread_policy="interrupt") as rt:
         blocked = await rt.run(_blocking_agent(), "ship it", scope=SCOPE)

@@ -110,8 +110,9 @@ class ExitApplier:
         """Validate, write the status, announce it, fire ``after_turn``; return the result."""
         exit_ = await self.validate(run, exit_)
         status: RunStatus = exit_.status  # type: ignore[assignment]
-        if status in TERMINAL_STATUSES:
-            # Transcript well-formedness: no call of this run is left without a result.
+        if status in ("failed", "cancelled"):
+            # Transcript well-formedness: no call of this run is left without a result. (A
+            # completed run answered all of its calls before its final answer.)
             await settle_open_calls(self.store, run, fence=fence, status=status)
         if status in TERMINAL_STATUSES and self.before_terminal is not None:
             await self.before_terminal(run, exit_)

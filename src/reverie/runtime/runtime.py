@@ -832,11 +832,9 @@ class Runtime:
             run = await self.store.get_run(run_id)
             if run.status in TERMINAL_STATUSES:
                 return await self._applier.result_of(run)
-        if run.status == "blocked" and run.exit is not None:
-            ref = run.exit.get("gate_ref")
-            pending = ref is not None and (await self.store.get_gate(str(ref))).status == "pending"
-            if pending and not run.cancel_requested:
-                return await self._applier.result_of(run)  # still waiting for a person
+        blocked = run.status == "blocked" and not run.cancel_requested
+        if blocked and await self._waits_for_a_person(run):
+            return await self._applier.result_of(run)  # still waiting for a person
         leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
         if leased and not owner_gone(run.lease_owner) and run.lease_owner != self._owner:
             raise RunBusy(f"run {run_id} is leased by a live worker")
