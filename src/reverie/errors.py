@@ -13,6 +13,7 @@ The hierarchy::
     │   ├── ConflictError             a compare-and-swap write lost (stale version)
     │   ├── LeaseLost                 a write carried a stale fencing token
     │   ├── RunBusy                   the run is leased by a live worker
+    │   ├── TranscriptConflict        a step commit found the thread moved on
     │   ├── NotFoundError             a run, thread, gate or document does not exist
     │   └── CorruptCheckpointError    a checkpoint row cannot be decoded (names the run)
     ├── ModelError                    a model call failed; ``kind`` is its §4.2 class
@@ -149,6 +150,14 @@ class ConflictError(StoreError):
 
 class LeaseLost(StoreError):
     """A write carried a fencing token that is no longer current for the run."""
+
+
+class TranscriptConflict(StoreError):
+    """A step commit expected the thread's transcript to end at a seq it no longer ends at.
+
+    Another writer appended to the thread; the step was not written. The run resumes from its
+    last checkpoint (the transcript is read again).
+    """
 
 
 class RunBusy(StoreError):

@@ -33,9 +33,12 @@ __all__ = [
     "InputKind",
     "InputRecord",
     "JournalEntry",
+    "JournalWrite",
     "NewItem",
     "RunRecord",
     "RunStatus",
+    "StepReceipt",
+    "StepWrite",
     "Store",
     "ThreadRecord",
     "TranscriptItem",
@@ -122,6 +125,57 @@ class GateRecord:
     resolved_at: float | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JournalWrite:
+    """One side-effect journal record carried by a step commit."""
+
+    call_id: str
+    tool: str
+    state: Literal["started", "finished"]
+    outcome: Mapping[str, Any] | None = None
+    """The call's outcome (``finished`` only)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepWrite:
+    """What one loop boundary makes durable, as one transaction (:meth:`Store.commit_step`).
+
+    ``items`` carry refs and seqs the writer drew: their seqs follow ``after_seq`` without a gap,
+    and the store refuses the whole step (:class:`reverie.errors.TranscriptConflict`, nothing
+    written) when the thread's head is no longer ``after_seq`` (a foreign append). Journal
+    records, then items, are always written; the *guarded* parts — the checkpoint, the input
+    ack and the seal — only when no input of the run has a cursor past ``guard_cursor``
+    (``None``: unguarded). The receipt says which happened.
+    """
+
+    thread_id: str
+    items: Sequence[TranscriptItem] = ()
+    after_seq: int | None = None
+    """The thread's head seq (superseded rows count) the items follow; required with items."""
+    journal: Sequence[JournalWrite] = ()
+    checkpoint_kind: CheckpointKind | None = None
+    checkpoint: bytes | None = None
+    """Replaces the run's latest checkpoint (with ``checkpoint_kind``)."""
+    ack_cursor: int | None = None
+    """Mark the run's inputs up to this cursor delivered."""
+    seal: bool = False
+    """Close the run's input queue (as :meth:`Store.seal_inputs` does when nothing waits)."""
+    guard_cursor: int | None = None
+    """The highest input cursor the writer has seen; see the class docstring."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepReceipt:
+    """What a step commit learned, inside the same transaction."""
+
+    head_seq: int
+    """The thread's head seq after the step."""
+    inputs_waiting: bool
+    """An input past ``guard_cursor`` exists: the guarded parts were not written."""
+    cancel_requested: bool
+    """The run's durable cancel request (set by another process, perhaps)."""
+
+
 class Store(Protocol):
     """Durable state of runs. All methods are async and never block the event loop."""
 
@@ -156,6 +210,19 @@ class Store(Protocol):
         self, thread_id: str, *, upto_seq: int | None = None, last: int | None = None
     ) -> list[TranscriptItem]:
         """Non-superseded rows of a thread in ``seq`` order, optionally up to a seq / last N."""
+        ...
+
+    async def thread_head(self, thread_id: str) -> int:
+        """The thread's highest seq, superseded rows included (0 for an empty thread)."""
+        ...
+
+    async def commit_step(self, run_id: str, step: StepWrite, *, fence: int) -> StepReceipt:
+        """Write a loop boundary atomically: all of it or nothing, with the fence checked once.
+
+        :class:`LeaseLost` for a stale fence, :class:`NotFoundError` for a missing thread or run,
+        :class:`reverie.errors.TranscriptConflict` when the thread moved past ``after_seq`` —
+        in each case nothing is written.
+        """
         ...
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:

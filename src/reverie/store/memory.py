@@ -20,6 +20,8 @@ from reverie.errors import (
     RunBusy,
     RunEndedError,
     ThreadBusy,
+    TranscriptConflict,
+    UsageError,
 )
 from reverie.store.base import (
     ACTIVE_STATUSES,
@@ -33,6 +35,8 @@ from reverie.store.base import (
     NewItem,
     RunRecord,
     RunStatus,
+    StepReceipt,
+    StepWrite,
     ThreadRecord,
     TranscriptItem,
 )
@@ -147,6 +151,59 @@ class MemoryStore(MemoryDocuments):
                 break
         out.reverse()
         return out
+
+    async def thread_head(self, thread_id: str) -> int:
+        await self.get_thread(thread_id)
+        return len(self._thread_items[thread_id])
+
+    async def commit_step(self, run_id: str, step: StepWrite, *, fence: int) -> StepReceipt:
+        # Every check first, then every write: no await in between, so it is one transaction.
+        await self.get_thread(step.thread_id)
+        self._check_fence(run_id, fence)
+        refs = self._thread_items[step.thread_id]
+        if step.items:
+            if step.after_seq != len(refs):
+                raise TranscriptConflict(
+                    f"thread {step.thread_id} ends at seq {len(refs)}, not {step.after_seq}"
+                )
+            for expected, item in enumerate(step.items, start=len(refs) + 1):
+                if item.seq != expected or item.thread_id != step.thread_id:
+                    raise UsageError(f"step item {item.ref} must have seq {expected}")
+        queue = self._inputs.get(run_id, [])
+        waiting = step.guard_cursor is not None and any(r.cursor > step.guard_cursor for r in queue)
+        for entry in step.journal:
+            prior = self._journal.get((run_id, entry.call_id))
+            if entry.state == "started" and prior is not None:
+                continue  # started is idempotent; it never overwrites an outcome
+            self._journal[(run_id, entry.call_id)] = JournalEntry(
+                run_id=run_id,
+                call_id=entry.call_id,
+                tool=entry.tool or (prior.tool if prior else ""),
+                state=entry.state,
+                outcome=None if entry.outcome is None else dict(entry.outcome),
+            )
+        for item in step.items:
+            self._items[item.ref] = dataclasses.replace(item, run_id=run_id, meta=dict(item.meta))
+            refs.append(item.ref)
+        if not waiting:
+            if step.checkpoint is not None and step.checkpoint_kind is not None:
+                self._checkpoints[run_id] = CheckpointRecord(
+                    run_id=run_id,
+                    kind=step.checkpoint_kind,
+                    payload=bytes(step.checkpoint),
+                    created_at=_now(),
+                )
+            if step.ack_cursor is not None:
+                for i, rec in enumerate(queue):
+                    if rec.cursor <= step.ack_cursor and not rec.acked:
+                        queue[i] = dataclasses.replace(rec, acked=True)
+            if step.seal:
+                self._sealed.add(run_id)
+        return StepReceipt(
+            head_seq=len(refs),
+            inputs_waiting=waiting,
+            cancel_requested=self._runs[run_id].cancel_requested,
+        )
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:
         count = 0
