@@ -29,12 +29,12 @@ async def test_killed_after_steering_was_polled_but_before_the_checkpoint_it_is_
     ids = crash.run_ids()
     input_id = await steer(crash, ids["run_id"])  # while the tool blocks: not polled yet
     crash.touch("release-1")
-    # The child drains the steering into the transcript, then stops in prompt building:
-    # after the poll, before the BeforeModel checkpoint that would record the new cursor.
+    # The child drains the steering (a staged row), then stops in prompt building: after the
+    # poll, before the BeforeModel step commit that writes the row with the new cursor.
     await crash.wait_for("hook-1.reached", worker=worker)
     await worker.kill()
     polled = [i for i in await crash.transcript(ids["thread_id"]) if i.input_id == input_id]
-    assert [i.content for i in polled] == [STEERING]
+    assert polled == []  # staged rows are durable with their step commit, not before
     checkpoint = await crash.checkpoint(ids["run_id"])
     assert checkpoint is not None and checkpoint.kind == "BeforeSideEffect"
     assert all(STEERING not in contents(r, "user") for r in crash.model_requests())
@@ -47,7 +47,10 @@ async def test_killed_after_steering_was_polled_but_before_the_checkpoint_it_is_
     rows = await crash.transcript(ids["thread_id"])
     assert [i.content for i in rows if i.input_id == input_id] == [STEERING]
     assert [i.content for i in rows if i.role == "user"] == ["please run steer_before", STEERING]
-    assert crash.executions("work", step=1) == 1  # its finished outcome was replayed
+    # An idempotent call's outcome is written with the step commit the kill came before: the
+    # resumed wave runs it again (harmless for an idempotent tool; a non-idempotent one has
+    # its outcome durable at once, see test_crash_side_effects).
+    assert crash.executions("work", step=1) == 2
 
 
 async def test_killed_after_the_checkpoint_that_delivered_steering_it_is_not_delivered_again(

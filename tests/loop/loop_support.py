@@ -17,7 +17,7 @@ from reverie.core.events import RunEvent
 from reverie.core.messages import Message, ModelRequest, ModelResponse, ToolCall
 from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
 from reverie.loop.control import CancelToken
-from reverie.loop.ports import CheckpointKind, PromptBundle
+from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
 from reverie.loop.state import LoopExecutionState
 from reverie.loop.strategies import ContextPlan
 
@@ -170,12 +170,36 @@ class _FakeTranscript:
 
 
 class _FakeCheckpoints:
+    """Step commits with the store's guard: not written while an input past the guard waits."""
+
     def __init__(self, host: FakeHost) -> None:
         self.host = host
+        self.sealed = False
 
-    async def commit(self, kind: CheckpointKind, state: LoopExecutionState) -> None:
-        self.host.log.append(f"checkpoint {kind}")
-        self.host.checkpoints_seen.append((kind, state))
+    async def commit(
+        self,
+        kind: CheckpointKind | None,
+        state: LoopExecutionState,
+        *,
+        guard_cursor: int | None = None,
+        ack_cursor: int | None = None,
+        seal: bool = False,
+    ) -> CommitReceipt:
+        waiting = guard_cursor is not None and any(
+            r.cursor > guard_cursor for r in self.host._inputs
+        )
+        if waiting:
+            self.host.log.append(f"checkpoint {kind} refused: inputs waiting")
+            return CommitReceipt(written=False)
+        if kind is not None:
+            self.host.log.append(f"checkpoint {kind}")
+            self.host.checkpoints_seen.append((kind, state))
+        if ack_cursor is not None:
+            self.host.log.append(f"ack {ack_cursor}")
+        if seal:
+            self.host.log.append("seal")
+            self.sealed = True
+        return CommitReceipt(written=True)
 
 
 class _FakeInputs:
@@ -184,13 +208,6 @@ class _FakeInputs:
 
     async def poll(self, after_cursor: int) -> list[InputRecord]:
         return [r for r in self.host._inputs if r.cursor > after_cursor]
-
-    async def seal(self, after_cursor: int) -> list[InputRecord]:
-        self.host.log.append("seal")
-        return [r for r in self.host._inputs if r.cursor > after_cursor]
-
-    async def ack(self, upto_cursor: int) -> None:
-        self.host.log.append(f"ack {upto_cursor}")
 
 
 class _FakeEvents:

@@ -41,8 +41,9 @@ async def test_tick_order_checkpoints_before_the_model_and_before_side_effects()
         "checkpoint BeforeModel",
         "model",
         "append assistant",
-        "seal",
+        # one step commit: the Final checkpoint with the seal
         "checkpoint Final",
+        "seal",
     ]
     assert state.iteration == 1
 
@@ -64,12 +65,12 @@ async def test_resume_at_the_limit_with_finalize_goes_straight_to_the_finalizer(
 
     assert isinstance(exit_, Completed)
     assert exit_.reason == "max_iterations"
-    # The queue is sealed before the finalizer's one call (what was waiting joins its
-    # transcript; anything later is refused), not after it.
+    # The queue is sealed before the finalizer's one call, with its BeforeModel checkpoint
+    # (what was waiting joins its transcript; anything later is refused), not after it.
     assert host.log == [
-        "seal",
         "build final",
         "checkpoint BeforeModel",
+        "seal",
         "model final",
         "append assistant",
         "checkpoint Final",

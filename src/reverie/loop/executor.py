@@ -94,25 +94,37 @@ class _Executor:
             family.budget.iteration_limit(config.limits.max_iterations),
         )
         self._segment_start = time.monotonic()
-        self._acked_cursor: int | None = None
+        self._acked_cursor = 0
+        self._seen_cursor = 0
+        """The highest input cursor polled: step commits are guarded by it."""
+        self._maybe_inputs = True
+        """Whether inputs may wait past what was polled (then the next boundary polls)."""
+        self._cancel_requested = False
+        """A step commit saw the run's durable cancel request."""
         self._polled: list[InputRecord] = []
         self._last_state = LoopExecutionState()
         """The newest state, for the checkpoint of a cancellation that interrupts a step."""
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
-        self._acked_cursor = state.input_cursor
+        self._acked_cursor = self._seen_cursor = state.input_cursor
         try:
             while True:
                 state = await self._tick(state)
         except _Exit as done:
+            if isinstance(done.exit, Failed):
+                # No checkpoint for a failure, but what the run said and heard is kept: the
+                # staged rows and journal records are written before the status is.
+                await self.host.checkpoints.commit(None, done.state)
             return done.exit, done.state
         except Cancelled as c:
             # Cancellation is a clean exit: checkpoint what we have, then Cancelled. The Final
             # checkpoint says it was a cancellation, so a crash before the status write resumes
             # as Cancelled (never as a completion of whatever assistant row came last).
             ended = Completion(kind="cancelled", refs=(), reason=c.reason)
-            final = await self._commit("Final", replace(self._last_state, completion=ended))
+            final, _ = await self._commit(
+                "Final", replace(self._last_state, completion=ended), guard=False
+            )
             return CancelledExit(reason=c.reason, usage=final.budget.usage()), final
 
     def _boundary(self) -> None:
@@ -121,7 +133,20 @@ class _Executor:
     def _active_s(self, state: LoopExecutionState) -> float:
         return state.budget.active_s + (time.monotonic() - self._segment_start)
 
-    async def _commit(self, kind: CheckpointKind, state: LoopExecutionState) -> LoopExecutionState:
+    async def _commit(
+        self,
+        kind: CheckpointKind,
+        state: LoopExecutionState,
+        *,
+        guard: bool = True,
+        seal: bool = False,
+    ) -> tuple[LoopExecutionState, bool]:
+        """One step commit: staged rows + journal, then (guarded) the checkpoint, ack and seal.
+
+        Returns the state and whether the checkpoint was written. Guarded (the default), it is
+        written only if no input arrived past what this segment has polled — the receipt tells,
+        so a boundary reads the input queue only when something is there.
+        """
         now = time.monotonic()
         state = replace(
             state,
@@ -129,10 +154,32 @@ class _Executor:
                 state.budget, active_s=state.budget.active_s + (now - self._segment_start)
             ),
         )
+        ack = state.input_cursor if state.input_cursor > self._acked_cursor else None
+        receipt = await self.host.checkpoints.commit(
+            kind,
+            state,
+            guard_cursor=None
+            if not guard
+            # A seal must not close over an input not yet delivered; other boundaries only
+            # need to know of inputs they have not seen.
+            else state.input_cursor
+            if seal
+            else max(self._seen_cursor, state.input_cursor),
+            ack_cursor=ack,
+            seal=seal,
+        )
+        if receipt.cancel_requested and not self.host.token.cancelled:
+            self._maybe_inputs = True  # the cancel input says why; the next poll applies it
+            self._cancel_requested = True
+        if not receipt.written:
+            self._maybe_inputs = True
+            return state, False
+        # Cursor-before-ack holds within the one transaction.
         self._segment_start = now
-        await self.host.checkpoints.commit(kind, state)
+        if ack is not None:
+            self._acked_cursor = ack
         self._last_state = state
-        return state
+        return state, True
 
     def _fail(self, state: LoopExecutionState, kind: FailureKind, summary: str) -> _Exit:
         return _Exit(Failed(kind=kind, safe_summary=summary, usage=state.budget.usage()), state)
@@ -192,9 +239,11 @@ class _Executor:
         s = replace(s, surface_version=surface.version)
         bundle = await self.host.prompt.build(s, plan, surface)
 
-        # 5. Checkpoint BeforeModel, then ack what was drained: cursor-before-ack.
-        s = await self._commit("BeforeModel", s)
-        await self._ack(s)
+        # 5. Checkpoint BeforeModel with the ack of what was drained (one step commit). An
+        # input that arrived meanwhile: the checkpoint is not written; the tick starts over.
+        s, written = await self._commit("BeforeModel", s)
+        if not written:
+            return s
 
         # 6. Call the model.
         self._boundary()
@@ -215,7 +264,10 @@ class _Executor:
         the contiguous control prefix, so user inputs keep their order and exactly-once
         delivery; the ones behind are kept for this tick's drain (one poll per tick).
         """
-        records = await self.host.inputs.poll(s.input_cursor)
+        if not self._maybe_inputs:
+            self._polled = []
+            return s
+        records = await self._poll(s)
         s = self._apply_controls(s, records)
         cursor = s.input_cursor
         self._polled = records
@@ -226,7 +278,19 @@ class _Executor:
             cursor = rec.cursor
         else:
             self._polled = []
+        if self._polled:
+            self._maybe_inputs = True  # user inputs seen but not yet delivered: poll again
         return replace(s, input_cursor=cursor) if cursor != s.input_cursor else s
+
+    async def _poll(self, s: LoopExecutionState) -> list[InputRecord]:
+        records = await self.host.inputs.poll(s.input_cursor)
+        self._maybe_inputs = False
+        if records:
+            self._seen_cursor = max(self._seen_cursor, records[-1].cursor)
+        if self._cancel_requested and not any(r.kind == "cancel" for r in records):
+            # The durable request without its input (the requester died in between).
+            self.host.token.cancel("cancelled")
+        return records
 
     def _apply_controls(
         self, s: LoopExecutionState, records: list[InputRecord]
@@ -254,7 +318,7 @@ class _Executor:
         inputs in between are applied first (cancellation wins) and passed over.
         """
         if records is None:
-            records = await self.host.inputs.poll(s.input_cursor)
+            records = await self._poll(s)
         s = self._apply_controls(s, records)
         self._boundary()
         take: list[InputRecord] = []
@@ -285,28 +349,31 @@ class _Executor:
         s = replace(s, input_cursor=cursor, transcript_seq=rows[-1].seq)
         return s, take
 
-    async def _seal(self, s: LoopExecutionState) -> tuple[LoopExecutionState, bool]:
-        """Close the input queue for the end of the run; deliver what was waiting.
+    async def _commit_sealed(
+        self, kind: CheckpointKind, s: LoopExecutionState, *, deliver: bool
+    ) -> tuple[LoopExecutionState, bool, bool]:
+        """Commit ``kind`` and close the input queue for the end of the run, in one step.
 
         Sealing is atomic with enqueueing: an input either is waiting here (and is delivered
-        now, into the transcript) or is refused with ``RunEndedError`` after. Returns whether
-        user inputs were delivered (the caller decides whether the run goes on).
+        into the transcript) or is refused with ``RunEndedError`` after. Returns the state,
+        whether the checkpoint was written and whether user inputs were delivered. With
+        ``deliver`` the caller goes on after a delivery (nothing is committed then); otherwise
+        it keeps sealing until the checkpoint is written.
         """
         delivered = False
         while True:
-            waiting = await self.host.inputs.seal(s.input_cursor)
-            if not waiting:
-                return s, delivered
+            s, written = await self._commit(kind, s, seal=True)
+            if written:
+                return s, True, delivered
             before = s.input_cursor
-            s, took = await self._drain(s, follow_ups=True, records=waiting)
+            s, took = await self._drain(s, follow_ups=True)
             delivered = delivered or bool(took)
-            if s.input_cursor == before:
-                return s, delivered  # nothing we can take (a custom input kind): stop here
-
-    async def _ack(self, s: LoopExecutionState) -> None:
-        if self._acked_cursor is None or s.input_cursor > self._acked_cursor:
-            await self.host.inputs.ack(s.input_cursor)
-            self._acked_cursor = s.input_cursor
+            if took and deliver:
+                return s, False, True
+            if s.input_cursor == before and not took:
+                # Nothing we can take (a custom input kind): commit without sealing.
+                s, _ = await self._commit(kind, s, guard=False)
+                return s, True, delivered
 
     # ------------------------------------------------------------------------------ budgets
     def _limit_reached(self, s: LoopExecutionState, reason: str) -> None:
@@ -466,13 +533,16 @@ class _Executor:
         # completing it. Sealing is atomic with enqueue, so nothing slips in unseen; control
         # inputs among the waiting ones apply first (cancellation still wins; a graceful stop
         # is moot, since the reply already is the answer).
-        if self.family.inputs.drain_follow_up(s):
-            s, delivered = await self._seal(s)
-            if delivered:
-                return replace(s, iteration=s.iteration + 1)
         # The Final checkpoint says what completed, so a resume after a crash here knows.
         done = Completion(kind="reply", refs=s.assistant_refs)
-        s = await self._commit("Final", replace(s, completion=done))
+        if self.family.inputs.drain_follow_up(s):
+            s, written, _ = await self._commit_sealed(
+                "Final", replace(s, completion=done), deliver=True
+            )
+            if not written:
+                return replace(s, completion=None, iteration=s.iteration + 1)
+        else:
+            s, _ = await self._commit("Final", replace(s, completion=done), guard=False)
         raise _Exit(Completed(kind="reply", reply_refs=s.assistant_refs, usage=s.budget.usage()), s)
 
     # ------------------------------------------------------------------------------ waves
@@ -488,18 +558,24 @@ class _Executor:
         self._last_state = s
         emit_assistant(self.host, text, tuple(c.name for c in calls))
         # A stop requested while the model was answering: this is a later wave, none of it runs.
-        s = await self._take_control(s)
-        s = admit_wave(
-            s,
-            calls,
-            surface,
-            self.family,
-            self.limits,
-            rows[0].ref,
-            stopping=s.graceful_stop is not None,
-        )
-        s = await self._commit("BeforeSideEffect", s)
-        return await self._finish_wave(s, calls, surface)
+        # The step commit tells whether an input arrived; only then is the queue read and the
+        # wave admitted again (the assistant row is already written by then).
+        while True:
+            s = await self._take_control(s)
+            admitted = admit_wave(
+                s,
+                calls,
+                surface,
+                self.family,
+                self.limits,
+                rows[0].ref,
+                stopping=s.graceful_stop is not None,
+            )
+            admitted, written = await self._commit("BeforeSideEffect", admitted)
+            if written:
+                break
+            self._boundary()
+        return await self._finish_wave(admitted, calls, surface)
 
     async def _finish_wave(
         self,
@@ -516,7 +592,7 @@ class _Executor:
             raise self._fail(s, _as_failure_kind(result.abort[0]), result.abort[1])
         if result.block is not None:
             call, gated, key = result.block
-            s = await self._commit("BeforeBlock", s)
+            s, _ = await self._commit("BeforeBlock", s, guard=False)
             ref = await self.host.capabilities.open_gate(call, gated, key=key)
             s = replace(s, last_gate=ref)
             emit_gate(self.host, ref, call.name, gated.gate_kind)
@@ -528,11 +604,12 @@ class _Executor:
         if isinstance(decision, Finish):
             # The wave produced the run's result (e.g. a terminal tool): complete with it.
             done = Completion(kind=decision.completion_kind, refs=decision.refs)
-            s, delivered = await self._seal(s)
-            if delivered:
+            s, written, _ = await self._commit_sealed(
+                "Final", replace(s, completion=done), deliver=True
+            )
+            if not written:
                 # A message reached the run as it finished: the model sees it and goes on.
-                return replace(s, iteration=s.iteration + 1)
-            s = await self._commit("Final", replace(s, completion=done))
+                return replace(s, completion=None, iteration=s.iteration + 1)
             raise _Exit(Completed(kind=done.kind, reply_refs=done.refs, usage=s.budget.usage()), s)
         if isinstance(decision, NoProgress):
             if s.graceful_stop is None:
@@ -559,9 +636,6 @@ class _Executor:
         reason = s.graceful_stop
         assert reason is not None
         kind = failure_kind_for(reason)
-        # Seal first: what was waiting is delivered into the transcript the final answer is
-        # made from; anything later is refused (an accepted input is never dropped).
-        s, _ = await self._seal(s)
         cfg = self.config
         plan = self.family.context.plan(s)
         bundle = await self.host.prompt.build(
@@ -573,8 +647,25 @@ class _Executor:
             bundle,
             request=replace(bundle.request, settings=replace(settings, max_tokens=cap)),
         )
-        s = await self._commit("BeforeModel", s)
-        await self._ack(s)
+        # Seal with this checkpoint: what was waiting is delivered into the transcript the final
+        # answer is made from (then the prompt is built again); anything later is refused (an
+        # accepted input is never dropped).
+        while True:
+            s, written, _ = await self._commit_sealed("BeforeModel", s, deliver=True)
+            if written:
+                break
+            plan = self.family.context.plan(s)
+            bundle = replace(
+                bundle,
+                request=replace(
+                    (
+                        await self.host.prompt.build(
+                            s, plan, None, finalizer_prompt=FINALIZER_PROMPTS[reason]
+                        )
+                    ).request,
+                    settings=replace(settings, max_tokens=cap),
+                ),
+            )
         self._boundary()
         try:
             s = self._charge_model_call(s)  # budget errors pass through unchanged
@@ -619,7 +710,7 @@ class _Executor:
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         emit_text(self.host, response.text)
         emit_assistant(self.host, response.text, ())
-        s = await self._commit("Final", s)
+        s, _ = await self._commit("Final", s, guard=False)
         raise _Exit(
             Completed(
                 kind="graceful_summary",

@@ -98,38 +98,59 @@ class CapabilityPort(Protocol):
 
 
 class TranscriptPort(Protocol):
-    """Append-only transcript."""
+    """Append-only transcript, written at the step commits of :class:`CheckpointPort`."""
 
     async def append(self, items: Sequence[NewItem]) -> list[TranscriptItem]:
-        """Append rows; returns them with refs and seqs."""
+        """Stage rows: they get refs and seqs at once and become durable with the next commit.
+
+        A row the loop has appended is part of every later prompt of the segment; a crash
+        before the next commit loses it, and the resume re-makes it from the last checkpoint.
+        """
         ...
 
     async def get(self, refs: Sequence[str]) -> list[TranscriptItem]:
-        """Rows by ref."""
+        """Rows by ref (staged ones included)."""
         ...
 
 
-class CheckpointPort(Protocol):
-    """Checkpoints at the four kinds only."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitReceipt:
+    """What a step commit learned inside its transaction."""
 
-    async def commit(self, kind: CheckpointKind, state: LoopExecutionState) -> None:
-        """Persist the state."""
+    written: bool
+    """The checkpoint (and ack and seal) were written: no input past the guard was waiting."""
+    cancel_requested: bool = False
+    """The run's durable cancel request is set (perhaps by another process)."""
+
+
+class CheckpointPort(Protocol):
+    """Step commits: one store operation per loop boundary (docs/durability.md)."""
+
+    async def commit(
+        self,
+        kind: CheckpointKind | None,
+        state: LoopExecutionState,
+        *,
+        guard_cursor: int | None = None,
+        ack_cursor: int | None = None,
+        seal: bool = False,
+    ) -> CommitReceipt:
+        """Make a boundary durable in one transaction.
+
+        Staged transcript rows and journal records are always written. The checkpoint of
+        ``state`` (none when ``kind`` is ``None``), the ack of inputs up to ``ack_cursor`` and
+        the seal of the input queue are *guarded*: with ``guard_cursor`` given, they are written
+        only if no input past it is waiting — else the receipt says ``written=False`` and the
+        loop polls, delivers, and commits again.
+        """
         ...
 
 
 class InputPort(Protocol):
-    """The run's input queue."""
+    """The run's input queue (delivery is acknowledged by the step commit)."""
 
     async def poll(self, after_cursor: int) -> list[InputRecord]:
         """Inputs past the cursor, in order."""
-        ...
-
-    async def seal(self, after_cursor: int) -> list[InputRecord]:
-        """Stop accepting inputs unless some are waiting past the cursor (then return them)."""
-        ...
-
-    async def ack(self, upto_cursor: int) -> None:
-        """Mark inputs delivered (only after the cursor is checkpointed)."""
         ...
 
 

@@ -42,7 +42,7 @@ from reverie.core.messages import (
 )
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
-from reverie.errors import ModelError, ModelOutputTooLarge
+from reverie.errors import ModelError, ModelOutputTooLarge, TranscriptConflict
 from reverie.hooks import (
     CapabilityHookContext,
     CapabilityResultContext,
@@ -54,12 +54,13 @@ from reverie.hooks import (
     PromptHookContext,
 )
 from reverie.loop.control import CancelToken
-from reverie.loop.ports import CheckpointKind, PromptBundle
+from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
 from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
 from reverie.runtime.events import EventBus
-from reverie.store.base import GateRecord, Store
+from reverie.runtime.window import SegmentTranscript
+from reverie.store.base import GateRecord, JournalWrite, StepWrite, Store
 
 if TYPE_CHECKING:
     from reverie.memory.service import RunMemory
@@ -126,6 +127,11 @@ class RunContext:
     """Call key → digest of the tool descriptor a gate was opened against (checkpointed)."""
     observers: set[asyncio.Task[None]] = field(default_factory=set)
     """In-flight ``event`` hook dispatches; awaited before the segment ends."""
+    segment: SegmentTranscript = field(init=False)
+    """Staged rows and journal records, and the cached prompt window."""
+
+    def __post_init__(self) -> None:
+        self.segment = SegmentTranscript(self.store, self.thread_id, self.run_id)
 
     async def drain_observers(self) -> None:
         """Wait for every ``event`` hook dispatch still running."""
@@ -182,14 +188,12 @@ class StorePrompt:
             remembered = await self.memory.message(state.transcript_seq)
             if remembered is not None:
                 messages.append(remembered)
-        rows = await ctx.store.thread_items(
-            ctx.thread_id, upto_seq=state.transcript_seq, last=plan.window
-        )
+        rows = await ctx.segment.window(state.transcript_seq, plan.window)
         # A window must not open on tool results whose calls fell out of it.
         start = 0
-        while start < len(rows) and rows[start].role == "tool":
+        while start < len(rows) and rows[start][0].role == "tool":
             start += 1
-        messages.extend(_to_message(r) for r in rows[start:])
+        messages.extend(message for _, message in rows[start:])
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
         tools = (
@@ -203,14 +207,13 @@ class StorePrompt:
         return PromptBundle(request=ModelRequest(messages=tuple(messages), tools=tools))
 
 
-def _to_message(row: TranscriptItem) -> Message:
-    return Message(
-        role=row.role,
-        content=row.content,
-        tool_calls=row.tool_calls,
-        tool_call_id=row.tool_call_id,
-        name=row.name,
-    )
+def repeatable(descriptor: CapabilityDescriptor) -> bool:
+    """Whether running the call again after a crash is harmless: idempotent, or declared pure.
+
+    Such a call needs no ``started`` record, and its outcome is written with the next step
+    commit instead of at once (a crash before that runs it again).
+    """
+    return descriptor.idempotent or descriptor.effects == frozenset()
 
 
 class StreamingModel:
@@ -325,7 +328,7 @@ class ToolPort:
                 recorded = outcome_from_dict(entry.outcome)
                 if not isinstance(recorded, CallCancelled):
                     return recorded
-                if not descriptor.idempotent:
+                if not repeatable(descriptor):
                     # Cancelled mid-flight (a shutdown, not a cancel of the run): its effect may
                     # have happened, so a non-idempotent call is not run again.
                     interrupted = CallInterrupted()
@@ -333,7 +336,7 @@ class ToolPort:
                         ctx.run_id, key, outcome_to_dict(interrupted), fence=ctx.fence
                     )
                     return interrupted
-            elif entry is not None and entry.state == "started" and not descriptor.idempotent:
+            elif entry is not None and entry.state == "started" and not repeatable(descriptor):
                 interrupted = CallInterrupted()
                 await ctx.store.journal_finished(
                     ctx.run_id, key, outcome_to_dict(interrupted), fence=ctx.fence
@@ -382,7 +385,10 @@ class ToolPort:
             ctx.gated[key] = descriptor_digest(descriptor)
             return CallGated(reason=f"{call.name} needs approval")
 
-        await ctx.store.journal_started(ctx.run_id, key, call.name, fence=ctx.fence)
+        again = repeatable(descriptor)
+        if not again:
+            # Durable before the call runs: a resume never runs it a second time.
+            await ctx.store.journal_started(ctx.run_id, key, call.name, fence=ctx.fence)
         tool = self.tools[call.name]
         try:
             outcome: CallOutcome = await tool.invoke(
@@ -390,16 +396,24 @@ class ToolPort:
                 ToolContext(run_id=ctx.run_id, call_id=key, scope=ctx.scope, tool_name=call.name),
             )
         except asyncio.CancelledError:
-            # Recorded as cancelled; shielded so the record survives the cancellation.
-            await asyncio.shield(
-                ctx.store.journal_finished(
-                    ctx.run_id, key, outcome_to_dict(CallCancelled()), fence=ctx.fence
+            if not again:
+                # Recorded as cancelled; shielded so the record survives the cancellation.
+                await asyncio.shield(
+                    ctx.store.journal_finished(
+                        ctx.run_id, key, outcome_to_dict(CallCancelled()), fence=ctx.fence
+                    )
                 )
-            )
             raise
         if isinstance(outcome, CallGated):
             ctx.gated[key] = descriptor_digest(descriptor)
+        elif again:
+            ctx.segment.journal.append(
+                JournalWrite(
+                    call_id=key, tool=call.name, state="finished", outcome=outcome_to_dict(outcome)
+                )
+            )
         else:
+            # A call that must not run twice: its outcome is durable the moment it returns.
             await ctx.store.journal_finished(
                 ctx.run_id, key, outcome_to_dict(outcome), fence=ctx.fence
             )
@@ -443,50 +457,88 @@ class ToolPort:
 
 
 class StoreTranscript:
-    """The transcript port over the store."""
+    """The transcript port: rows are staged and written by the next step commit."""
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
     async def append(self, items: Sequence[NewItem]) -> list[TranscriptItem]:
-        return await self.ctx.store.append_items(
-            self.ctx.thread_id, self.ctx.run_id, items, fence=self.ctx.fence
-        )
+        return await self.ctx.segment.stage(items)
 
     async def get(self, refs: Sequence[str]) -> list[TranscriptItem]:
-        return await self.ctx.store.get_items(refs)
+        found = self.ctx.segment.find(refs)
+        missing = [r for r in refs if r not in found]
+        if missing:
+            found.update((r.ref, r) for r in await self.ctx.store.get_items(missing))
+        return [found[r] for r in refs]
 
 
 class StoreCheckpoints:
-    """Checkpoints: canonical state + schema id + family digest, with poisoned hooks."""
+    """Step commits: staged rows + journal, then the checkpoint (canonical state + schema id +
+    family digest, with poisoned hooks), the ack and the seal, in one store operation."""
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
-    async def commit(self, kind: CheckpointKind, state: LoopExecutionState) -> None:
+    async def commit(
+        self,
+        kind: CheckpointKind | None,
+        state: LoopExecutionState,
+        *,
+        guard_cursor: int | None = None,
+        ack_cursor: int | None = None,
+        seal: bool = False,
+    ) -> CommitReceipt:
         ctx = self.ctx
-        host_state = dict(state.host_state)
-        host_state["poisoned_hooks"] = sorted(ctx.poisoned)
-        if ctx.gated:
-            host_state["gated_tools"] = dict(ctx.gated)
-        state = replace(state, host_state=host_state)
-        payload = encode_checkpoint(state, family_digest=ctx.family_digest)
-        await ctx.store.save_checkpoint(ctx.run_id, kind, payload, fence=ctx.fence)
-        ctx.bus.emit(
-            CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
+        items, after_seq, journal = ctx.segment.take()
+        payload: bytes | None = None
+        if kind is not None:
+            host_state = dict(state.host_state)
+            host_state["poisoned_hooks"] = sorted(ctx.poisoned)
+            if ctx.gated:
+                host_state["gated_tools"] = dict(ctx.gated)
+            state = replace(state, host_state=host_state)
+            payload = encode_checkpoint(state, family_digest=ctx.family_digest)
+        elif not items and not journal and ack_cursor is None and not seal:
+            return CommitReceipt(written=True)
+        step = StepWrite(
+            thread_id=ctx.thread_id,
+            items=items,
+            after_seq=after_seq,
+            journal=journal,
+            checkpoint_kind=kind,
+            checkpoint=payload,
+            ack_cursor=ack_cursor,
+            seal=seal,
+            guard_cursor=guard_cursor,
         )
-        if ctx.hooks.registry.hooks("after_checkpoint"):
-            result = await ctx.hooks.observe(
-                "after_checkpoint",
-                CheckpointHookContext(
-                    scope=ctx.scope,
-                    run_id=ctx.run_id,
-                    checkpoint_kind=kind,
-                    iteration=state.iteration,
-                ),
-                poisoned=ctx.poisoned,
+        try:
+            receipt = await ctx.store.commit_step(ctx.run_id, step, fence=ctx.fence)
+        except TranscriptConflict:
+            ctx.segment.invalidate()
+            raise
+        except BaseException:
+            # Not written (or not known to be): the next commit writes it; a crash re-makes it.
+            ctx.segment.restore(items, journal)
+            raise
+        written = not receipt.inputs_waiting
+        if written and kind is not None:
+            ctx.bus.emit(
+                CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
             )
-            ctx.record_hook_failures(result.failures, result.newly_poisoned)
+            if ctx.hooks.registry.hooks("after_checkpoint"):
+                result = await ctx.hooks.observe(
+                    "after_checkpoint",
+                    CheckpointHookContext(
+                        scope=ctx.scope,
+                        run_id=ctx.run_id,
+                        checkpoint_kind=kind,
+                        iteration=state.iteration,
+                    ),
+                    poisoned=ctx.poisoned,
+                )
+                ctx.record_hook_failures(result.failures, result.newly_poisoned)
+        return CommitReceipt(written=written, cancel_requested=receipt.cancel_requested)
 
 
 class StoreInputs:
@@ -497,12 +549,6 @@ class StoreInputs:
 
     async def poll(self, after_cursor: int) -> list[InputRecord]:
         return await self.ctx.store.poll_inputs(self.ctx.run_id, after_cursor=after_cursor)
-
-    async def seal(self, after_cursor: int) -> list[InputRecord]:
-        return await self.ctx.store.seal_inputs(self.ctx.run_id, after_cursor=after_cursor)
-
-    async def ack(self, upto_cursor: int) -> None:
-        await self.ctx.store.ack_inputs(self.ctx.run_id, upto_cursor, fence=self.ctx.fence)
 
 
 class BusEvents:

@@ -28,6 +28,7 @@ from reverie.errors import (
     RunBusy,
     RunEndedError,
     ThreadBusy,
+    TranscriptConflict,
     UnknownAgentError,
     UsageError,
 )
@@ -589,7 +590,15 @@ class Runtime:
         tap = EventHookTap(dispatcher, scope=run.scope, run_id=run_id, bus=active.bus)
         active.bus.tap(tap)
         try:
-            return await self._advance_leased(run, agent, dispatcher, tap, active, resumed=resumed)
+            try:
+                return await self._advance_leased(
+                    run, agent, dispatcher, tap, active, resumed=resumed
+                )
+            except TranscriptConflict:
+                # Another writer appended to the thread under a step (none of the step was
+                # written): resume from the last checkpoint, which reads the thread again.
+                log.warning("run %s: the thread moved under a step; resuming", run_id)
+                return await self._advance_leased(run, agent, dispatcher, tap, active, resumed=True)
         finally:
             await tap.drain()
             active.bus.untap(tap)
@@ -672,7 +681,7 @@ class Runtime:
             async with heartbeat(self.store, run_id, fence, ttl_s=self._lease_ttl_s):
                 try:
                     exit_, _ = await run_loop(traced, family, state, config)
-                except LeaseLost:
+                except (LeaseLost, TranscriptConflict):
                     raise
                 except Exception as exc:  # a bug below the loop: recorded, never a crash
                     log.exception("run %s: unexpected error in the loop", run_id)

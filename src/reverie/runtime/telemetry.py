@@ -57,6 +57,7 @@ from reverie.loop.ports import (
     CapabilityPort,
     CheckpointKind,
     CheckpointPort,
+    CommitReceipt,
     EventPort,
     InputPort,
     LoopHost,
@@ -556,11 +557,22 @@ class _TracedCheckpoints:
         sc = span.get_span_context()
         self._state = {"trace_id": f"{sc.trace_id:032x}", "span_id": f"{sc.span_id:016x}"}
 
-    async def commit(self, kind: CheckpointKind, state: LoopExecutionState) -> None:
+    async def commit(
+        self,
+        kind: CheckpointKind | None,
+        state: LoopExecutionState,
+        *,
+        guard_cursor: int | None = None,
+        ack_cursor: int | None = None,
+        seal: bool = False,
+    ) -> CommitReceipt:
         from dataclasses import replace
 
-        host_state = {**state.host_state, TRACE_STATE_KEY: self._state}
-        await self._inner.commit(kind, replace(state, host_state=host_state))
+        if kind is not None:
+            state = replace(state, host_state={**state.host_state, TRACE_STATE_KEY: self._state})
+        return await self._inner.commit(
+            kind, state, guard_cursor=guard_cursor, ack_cursor=ack_cursor, seal=seal
+        )
 
 
 class _LoggedEvents:

@@ -1,0 +1,143 @@
+"""The running segment's view of its thread: staged rows and the prompt window (docs/durability.md).
+
+A segment reads its thread once (the head seq, and the newest rows for the first prompt); after
+that every row it appends is added here as it is staged, so building a prompt reads nothing and
+turns each row into a :class:`~reverie.core.messages.Message` once. Staged rows and journal
+records wait here for the next step commit, which writes them in one transaction with the
+checkpoint; a foreign append in between makes the store refuse the step
+(:class:`reverie.errors.TranscriptConflict`), and the resume reads the thread again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from reverie.core.ids import new_id
+from reverie.core.messages import Message
+from reverie.core.transcript import NewItem, TranscriptItem
+from reverie.store.base import JournalWrite, Store
+
+MIN_CAPACITY = 256
+"""Rows kept at least (a window asks for ``ContextPlan.window`` of them; 100 by default)."""
+
+
+def to_message(row: TranscriptItem) -> Message:
+    """The model-facing message of a transcript row."""
+    return Message(
+        role=row.role,
+        content=row.content,
+        tool_calls=row.tool_calls,
+        tool_call_id=row.tool_call_id,
+        name=row.name,
+    )
+
+
+class SegmentTranscript:
+    """Staged writes and the cached newest rows of one thread, for one run segment."""
+
+    def __init__(self, store: Store, thread_id: str, run_id: str) -> None:
+        self._store = store
+        self._thread_id = thread_id
+        self._run_id = run_id
+        self._head: int | None = None
+        self._rows: deque[tuple[TranscriptItem, Message]] = deque()
+        self._capacity = 0
+        self._loaded = False
+        self._complete = False
+        """The cache holds every non-superseded row of the thread (up to the head)."""
+        self.items: list[TranscriptItem] = []
+        """Rows staged for the next step commit."""
+        self.journal: list[JournalWrite] = []
+        """Journal records staged for the next step commit."""
+
+    async def stage(self, items: Sequence[NewItem]) -> list[TranscriptItem]:
+        """Give the rows refs and seqs (after the head) and keep them for the next commit."""
+        if self._head is None:
+            self._head = await self._store.thread_head(self._thread_id)
+        first = self._head + 1
+        rows = [
+            TranscriptItem(
+                ref=new_id("itm"),
+                seq=seq,
+                thread_id=self._thread_id,
+                run_id=self._run_id,
+                role=item.role,
+                content=item.content,
+                tool_calls=item.tool_calls,
+                tool_call_id=item.tool_call_id,
+                name=item.name,
+                input_id=item.input_id,
+                meta=dict(item.meta),
+            )
+            for seq, item in enumerate(items, start=first)
+        ]
+        self._head = first + len(rows) - 1
+        self.items.extend(rows)
+        if self._loaded:
+            for row in rows:
+                self._rows.append((row, to_message(row)))
+            while len(self._rows) > self._capacity:
+                self._rows.popleft()
+                self._complete = False
+        return rows
+
+    def take(self) -> tuple[list[TranscriptItem], int | None, list[JournalWrite]]:
+        """What the next step commit writes: staged rows, the seq they follow, journal records."""
+        items, journal = self.items, self.journal
+        self.items, self.journal = [], []
+        after = None if not items else items[0].seq - 1
+        return items, after, journal
+
+    def restore(self, items: list[TranscriptItem], journal: list[JournalWrite]) -> None:
+        """Put back what a failed commit did not write (it is written by the next one)."""
+        self.items[:0] = items
+        self.journal[:0] = journal
+
+    def invalidate(self) -> None:
+        """Forget the cached rows and head (the thread moved under us)."""
+        self._head = None
+        self._rows.clear()
+        self._loaded = self._complete = False
+
+    def find(self, refs: Sequence[str]) -> dict[str, TranscriptItem]:
+        """Rows by ref among the staged and cached ones."""
+        wanted = set(refs)
+        found = {r.ref: r for r in self.items if r.ref in wanted}
+        for row, _ in self._rows:
+            if row.ref in wanted:
+                found[row.ref] = row
+        return found
+
+    async def window(self, upto_seq: int, last: int | None) -> list[tuple[TranscriptItem, Message]]:
+        """The newest ``last`` rows (all: ``None``) with ``seq <= upto_seq``, oldest first."""
+        if last is not None and last <= 0:
+            return []
+        if not self._loaded or (not self._complete and (last is None or last > len(self._rows))):
+            await self._load(last)
+        out: list[tuple[TranscriptItem, Message]] = []
+        for pair in reversed(self._rows):
+            if pair[0].seq > upto_seq:
+                continue
+            out.append(pair)
+            if last is not None and len(out) >= last:
+                break
+        out.reverse()
+        return out
+
+    async def _load(self, last: int | None) -> None:
+        # Committed rows from the store; staged ones (not there yet) are added after them.
+        staged = {r.ref for r in self.items}
+        if last is None:
+            rows = await self._store.thread_items(self._thread_id)
+            self._capacity = max(MIN_CAPACITY, 2 * len(rows) + len(self.items))
+        else:
+            self._capacity = max(MIN_CAPACITY, 2 * last, self._capacity)
+            rows = await self._store.thread_items(self._thread_id, last=self._capacity)
+        rows = [r for r in rows if r.ref not in staged] + list(self.items)
+        self._complete = last is None or len(rows) < self._capacity
+        self._rows = deque((r, to_message(r)) for r in rows[-self._capacity :])
+        self._loaded = True
+
+
+__all__ = ["MIN_CAPACITY", "SegmentTranscript", "to_message"]
