@@ -47,7 +47,7 @@ from reverie.errors import (
     RunEndedError,
     ThreadBusy,
 )
-from reverie.store import postgres_connections as db, postgres_schema as schema
+from reverie.store import postgres_connections as db, postgres_schema as schema, sql_core as core
 from reverie.store.base import (
     ACTIVE_STATUSES,
     CheckpointKind,
@@ -60,6 +60,8 @@ from reverie.store.base import (
     NewItem,
     RunRecord,
     RunStatus,
+    StepReceipt,
+    StepWrite,
     ThreadRecord,
     TranscriptItem,
 )
@@ -181,6 +183,23 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
         if not rows:
             await self.get_thread(thread_id)  # an empty thread, or NotFoundError
         return rows
+
+    async def thread_head(self, thread_id: str) -> int:
+        """The thread's highest seq, superseded rows included (0 for an empty thread)."""
+        return await self._read_op(
+            "read a thread's head", core.thread_head(core.POSTGRES, thread_id)
+        )
+
+    async def commit_step(self, run_id: str, step: StepWrite, *, fence: int) -> StepReceipt:
+        """Write a loop boundary in one transaction (see :meth:`Store.commit_step`).
+
+        The thread and run rows are locked first (``FOR NO KEY UPDATE``: appends to the
+        thread, enqueues to the run and lease takeovers wait), then the heads are read and
+        everything is written in pipeline mode: two round trips and the ``COMMIT``.
+        """
+        return await self._run_op(
+            "commit a step", core.commit_step(core.POSTGRES, run_id, step, fence=fence)
+        )
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:
         """Mark rows of ``run_id`` with ``seq`` greater than the given one superseded."""

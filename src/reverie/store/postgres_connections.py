@@ -38,6 +38,7 @@ from reverie.core.scope import Scope
 from reverie.errors import ConfigError, ConflictError, LeaseLost, NotFoundError, StoreError
 from reverie.store.postgres_schema import Conn, migrate
 from reverie.store.run_events import EventWaiters
+from reverie.store.sql_core import Many, Op, Query, Statement
 
 __all__ = ["EVENTS_CHANNEL", "PostgresConnections"]
 
@@ -187,6 +188,36 @@ async def read_fence(conn: Conn, run_id: str, fence: int) -> None:
     raise_if_stale(run_id, fence, None if row is None else int(row["fence"]))
 
 
+# ops (reverie.store.sql_core) ----------------------------------------------------------------
+async def _send(conn: Conn, statement: Statement) -> Any:
+    if isinstance(statement, Many):
+        if statement.rows:
+            async with conn.cursor() as cur:
+                await cur.executemany(statement.sql, statement.rows)
+        return None
+    return await conn.execute(statement.sql, statement.params)
+
+
+async def drive(conn: Conn, op: Op[T]) -> T:
+    """Run ``op`` on ``conn`` (inside the caller's transaction, in pipeline mode or not).
+
+    In pipeline mode every statement of a batch is sent before any result is read, so a batch
+    costs one round trip; a batch of writes only is sent without waiting at all (its errors
+    surface at the next sync, the ``COMMIT`` at the latest).
+    """
+    try:
+        batch = next(op)
+        while True:
+            sent = [await _send(conn, statement) for statement in batch]
+            results: list[Any] = []
+            for statement, cur in zip(batch, sent, strict=True):
+                results.append(await cur.fetchall() if isinstance(statement, Query) else None)
+            batch = op.send(results)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
 # the pool -----------------------------------------------------------------------------------
 class PostgresConnections:
     """Opening, closing and using the store's connections (arguments: see ``PostgresStore``)."""
@@ -319,6 +350,18 @@ class PostgresConnections:
         with self._errors(action):
             async with self._connection() as conn, conn.transaction():
                 return await fn(conn)
+
+    async def _run_op(self, action: str, op: Op[T]) -> T:
+        """Run a :mod:`~reverie.store.sql_core` op in one transaction, in pipeline mode."""
+        with self._errors(action):
+            async with self._connection() as conn, conn.pipeline(), conn.transaction():
+                return await drive(conn, op)
+
+    async def _read_op(self, action: str, op: Op[T]) -> T:
+        """Run a read-only op outside a transaction (each statement its own snapshot)."""
+        with self._errors(action):
+            async with self._connection() as conn:
+                return await drive(conn, op)
 
     async def _select(
         self, action: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()

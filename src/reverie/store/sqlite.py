@@ -47,7 +47,7 @@ from reverie.errors import (
     RunEndedError,
     ThreadBusy,
 )
-from reverie.store import sqlite_schema as schema
+from reverie.store import sql_core as core, sqlite_schema as schema
 from reverie.store.base import (
     ACTIVE_STATUSES,
     CheckpointKind,
@@ -60,6 +60,8 @@ from reverie.store.base import (
     NewItem,
     RunRecord,
     RunStatus,
+    StepReceipt,
+    StepWrite,
     ThreadRecord,
     TranscriptItem,
 )
@@ -224,6 +226,26 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
             else:
                 return items
         return [cache.decode(row) for row in rows]
+
+    async def thread_head(self, thread_id: str) -> int:
+        """The thread's highest seq, superseded rows included (0 for an empty thread)."""
+        return await self._read(
+            "read a thread's head",
+            lambda db: core.drive(db, core.thread_head(core.SQLITE, thread_id)),
+        )
+
+    async def commit_step(self, run_id: str, step: StepWrite, *, fence: int) -> StepReceipt:
+        """Write a loop boundary as one operation of the writer's group commit.
+
+        See :meth:`Store.commit_step`; the written items join the item cache.
+        """
+        receipt = await self._transact(
+            "commit a step",
+            lambda db: core.drive(db, core.commit_step(core.SQLITE, run_id, step, fence=fence)),
+        )
+        if step.items:
+            self._items.add(core.step_items(run_id, step))
+        return receipt
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:
         """Mark rows of ``run_id`` with ``seq`` greater than the given one superseded."""
