@@ -55,7 +55,9 @@ async def test_inline_tool_failure_is_still_an_outcome(ctx: ToolContext) -> None
         """Fail."""
         raise ValueError("bad")
 
-    assert await boom.invoke({}, ctx) == CallFailed(error_kind="internal", message="ValueError: bad")
+    assert await boom.invoke({}, ctx) == CallFailed(
+        error_kind="internal", message="ValueError: bad"
+    )
 
 
 async def test_inline_tool_is_not_interrupted_by_its_timeout(ctx: ToolContext) -> None:

@@ -1,4 +1,4 @@
-"""docs/loop.md: ``race_cancellation`` awaits the work in the calling task; the token interrupts it."""
+"""docs/loop.md: ``race_cancellation`` runs the work in the calling task, the token cuts it."""
 
 from __future__ import annotations
 
