@@ -107,6 +107,7 @@ def test_reverie_serve_answers_the_openai_sdk_and_stops_on_ctrl_c(tmp_path: Path
     assert f"http://127.0.0.1:{port}/v1" in stderr
     assert TOKEN not in stderr  # the token is never printed
     assert (home / "reverie.db").exists()  # runs are durable in the configured store
+    assert "garbage collector tuned for a server" in stderr  # docs/scaling.md
 
 
 def test_reverie_serve_applies_the_body_limit_and_cors_origins_of_the_serve_table(

@@ -6,8 +6,9 @@ can unit-test it directly), and it carries what the loop needs:
 * :attr:`Tool.descriptor` — name, description, JSON Schema of the arguments, declared effects
   (→ concurrency hint), approval rule, idempotency and timeout;
 * :meth:`Tool.invoke` — validate the model's arguments, run the function (sync ones in a worker
-  thread, so the event loop never blocks), enforce the timeout, and turn *every* result into a
-  :data:`~reverie.core.capability.CallOutcome`. Nothing but cancellation escapes it.
+  thread, so the event loop never blocks, unless declared ``inline=True``), enforce the timeout,
+  and turn *every* result into a :data:`~reverie.core.capability.CallOutcome`. Nothing but
+  cancellation escapes it.
 
 Anything with a ``descriptor`` and an ``invoke`` is a :class:`Capability`; MCP tools are too.
 """
@@ -96,12 +97,14 @@ class Tool(Generic[P, R]):
         idempotent: bool = False,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        inline: bool = False,
     ) -> None:
         """Wrap ``fn``; see :func:`tool` for the options.
 
         Raises:
-            UsageError: a bad name, an unknown effect, a non-positive timeout or output cap, or
-                a signature that cannot be described to a model.
+            UsageError: a bad name, an unknown effect, a non-positive timeout or output cap,
+                ``inline=True`` on an async function, or a signature that cannot be described
+                to a model.
         """
         tool_name = name if name is not None else getattr(fn, "__name__", "")
         validate_tool_name(tool_name)
@@ -113,6 +116,13 @@ class Tool(Generic[P, R]):
         self._fn = fn
         self._spec = spec
         self._is_async = inspect.iscoroutinefunction(fn)
+        if inline and self._is_async:
+            raise UsageError(
+                f"tool {tool_name!r}: inline=True is for sync functions (an async one already "
+                "runs on the event loop)"
+            )
+        self.inline = inline
+        """Run the sync function on the event loop thread (no worker-thread hop)."""
         self.max_output_bytes = max_output_bytes
         """Cap on the serialised output, in UTF-8 bytes."""
         self._descriptor = CapabilityDescriptor(
@@ -185,6 +195,10 @@ class Tool(Generic[P, R]):
         call: Callable[..., Any] = self._fn
         if self._is_async:
             result = await call(*args, **kwargs)
+        elif self.inline:
+            # Declared CPU-cheap and non-blocking: a thread hop would cost more than the call.
+            # It holds the loop while it runs, so the timeout cannot interrupt it.
+            result = call(*args, **kwargs)
         else:
             # Sync tools never block the event loop. A timed-out or cancelled thread cannot be
             # killed: it runs to completion in the background and its result is dropped.
@@ -210,6 +224,7 @@ def tool(
     idempotent: bool = False,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    inline: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -224,6 +239,7 @@ def tool(
     idempotent: bool = False,
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    inline: bool = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a sync or async function into a :class:`Tool`. Use bare or with options.
 
@@ -247,10 +263,13 @@ def tool(
         idempotent: Safe to run again when a crash left its outcome unknown.
         timeout_s: Per-call timeout in seconds (``None``: none).
         max_output_bytes: Cap on the serialised output, in UTF-8 bytes.
+        inline: Run a sync function on the event loop thread instead of a worker thread
+            (saves the thread hop). Only for CPU-cheap functions that never block: while it
+            runs, every other run of the process waits, and ``timeout_s`` cannot interrupt it.
 
     Raises:
-        UsageError: at decoration time, for an unknown effect, a bad name or an unsupported
-            signature.
+        UsageError: at decoration time, for an unknown effect, a bad name, ``inline=True`` on
+            an async function or an unsupported signature.
     """
     if fn is not None and not callable(fn):
         raise UsageError("@tool takes options by keyword only, e.g. @tool(name='search')")
@@ -265,6 +284,7 @@ def tool(
             idempotent=idempotent,
             timeout_s=timeout_s,
             max_output_bytes=max_output_bytes,
+            inline=inline,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -57,7 +57,9 @@ def serve_command(
 
     async def main() -> int:
         from reverie.config import auth_tokens, build_agents, serve_settings
+        from reverie.runtime.gc_tuning import gc_thresholds_from_env, tune_gc_for_server
 
+        gc_thresholds = gc_thresholds_from_env()  # a bad value fails before start-up
         cfg = load(config)
         settings = serve_settings(cfg)
         tokens = auth_tokens(cfg)
@@ -93,6 +95,7 @@ def serve_command(
                     shutdown_grace_s=settings.shutdown_grace_s,
                     recover=True,
                 )
+                tune_gc_for_server(gc_thresholds)  # start-up is over (docs/scaling.md)
                 names = ", ".join(sorted(a.name for a in agents))
                 err_console().print(
                     f"reverie serve: agents {names}; {len(tokens)} token(s); "

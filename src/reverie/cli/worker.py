@@ -41,7 +41,9 @@ def worker_command(
 
     async def main() -> int:
         from reverie.config import build_agents, store_url
+        from reverie.runtime.gc_tuning import gc_thresholds_from_env, tune_gc_for_server
 
+        gc_thresholds = gc_thresholds_from_env()  # a bad value fails before start-up
         cfg = load(config)
         url = store_url(cfg, store)
         if not url.startswith(("postgresql://", "postgres://")):
@@ -63,6 +65,7 @@ def worker_command(
         from reverie.runtime.dispatch import serve_jobs
 
         async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
+            tune_gc_for_server(gc_thresholds)  # start-up is over (docs/scaling.md)
             names = ", ".join(sorted(a.name for a in agents))
 
             def ready() -> None:

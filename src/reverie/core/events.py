@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -157,8 +158,33 @@ _BY_KIND: dict[str, type[Any]] = {
 }
 
 
+def _shallow_reader(cls: type[Any]) -> Callable[[Any], tuple[Any, ...]] | None:
+    """Reads an event's field values in :func:`event_to_dict`'s order, for event classes whose
+    fields are all immutable (strings, numbers, tuples); ``None`` for the others."""
+    fields = dataclasses.fields(cls)
+    if any(word in str(f.type) for f in fields for word in ("dict", "list", "Mapping")):
+        return None
+    return operator.attrgetter(*_FIELD_ORDER[cls])
+
+
+_FIELD_ORDER: dict[type[Any], tuple[str, ...]] = {
+    cls: ("kind", *(f.name for f in dataclasses.fields(cls) if f.name != "kind"))
+    for cls in get_args(RunEvent)
+}
+_SHALLOW = {cls: _shallow_reader(cls) for cls in get_args(RunEvent)}
+
+
 def event_to_dict(event: RunEvent) -> dict[str, Any]:
-    """An event's fields as a JSON-ready object, ``kind`` first."""
+    """An event's fields as a JSON-ready object, ``kind`` first.
+
+    Events are built on every step and stored as they come, so an event whose fields nobody
+    can change is read off directly; one with a mutable field (``run_finished``'s exit) is
+    deep-copied, as :func:`dataclasses.asdict` does.
+    """
+    cls = type(event)
+    read = _SHALLOW.get(cls)
+    if read is not None:
+        return dict(zip(_FIELD_ORDER[cls], read(event), strict=True))
     fields = dataclasses.asdict(event)
     return {"kind": fields.pop("kind"), **fields}
 

@@ -23,6 +23,7 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._interrupts: list[_Interrupt] = []
         self.reason = "cancelled"
 
     @property
@@ -31,10 +32,17 @@ class CancelToken:
         return self._event.is_set()
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Request cancellation (idempotent: the first reason is kept)."""
-        if not self._event.is_set():
-            self.reason = reason
-            self._event.set()
+        """Request cancellation (idempotent: the first reason is kept).
+
+        Work awaited through :func:`race_cancellation` is interrupted.
+        """
+        if self._event.is_set():
+            return
+        self.reason = reason
+        self._event.set()
+        interrupts, self._interrupts = self._interrupts, []
+        for interrupt in interrupts:
+            interrupt.fire()
 
     async def wait(self) -> None:
         """Until cancelled."""
@@ -46,33 +54,71 @@ class CancelToken:
             raise Cancelled(self.reason)
 
 
+class _Interrupt:
+    """Cancels the task racing a token when the token fires (while the race lasts)."""
+
+    __slots__ = ("active", "fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.active = True
+        self.fired = False
+
+    def fire(self) -> None:
+        if not self.active:
+            return
+        loop = self.task.get_loop()
+        if asyncio.current_task(loop) is self.task:
+            # The racing task cancelled its own token (from inside the work): cancelling a
+            # running task would only take effect at its next await, possibly after the race,
+            # so interrupt it once it is suspended instead.
+            loop.call_soon(self._cancel)
+        else:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        if self.active and not self.fired:
+            self.fired = True
+            self.task.cancel()
+
+
 async def race_cancellation(work: Awaitable[T], token: CancelToken) -> T:
     """Await ``work`` unless the token fires first. Cancellation wins a tie.
 
-    After ``work`` finishes the token is checked again, so an answer that arrived after (or
-    together with) cancellation is never returned to be committed.
+    ``work`` runs in the calling task (no task is created): the token, when it fires, cancels
+    the caller's task, and that cancellation is turned into :class:`Cancelled` with the
+    token's reason. A cancellation of the task from elsewhere propagates unchanged, and so does
+    the work's own exception. After ``work`` finishes the token is checked again, so an answer
+    that arrived after (or together with) cancellation is never returned to be committed.
     """
     token.check()
-    task: asyncio.Future[T] = asyncio.ensure_future(work)
-    waiter: asyncio.Future[None] = asyncio.ensure_future(token.wait())
-    pending: set[asyncio.Future[Any]] = {task, waiter}
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("race_cancellation must be awaited inside an asyncio task")
+    interrupt = _Interrupt(task)
+    cancelling = task.cancelling()
+    token._interrupts.append(interrupt)
     try:
-        await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        result = await work
     except asyncio.CancelledError:
-        task.cancel()
-        waiter.cancel()
+        if interrupt.fired and task.uncancel() <= cancelling:
+            raise Cancelled(token.reason) from None
         raise
+    except Exception:
+        if not token.cancelled:
+            raise
+        if interrupt.fired:
+            task.uncancel()  # the work turned the interruption into its own error
+        raise Cancelled(token.reason) from None  # the failure is discarded with the work
     finally:
-        waiter.cancel()
+        interrupt.active = False
+        if interrupt in token._interrupts:
+            token._interrupts.remove(interrupt)
+    if interrupt.fired:
+        task.uncancel()  # the work swallowed the interruption: drop the request it left
     if token.cancelled:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        elif not task.cancelled():
-            task.exception()  # mark retrieved; the answer is discarded
         raise Cancelled(token.reason)
-    return task.result()
+    return result
 
 
 async def cancellable_sleep(seconds: float, token: CancelToken) -> None:

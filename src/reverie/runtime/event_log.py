@@ -10,11 +10,12 @@ on SQLite) until the run settles (ends, or blocks on a gate).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from reverie.core.events import RunFinished, event_to_dict
+from reverie.core.events import RunEvent, RunFinished, event_to_dict
 from reverie.errors import NotFoundError
 from reverie.runtime.events import EventBus
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
@@ -22,6 +23,7 @@ from reverie.store.run_events import MAX_RUN_EVENTS, RunEventLog
 
 __all__ = [
     "FOLLOW_POLL_S",
+    "RECORD_FLUSH_S",
     "StoredEvent",
     "follow_events",
     "last_seq",
@@ -34,6 +36,11 @@ log = logging.getLogger("reverie.runtime")
 FOLLOW_POLL_S = 0.25
 """How often a follower looks for events when nothing woke it (SQLite across processes)."""
 
+RECORD_FLUSH_S = 0.05
+"""How long the first event of a batch waits for the rest before the batch is stored: a live
+follower sees a run's events at most this much later, in return for one store write per batch
+instead of one per event or so."""
+
 _SETTLED_POLLS = 8
 """Looks at a settled run whose events do not end with ``run_finished`` before the follower
 rebuilds ``run_finished`` from the stored exit (its recorder died, or no segment ran: a blocked
@@ -45,19 +52,34 @@ StoredEvent = tuple[int | None, Mapping[str, Any]]
 """``(seq, event object)``; ``seq`` is ``None`` for a ``run_finished`` rebuilt from the exit."""
 
 
-async def record_events(events: RunEventLog, run_id: str, bus: EventBus) -> None:
+async def record_events(
+    events: RunEventLog, run_id: str, bus: EventBus, *, flush_s: float = RECORD_FLUSH_S
+) -> None:
     """Store every event of ``bus`` (from its first) until it closes.
 
-    A failing write is logged and the events are dropped: watching a run never fails it.
+    Events are written in batches: after the segment's first batch, the first event of a batch
+    waits up to ``flush_s`` for more (a step emits several, and each write is a store
+    transaction), and the bus closing writes what is left at once. A failing write is logged
+    and the events are dropped: watching a run never fails it.
     """
     queue = bus.listen()
     try:
-        ended = False
-        while not ended:
-            batch = [await queue.get()]
+        ended = started = stopping = False
+        while not ended and not stopping:
+            batch: list[RunEvent | None] = []
+            try:
+                batch.append(await queue.get())
+                # The segment's first events (its run_started) are stored at once: a new
+                # follower starts at the latest run_started it finds in the store.
+                if started and batch[0] is not None and flush_s > 0:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(flush_s):
+                            await bus.wait_closed()
+            except asyncio.CancelledError:
+                stopping = True  # the runtime is closing: store what was emitted, then stop
             while not queue.empty():
                 batch.append(queue.get_nowait())
-            ended = batch[-1] is None
+            ended, started = bool(batch) and batch[-1] is None, True
             objects = [event_to_dict(e) for e in batch if e is not None]
             if not objects:
                 continue
@@ -65,6 +87,8 @@ async def record_events(events: RunEventLog, run_id: str, bus: EventBus) -> None
                 await events.append_run_events(run_id, objects)
             except Exception as exc:
                 log.warning("run %s: %d event(s) not stored: %s", run_id, len(objects), exc)
+        if stopping:
+            raise asyncio.CancelledError
     finally:
         bus.forget(queue)
 

@@ -20,6 +20,7 @@ class EventBus:
         self._queues: list[asyncio.Queue[RunEvent | None]] = []
         self._taps: list[Callable[[RunEvent], None]] = []
         self._closed = False
+        self._closing: asyncio.Event | None = None
 
     def tap(self, listener: Callable[[RunEvent], None]) -> None:
         """Call ``listener`` with every event published from now on (it must not block)."""
@@ -47,11 +48,21 @@ class EventBus:
         self._closed = True
         for q in self._queues:
             q.put_nowait(None)
+        if self._closing is not None:
+            self._closing.set()
 
     @property
     def closed(self) -> bool:
         """Whether the run segment is over."""
         return self._closed
+
+    async def wait_closed(self) -> None:
+        """Until :meth:`close`."""
+        if self._closed:
+            return
+        if self._closing is None:
+            self._closing = asyncio.Event()
+        await self._closing.wait()
 
     def listen(self) -> asyncio.Queue[RunEvent | None]:
         """A queue of every event so far, then live ones, then ``None`` when the bus closes.

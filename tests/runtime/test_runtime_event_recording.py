@@ -1,0 +1,185 @@
+"""docs/http.md, "Events are stored": the recorder batches a segment's events into few writes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, get_args
+
+import pytest
+
+from reverie import Agent, Limits, Runtime, Scope, tool
+from reverie.core.events import (
+    AssistantMessage,
+    RunEvent,
+    RunFinished,
+    RunStarted,
+    ToolStarted,
+    event_from_dict,
+    event_to_dict,
+)
+from reverie.runtime.event_log import record_events
+from reverie.runtime.events import EventBus
+from reverie.store.memory import MemoryStore
+from reverie.store.run_events import MAX_RUN_EVENTS
+from reverie.testing import ScriptedModel, call, reply
+
+GUARD_S = 60.0
+"""A hang guard and a flush window no test waits out: generous for a loaded machine."""
+RUN = "run_1"
+
+
+class CountingStore(MemoryStore):
+    """A memory store that records each ``append_run_events`` batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+
+    async def append_run_events(
+        self, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int = MAX_RUN_EVENTS
+    ) -> int:
+        self.batches.append([str(e["kind"]) for e in events])
+        return await super().append_run_events(run_id, events, keep=keep)
+
+
+def _tool_started(i: int) -> ToolStarted:
+    return ToolStarted(run_id=RUN, call_id=f"c{i}", tool="t")
+
+
+async def test_events_after_the_first_batch_wait_for_more_and_the_close_stores_them() -> None:
+    store, bus = CountingStore(), EventBus()
+    recorder = asyncio.ensure_future(record_events(store, RUN, bus, flush_s=GUARD_S))
+    bus.emit(RunStarted(run_id=RUN))
+    async with asyncio.timeout(GUARD_S):
+        while not store.batches:
+            await store.wait_run_events(RUN, timeout_s=GUARD_S)
+        for i in range(10):
+            bus.emit(_tool_started(i))
+            await asyncio.sleep(0)  # the recorder runs between events, as it does in a run
+        bus.close()
+        await recorder
+
+    assert store.batches == [["run_started"], ["tool_started"] * 10]
+    stored = await store.run_events(RUN)
+    assert [r.seq for r in stored] == list(range(1, 12))
+    assert [r.data.get("call_id") for r in stored[1:]] == [f"c{i}" for i in range(10)]
+
+
+async def test_the_segments_first_events_are_stored_at_once() -> None:
+    store, bus = CountingStore(), EventBus()
+    recorder = asyncio.ensure_future(record_events(store, RUN, bus, flush_s=GUARD_S))
+    bus.emit(RunStarted(run_id=RUN, resumed=True))
+    async with asyncio.timeout(GUARD_S):
+        while not await store.run_events(RUN):
+            await store.wait_run_events(RUN, timeout_s=GUARD_S)
+    assert not recorder.done()  # stored while the segment goes on
+    bus.close()
+    await recorder
+    assert store.batches == [["run_started"]]
+
+
+async def test_a_batch_is_stored_after_its_flush_window_while_the_segment_goes_on() -> None:
+    store, bus = CountingStore(), EventBus()
+    recorder = asyncio.ensure_future(record_events(store, RUN, bus, flush_s=0.001))
+    bus.emit(RunStarted(run_id=RUN))
+    bus.emit(_tool_started(0))
+    async with asyncio.timeout(GUARD_S):
+        while len(await store.run_events(RUN)) < 2:
+            await store.wait_run_events(RUN, timeout_s=GUARD_S)
+        bus.emit(_tool_started(1))
+        while len(await store.run_events(RUN)) < 3:
+            await store.wait_run_events(RUN, timeout_s=GUARD_S)
+    assert not recorder.done()
+    bus.close()
+    await recorder
+
+
+async def test_a_recorder_stopped_by_the_runtime_closing_stores_what_was_emitted() -> None:
+    store, bus = CountingStore(), EventBus()
+    recorder = asyncio.ensure_future(record_events(store, RUN, bus, flush_s=GUARD_S))
+    bus.emit(RunStarted(run_id=RUN))
+    async with asyncio.timeout(GUARD_S):
+        while not store.batches:
+            await store.wait_run_events(RUN, timeout_s=GUARD_S)
+    bus.emit(_tool_started(0))
+    await asyncio.sleep(0)  # the recorder now waits for the rest of the batch
+    bus.emit(_tool_started(1))
+    recorder.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await recorder
+
+    assert store.batches == [["run_started"], ["tool_started", "tool_started"]]
+
+
+async def test_a_run_stores_every_event_it_emits_in_fewer_writes_than_events() -> None:
+    @tool(effects=set())
+    def bump(n: int) -> int:
+        """Return n + 1."""
+        return n + 1
+
+    steps = 30
+    store = CountingStore()
+    script = [call("bump", n=i) for i in range(steps)] + [reply("done")]
+    agent = Agent(
+        name="a",
+        model=ScriptedModel(script),
+        tools=[bump],
+        limits=Limits(max_iterations=steps + 5),
+    )
+    async with Runtime(store) as rt:
+        handle = await rt.start(agent, "go", scope=Scope(tenant="acme", user="ana"))
+        emitted = [e.kind async for e in handle.events()]
+        assert (await handle.result()).status == "completed"
+    stored = [r.kind for r in await store.run_events(handle.run_id, limit=MAX_RUN_EVENTS)]
+
+    assert stored == emitted
+    assert stored[-1] == "run_finished"
+    assert len(store.batches) < len(stored) / 2  # a step's events share a write
+
+
+def _example(cls: type[Any]) -> RunEvent:
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "kind":
+            continue
+        text = str(f.type)
+        if "int" in text:
+            values[f.name] = 3
+        elif "tuple" in text:
+            values[f.name] = ("a", "b")
+        elif "dict" in text:
+            values[f.name] = {"status": "completed", "nested": {"n": 1}}
+        elif "bool" in text:
+            values[f.name] = True
+        elif "Literal" in text:
+            values[f.name] = "fail"
+        else:
+            values[f.name] = f"{f.name}-value"
+    event: RunEvent = cls(**values)
+    return event
+
+
+@pytest.mark.parametrize("cls", get_args(RunEvent), ids=lambda c: c.__name__)
+def test_an_events_object_has_kind_first_then_every_field(cls: type[Any]) -> None:
+    event = _example(cls)
+    data = event_to_dict(event)
+
+    expected = dataclasses.asdict(event)
+    assert data == expected
+    assert next(iter(data)) == "kind"
+    assert list(data)[1:] == [f.name for f in dataclasses.fields(cls) if f.name != "kind"]
+    assert event_from_dict(data) == event
+
+
+def test_a_run_finished_object_does_not_share_the_exit_with_the_event() -> None:
+    event = RunFinished(run_id=RUN, status="completed", exit={"status": "completed", "n": {}})
+    data = event_to_dict(event)
+    data["exit"]["n"]["changed"] = True
+    assert event.exit == {"status": "completed", "n": {}}
+
+
+def test_an_assistant_messages_tool_names_stay_a_tuple() -> None:
+    data = event_to_dict(AssistantMessage(run_id=RUN, text="t", tool_calls=("x",)))
+    assert data["tool_calls"] == ("x",)
