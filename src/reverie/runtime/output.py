@@ -73,7 +73,10 @@ class TypedOutput:
         if isinstance(output_type, Mapping):
             title = output_type.get("title")
             name = _name(title) if isinstance(title, str) and title.strip() else "output"
-            return cls(contract=OutputContract.json_schema(name, output_type))
+            try:
+                return cls(contract=OutputContract.json_schema(name, output_type))
+            except UsageError as exc:
+                raise UsageError(f"output_type: {exc}") from None
         raise UsageError(
             "output_type must be a pydantic model class or a JSON Schema (a mapping), "
             f"not {type(output_type).__name__}"
