@@ -1,4 +1,4 @@
-"""Structured output for unbound turns (docs/unbound.md).
+"""Structured output for unbound turns (docs/unbound.md) and typed agents (docs/output.md).
 
 An :class:`OutputContract` says what an unbound run must produce: an assistant message, JSON
 matching a schema, or any JSON object. A structured run gets one extra capability,
@@ -9,7 +9,9 @@ arguments ends the run as ``Completed(kind="structured")`` (the loop side is
 
 :class:`ContractModel` shapes each request of a structured run: it forces a tool call
 (``structured_result`` by name when it is the only tool, ``required`` otherwise) when the
-provider supports ``tool_choice``, and sets ``ModelRequest.output_schema``.
+provider supports ``tool_choice``, and sets ``ModelRequest.output_schema``; a text-only answer
+that is one JSON object (a backend honouring ``response_format``) becomes a ``structured_result``
+call. :mod:`reverie.runtime.output` builds the same pieces for ``Agent(output_type=...)``.
 """
 
 from __future__ import annotations
