@@ -67,3 +67,30 @@ def test_an_agent_refuses_two_tools_with_one_name() -> None:
 
     with pytest.raises(UsageError, match="two tools"):
         reverie.Agent(name="a", model=ScriptedModel([]), tools=[same, same])
+
+
+def test_agent_output_type_and_run_result_output_are_public_fields() -> None:
+    import dataclasses
+
+    agent_fields = {f.name for f in dataclasses.fields(reverie.Agent) if not f.name.startswith("_")}
+    assert {
+        "name",
+        "model",
+        "instructions",
+        "tools",
+        "limits",
+        "on_limit",
+        "family",
+    } <= agent_fields
+    assert {"hooks", "output_type"} <= agent_fields
+    result_fields = {f.name for f in dataclasses.fields(reverie.RunResult)}
+    assert result_fields == {
+        "status",
+        "text",
+        "exit",
+        "run_id",
+        "thread_id",
+        "usage",
+        "gate",
+        "output",
+    }

@@ -193,6 +193,9 @@ class AgentConfig(_Section):
     on_limit: Literal["finalize", "fail"] = "finalize"
     mcp_servers: list[str] = Field(default_factory=list)
     """Names of ``[mcp.servers.NAME]`` whose tools this agent gets (after its own)."""
+    output_type: str | None = None
+    """``"package.module:attribute"`` naming a pydantic model class or a JSON Schema (a dict):
+    the agent's runs end with a validated value (docs/output.md)."""
 
 
 class EndpointSection(_Section):
@@ -300,6 +303,7 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.max_tokens": "set a non-negative integer, or remove it",
     "agents.*.limits.max_response_bytes": "set an integer of at least 1 (default 4194304)",
     "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
+    "agents.*.output_type": 'set output_type = "package.module:attribute" (a model class)',
     "agents.*.mcp_servers": 'set mcp_servers = ["files"] (names of [mcp.servers.NAME] tables)',
     "agents.*.mcp_servers.[]": 'name a server of [mcp.servers.NAME], e.g. "files"',
     "models": 'write each endpoint as a table: [models.NAME] with base_url = "https://host/v1"',
@@ -551,6 +555,10 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
                 f"the provider's package is not installed ({exc.name or exc})",
                 _extra_fix(exc),
             ) from None
+        output_type = None
+        if section.output_type is not None:
+            where = f"{key}.output_type"
+            output_type = _import_ref(config.source, where, section.output_type, _OUTPUT_TYPE_FIX)
         try:
             agents.append(
                 Agent(
@@ -560,11 +568,13 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
                     tools=tools,
                     limits=section.limits.to_limits(),
                     on_limit=section.on_limit,
+                    output_type=output_type,
                 )
             )
         except UsageError as exc:
+            where = f"{key}.output_type" if "output_type" in str(exc) else key
             raise config_error(
-                config.source, key, str(exc), "see docs/configuration.md for agents"
+                config.source, where, str(exc), "see docs/configuration.md for agents"
             ) from None
     return agents
 
@@ -574,30 +584,7 @@ _MODEL_FIX: Final = f"set model = {_MODEL_FORMS}"
 
 def _import_tools(source: str, key: str, ref: str) -> list[Any]:
     """Import ``package.module:attribute`` and return the capabilities it names."""
-    if not re.match(_REF, ref):
-        raise config_error(source, key, "not a 'package.module:attribute' reference", _TOOL_FIX)
-    module_name, _, attribute = ref.partition(":")
-    try:
-        target: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise config_error(
-            source,
-            key,
-            f"cannot import module {module_name!r}",
-            "install the package, or add its directory to pythonpath = [...] at the top of "
-            "this file",
-        ) from exc
-    except Exception as exc:
-        raise config_error(
-            source, key, f"importing module {module_name!r} raised {type(exc).__name__}", _TOOL_FIX
-        ) from exc
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise config_error(
-                source, key, f"{ref!r} does not exist (no attribute {part!r})", _TOOL_FIX
-            ) from None
+    target = _import_ref(source, key, ref, _TOOL_FIX)
     items = list(target) if isinstance(target, list | tuple) else [target]
     tools: list[Any] = []
     for item in items:
@@ -616,6 +603,39 @@ def _import_tools(source: str, key: str, ref: str) -> list[Any]:
     return tools
 
 
+def _import_ref(source: str, key: str, ref: str, fix: str) -> object:
+    """Import ``package.module:attribute`` and return the object it names."""
+    if not re.match(_REF, ref):
+        raise config_error(source, key, "not a 'package.module:attribute' reference", fix)
+    module_name, _, attribute = ref.partition(":")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise config_error(
+            source,
+            key,
+            f"cannot import module {module_name!r}",
+            "install the package, or add its directory to pythonpath = [...] at the top of "
+            "this file",
+        ) from exc
+    except Exception as exc:
+        raise config_error(
+            source, key, f"importing module {module_name!r} raised {type(exc).__name__}", fix
+        ) from exc
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise config_error(
+                source, key, f"{ref!r} does not exist (no attribute {part!r})", fix
+            ) from None
+    return target
+
+
+_OUTPUT_TYPE_FIX: Final = (
+    'set output_type = "package.module:attribute" naming a pydantic model class or a JSON '
+    "Schema dict with an object root"
+)
 _TOOL_FIX: Final = (
     'name an @tool function, a plain function, or a list of tools as "package.module:attribute"'
 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from pydantic import BaseModel
+
 from reverie import tool
 
 
@@ -41,3 +43,20 @@ async def nap_once(seconds: float) -> str:
     if len(_NAPS) == 1:
         await asyncio.sleep(seconds)
     return "rested"
+
+
+class Verdict(BaseModel):
+    """An output type the configs name (``output_type = "cli_fixture_tools:Verdict"``)."""
+
+    verdict: str
+    score: int
+
+
+TICKET = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}},
+    "required": ["title"],
+}
+"""A JSON Schema output type."""
+
+NOT_AN_OBJECT_SCHEMA = {"type": "string"}

@@ -20,7 +20,9 @@ Marker files (in MARKER_DIR) let the parent follow what happened across processe
 - ``hook-<iteration>.reached``: the ``before_prompt`` hook of that iteration is running;
 - ``run.json`` (start): the run and thread ids; ``blocked.json`` (start): the gate of a run
   that blocked;
-- ``ready-<worker>`` (resume): the worker is up; it resumes once ``go`` exists.
+- ``ready-<worker>`` (resume): the worker is up; it resumes once ``go`` exists;
+- ``terminal.reached`` (start, ``typed``): the run is about to write its terminal status (its
+  Final checkpoint is committed); the start process then blocks until killed.
 
 In the ``start`` role, tools block (so the parent can SIGKILL the process at a chosen point);
 in the other roles they return at once. ``resume`` and ``approve`` print one JSON line: the
@@ -36,10 +38,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.errors import ReverieError
 from reverie.hooks import PromptHookContext
+from reverie.runtime.output import output_json
 from reverie.testing import ScriptedModel, call, reply
 
 SCOPE = Scope(tenant="acme", user="ana")
@@ -50,9 +55,17 @@ FIRST_CALL: dict[str, tuple[str, dict[str, Any]]] = {
     "gate": ("pay", {"amount": 5}),
     "steer_before": ("work", {"step": 1}),
     "steer_after": ("work", {"step": 1}),
+    "typed": ("structured_result", {"verdict": "approve", "score": 7}),
 }
 """The model's first answer in each scenario (a single tool call)."""
 POLL_S = 0.01
+
+
+class CrashVerdict(BaseModel):
+    """The output type of the ``typed`` scenario."""
+
+    verdict: str
+    score: int
 
 
 def append_line(path: Path, text: str) -> None:
@@ -98,6 +111,7 @@ class Scenario:
             model=ScriptedModel(self.answer, name=name),
             instructions="You are a crash-test agent.",
             tools=[self._send(), self._fetch(), self._work(), self._pay()],
+            output_type=CrashVerdict if name == "typed" else None,
         )
 
     # ---------------------------------------------------------------------------- tools
@@ -163,7 +177,10 @@ class Scenario:
 
     # ---------------------------------------------------------------------------- hooks
     def register_hooks(self, rt: Runtime) -> None:
-        """``steer_before``: the start process stops between draining and checkpointing."""
+        """``steer_before``: the start process stops between draining and checkpointing.
+        ``typed``: it stops just before the terminal status write."""
+        if self.name == "typed" and self.blocking:
+            self._stop_before_terminal(rt)
         if self.name != "steer_before" or not self.blocking:
             return
 
@@ -176,6 +193,18 @@ class Scenario:
 
         rt.hooks.register("before_prompt", hold, name="crash-hold", timeout_s=3600)
 
+    def _stop_before_terminal(self, rt: Runtime) -> None:
+        store = rt.store
+        write = store.set_run_status
+
+        async def held(run_id: str, status: Any, **kwargs: Any) -> Any:
+            if status in ("completed", "failed", "cancelled"):
+                (self.markers / "terminal.reached").touch()
+                await block_until(None)
+            return await write(run_id, status, **kwargs)
+
+        store.set_run_status = held  # type: ignore[method-assign]
+
 
 def result_json(r: Any) -> dict[str, Any]:
     """The parts of a ``RunResult`` the parent asserts on."""
@@ -186,6 +215,8 @@ def result_json(r: Any) -> dict[str, Any]:
         "run_id": r.run_id,
         "thread_id": r.thread_id,
         "gate": None if r.gate is None else r.gate.ref,
+        "output": output_json(r.output),
+        "output_type": None if r.output is None else type(r.output).__name__,
     }
 
 

@@ -23,9 +23,10 @@ def test_unknown_family_id_is_a_typed_error() -> None:
         registry.get("nope")
 
 
-def test_default_registry_has_the_three_families() -> None:
+def test_default_registry_has_the_four_families() -> None:
     assert set(LoopFamilyRegistry(default_families()).ids()) == {
         "default",
+        "default_structured",
         "unbound",
         "unbound_structured",
     }

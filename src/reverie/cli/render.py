@@ -89,7 +89,10 @@ def exit_code_for(result: RunResult) -> ExitCode:
 
 
 def result_payload(result: RunResult) -> dict[str, Any]:
-    """``{status, text, run_id, thread_id, usage, gate, exit}`` for ``--json``."""
+    """``{status, text, run_id, thread_id, usage, gate, exit, output}`` for ``--json``
+    (``output``: a typed run's validated value as JSON, else ``null``)."""
+    from reverie.runtime.output import output_json  # not at import: ``--help`` stays light
+
     gate = None
     if result.gate is not None:
         gate = {
@@ -106,6 +109,7 @@ def result_payload(result: RunResult) -> dict[str, Any]:
         "usage": result.usage.to_dict(),
         "gate": gate,
         "exit": exit_to_dict(result.exit),
+        "output": output_json(result.output),
     }
 
 

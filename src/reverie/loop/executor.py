@@ -623,6 +623,12 @@ class _Executor:
             s = s.request_stop(decision.reason)
         elif isinstance(decision, Abort):
             raise self._fail(s, _as_failure_kind(decision.failure_kind), _detail(decision))
+        elif isinstance(decision, Reprompt):
+            # The wave's answer was wrong (e.g. an invalid terminal call): say so, go on.
+            rows = await self.host.transcript.append(
+                [NewItem(role="user", content=decision.prompt, meta={"reprompt": True})]
+            )
+            s = replace(s, transcript_seq=rows[0].seq, stop_state=decision.stop_state)
         return replace(s, iteration=s.iteration + 1)
 
     # ------------------------------------------------------------------------------ finalizer

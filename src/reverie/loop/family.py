@@ -86,10 +86,17 @@ class LoopFamily:
 
 
 def default_families() -> tuple[LoopFamily, ...]:
-    """The three families every runtime registers."""
+    """The families every runtime registers."""
     return (
         # The family's cap is a ceiling; the run's Limits (default 32) narrow it.
         LoopFamily(id="default", budget=LimitsBudget(max_iterations=1000)),
+        # Typed interactive runs (docs/output.md): gates block, inputs reach the run; the run
+        # ends on a valid structured_result, and any wrong answer gets one repair in total.
+        LoopFamily(
+            id="default_structured",
+            stop=FinishOnTool(repair_invalid_calls=True),
+            budget=LimitsBudget(max_iterations=1000),
+        ),
         LoopFamily(
             id="unbound",
             gates=AbortOnGates(),

@@ -4,6 +4,8 @@ Structured unbound runs (docs/unbound.md) end by calling ``structured_result``; 
 strategy is specific to that tool. After a wave, a *completed* call of the tool finishes the run
 with that call's result row (``Finish``). After a plain-text reply, the run may not complete: the
 model gets ``max_reprompts`` reminders (``Reprompt``), then the run fails with ``failure_kind``.
+With ``repair_invalid_calls`` (typed interactive runs, docs/output.md), a wave whose calls of the
+tool all failed uses the same reminders.
 Everything else is left to the wrapped strategy (no-progress detection by default).
 """
 
@@ -34,6 +36,12 @@ STRUCTURED_REPAIR_PROMPT = (
 )
 """The one repair prompt a structured run's plain-text answer gets."""
 
+STRUCTURED_INVALID_PROMPT = (
+    "Your structured_result call did not match its JSON schema; the tool result above lists "
+    "what is wrong. Call structured_result again now with corrected arguments."
+)
+"""The repair prompt after an invalid ``structured_result`` call (``repair_invalid_calls``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class FinishOnTool:
@@ -52,6 +60,12 @@ class FinishOnTool:
     """Why the run fails when the reprompts are used up."""
     base: StopConditionStrategy = field(default_factory=RepetitionStop)
     """Decides everything else after a wave (no-progress detection)."""
+    repair_invalid_calls: bool = False
+    """Whether a wave whose calls of ``tool`` all failed (invalid arguments) is a wrong answer
+    too: it uses one of the same ``max_reprompts`` (``invalid_prompt`` is added after the
+    tool's error), then the run fails with ``failure_kind``. Off: such calls are bounded only
+    by the run's limits and ``base``."""
+    invalid_prompt: str = STRUCTURED_INVALID_PROMPT
 
     def after_reply(self, state: LoopExecutionState) -> StopDecision:
         """A text reply is not the result: reprompt while allowed, then fail."""
@@ -73,6 +87,18 @@ class FinishOnTool:
         for result in results:
             if result.name == self.tool and result.outcome == "completed":
                 return Finish(completion_kind=self.completion_kind, refs=(result.ref,))
+        if self.repair_invalid_calls and any(r.name == self.tool for r in results):
+            used = int(state.stop_state.get("reprompts", 0))
+            if used < self.max_reprompts:
+                return Reprompt(
+                    prompt=self.invalid_prompt,
+                    stop_state={**state.stop_state, "reprompts": used + 1},
+                )
+            return Abort(
+                failure_kind=self.failure_kind,
+                detail=f"the model's {self.tool} call did not match the output schema "
+                f"(after {used} reminder{'s' if used != 1 else ''})",
+            )
         return self.base.after_wave(state, results)
 
     def describe(self) -> Mapping[str, Any]:
@@ -88,7 +114,18 @@ class FinishOnTool:
                 "class": f"{base.__module__}.{base.__qualname__}",
                 "config": dict(self.base.describe()),
             },
+            # Only when on: families that do not use it keep the digest they always had.
+            **(
+                {"repair_invalid_calls": True, "invalid_prompt": self.invalid_prompt}
+                if self.repair_invalid_calls
+                else {}
+            ),
         }
 
 
-__all__ = ["STRUCTURED_REPAIR_PROMPT", "STRUCTURED_RESULT_TOOL", "FinishOnTool"]
+__all__ = [
+    "STRUCTURED_INVALID_PROMPT",
+    "STRUCTURED_REPAIR_PROMPT",
+    "STRUCTURED_RESULT_TOOL",
+    "FinishOnTool",
+]

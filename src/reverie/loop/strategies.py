@@ -89,7 +89,8 @@ class NoProgress:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reprompt:
-    """After a reply: do not complete; add ``prompt`` as a user message and ask again."""
+    """Do not complete; add ``prompt`` as a user message and ask again (after a reply, or
+    after a wave: then it follows the wave's tool results)."""
 
     kind: Literal["reprompt"] = "reprompt"
     prompt: str
@@ -108,7 +109,7 @@ class Finish:
 
 
 StopDecision = Continue | GracefulStop | NoProgress | Abort | Reprompt | Finish
-"""``Reprompt`` is honoured after a reply only, ``Finish`` after a wave only."""
+"""``Finish`` is honoured after a wave only; ``Reprompt`` after a reply or a wave."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -211,7 +211,10 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
                 for t in request.tools
             ]
             params["tool_choice"] = _tool_choice(request.tool_choice)
-        if request.output_schema is not None:
+        if request.output_schema is not None and not _forces_a_tool(request):
+            # A forced call carries the schema as its input_schema already; JSON outputs would
+            # only constrain text that a forced call never has, and accept only a subset of
+            # JSON Schema (objects closed, no numeric or length bounds) that most schemas miss.
             params["output_config"] = {
                 "format": {"type": "json_schema", "schema": dict(request.output_schema)}
             }
@@ -347,6 +350,10 @@ def _finish_call(block: _Block) -> ToolCall:
     else:
         arguments, error = dict(block.start_input), None
     return ToolCall(id=block.id, name=block.name, arguments=arguments, arguments_error=error)
+
+
+def _forces_a_tool(request: ModelRequest) -> bool:
+    return bool(request.tools) and request.tool_choice not in ("auto", "none")
 
 
 def _tool_choice(choice: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from reverie.core.limits import Limits
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
+from reverie.loop.finish import STRUCTURED_RESULT_TOOL
 
 if TYPE_CHECKING:
     from reverie.models.base import Model
@@ -30,6 +31,12 @@ class Agent:
     """Loop family id for interactive runs."""
     hooks: Sequence[AgentHook] = ()
     """Hooks for this agent's runs only (trusted), on top of the runtime's."""
+    output_type: Any = None
+    """What a run must end with (docs/output.md): a pydantic model class (``RunResult.output``
+    is then an instance of it) or a JSON Schema with an object root (the validated JSON).
+    ``None``: a text reply. A typed agent's ``on_limit`` is always ``"fail"``: a text summary
+    cannot stand in for a typed value."""
+    _typed: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -47,3 +54,14 @@ class Agent:
             if descriptor.name in seen:
                 raise UsageError(f"Agent {self.name!r} has two tools named {descriptor.name!r}")
             seen.add(descriptor.name)
+        if self.output_type is not None:
+            from reverie.runtime.output import TypedOutput
+
+            if STRUCTURED_RESULT_TOOL in seen:
+                raise UsageError(
+                    f"Agent {self.name!r}: the tool name {STRUCTURED_RESULT_TOOL!r} is reserved "
+                    "for the output_type"
+                )
+            # Checked (and its schema built) once, here: a bad type fails at definition.
+            object.__setattr__(self, "_typed", TypedOutput.of(self.output_type))
+            object.__setattr__(self, "on_limit", "fail")

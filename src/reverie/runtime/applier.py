@@ -46,8 +46,11 @@ class ExitApplier:
         *,
         before_terminal: Callable[[RunRecord, LoopExit], Awaitable[None]] | None = None,
         after_turn: AfterTurnWork | None = None,
+        output_of: Callable[[RunRecord, Any], Any] | None = None,
     ) -> None:
         self.store = store
+        self.output_of = output_of
+        """Turns a structured run's stored JSON into its declared type (docs/output.md)."""
         self.hooks = hooks
         self.after_turn_work = after_turn
         """Where ``after_turn`` hooks run off the caller's path (``None``: inline)."""
@@ -196,6 +199,8 @@ class ExitApplier:
             if exit_.kind == "structured":
                 # Its result row holds the validated structured_result arguments as JSON.
                 output = json.loads(text)
+                if self.output_of is not None:
+                    output = self.output_of(run, output)
         if isinstance(exit_, Blocked):
             g = await self.store.get_gate(exit_.gate_ref)
             gate = Gate(ref=g.ref, kind=g.kind, tool=g.tool, arguments=dict(g.arguments))

@@ -61,6 +61,7 @@ from reverie.runtime.host import (
     ToolPort,
 )
 from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
+from reverie.runtime.output import family_for, typed_model, typed_result, typed_tools
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state, usage_so_far
 from reverie.runtime.telemetry import Telemetry
@@ -128,6 +129,7 @@ class Runtime:
             self._dispatcher,
             before_terminal=self.unbound.before_terminal,
             after_turn=self._after_turn,
+            output_of=lambda run, value: typed_result(self._known_agent(run), value),
         )
         self._families = LoopFamilyRegistry(
             families if families is not None else default_families()
@@ -314,6 +316,9 @@ class Runtime:
         while len(self._run_agents) > _RUN_AGENTS_MAX:
             self._run_agents.popitem(last=False)  # oldest first; the name lookup remains
 
+    def _known_agent(self, run: RunRecord) -> Agent | None:
+        return self._run_agents.get(run.run_id) or self._agents.get(run.agent_name)
+
     def _agent(self, name: str) -> Agent:
         try:
             return self._agents[name]
@@ -437,7 +442,7 @@ class Runtime:
         if self._agents.get(agent.name) is not agent:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
-        family_id = profile if profile.startswith("unbound") else agent.family
+        family_id = profile if profile.startswith("unbound") else family_for(agent, self._families)
         if agent.limits.max_usd is not None:
             model_name = self._model(agent).name
             if self._prices.price_for(model_name) is None:
@@ -669,7 +674,7 @@ class Runtime:
                 run_id=run_id,
                 token=active.token,
                 prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
-                model=StreamingModel(ctx, [self._model(agent)], self._prices),
+                model=StreamingModel(ctx, [typed_model(agent, self._model(agent))], self._prices),
                 capabilities=ToolPort(ctx, self._tools_of(agent, run)),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),
@@ -710,7 +715,7 @@ class Runtime:
         tools = list(agent.tools)
         if self._memory is not None and not run.profile.startswith("unbound"):
             tools += self._memory.tools(tools)
-        return tools
+        return tools + typed_tools(agent)
 
     # ------------------------------------------------------------------------------ inputs
     async def send_input(

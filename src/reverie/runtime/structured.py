@@ -1,4 +1,4 @@
-"""Structured output for unbound turns (docs/unbound.md).
+"""Structured output for unbound turns (docs/unbound.md) and typed agents (docs/output.md).
 
 An :class:`OutputContract` says what an unbound run must produce: an assistant message, JSON
 matching a schema, or any JSON object. A structured run gets one extra capability,
@@ -9,13 +9,16 @@ arguments ends the run as ``Completed(kind="structured")`` (the loop side is
 
 :class:`ContractModel` shapes each request of a structured run: it forces a tool call
 (``structured_result`` by name when it is the only tool, ``required`` otherwise) when the
-provider supports ``tool_choice``, and sets ``ModelRequest.output_schema``.
+provider supports ``tool_choice``, and sets ``ModelRequest.output_schema``; a text-only answer
+that is one JSON object (a backend honouring ``response_format``) becomes a ``structured_result``
+call. :mod:`reverie.runtime.output` builds the same pieces for ``Agent(output_type=...)``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -23,7 +26,14 @@ import jsonschema  # type: ignore[import-untyped]
 
 from reverie.capabilities.context import ToolContext
 from reverie.core.capability import CallCompleted, CallFailed, CallOutcome, CapabilityDescriptor
-from reverie.core.messages import ModelEvent, ModelRequest
+from reverie.core.messages import (
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    ResponseComplete,
+    ToolCall,
+    ToolCallPart,
+)
 from reverie.errors import UsageError
 from reverie.loop.finish import STRUCTURED_RESULT_TOOL
 from reverie.models.base import Model
@@ -35,6 +45,9 @@ MAX_REPORTED_VIOLATIONS = 10
 _MAX_VIOLATION_CHARS = 300
 
 _ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
+
+Check = Callable[[Mapping[str, Any]], tuple[Any, list[str]]]
+"""Validates ``structured_result``'s arguments: the JSON to keep and the violations."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,14 +159,21 @@ def violations(schema: Mapping[str, Any], instance: Any) -> list[str]:
 class StructuredResultTool:
     """The synthetic ``structured_result`` capability: its parameters are the contract's schema.
 
-    Arguments are validated with ``jsonschema``; valid ones become the run's output (the result
-    row holds them as JSON), invalid ones an ``input_invalid`` result listing the violations.
+    Arguments are validated with ``jsonschema`` (or ``check``); valid ones become the run's
+    output (the result row holds them as JSON), invalid ones an ``input_invalid`` result listing
+    the violations.
     """
 
-    def __init__(self, contract: OutputContract) -> None:
+    def __init__(self, contract: OutputContract, *, check: Check | None = None) -> None:
+        """Args:
+        contract: A structured contract (its schema becomes the tool's parameters).
+        check: Validates the arguments instead of ``jsonschema``: the JSON to keep as the
+            output and the violations (e.g. a pydantic model's own validation).
+        """
         if not contract.structured:
             raise UsageError("structured_result needs a json_schema or json_object contract")
         self._schema = contract.parameters()
+        self._check = check
         what = f"the {contract.name!r} result" if contract.name else "your result as a JSON object"
         self._descriptor = CapabilityDescriptor(
             name=STRUCTURED_RESULT_TOOL,
@@ -174,8 +194,11 @@ class StructuredResultTool:
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext) -> CallOutcome:
         """Validate against the schema; the output is the arguments as JSON."""
-        value = dict(arguments)
-        problems = violations(self._schema, value)
+        value: Any = dict(arguments)
+        if self._check is not None:
+            value, problems = self._check(value)
+        else:
+            problems = violations(self._schema, value)
         if problems:
             shown = problems[:MAX_REPORTED_VIOLATIONS]
             more = len(problems) - len(shown)
@@ -221,8 +244,43 @@ class ContractModel:
         return replace(request, tool_choice=choice, output_schema=self.contract.output_schema())
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream the wrapped model's answer to the shaped request."""
-        return self.inner.stream(self.shape(request))
+        """Stream the wrapped model's answer to the shaped request.
+
+        A backend that honours ``response_format`` may answer with the JSON as text instead of
+        a call: a text-only answer that is one JSON object becomes a ``structured_result``
+        call with it as arguments, so it is validated (and kept) as a call would be.
+        """
+        shaped = self.shape(request)
+        if shaped.output_schema is None:
+            return self.inner.stream(shaped)
+        return self._accepting_json_text(shaped)
+
+    async def _accepting_json_text(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        async for event in self.inner.stream(request):
+            if isinstance(event, ResponseComplete):
+                event = ResponseComplete(response=json_text_as_call(event.response))
+            yield event
+
+
+def json_text_as_call(response: ModelResponse) -> ModelResponse:
+    """``response`` with a text-only JSON-object answer turned into a ``structured_result``
+    call (any other response unchanged). The call id is minted here, unique like a provider's.
+    """
+    if response.tool_calls:
+        return response
+    text = response.text.strip()
+    if not text.startswith("{"):
+        return response
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return response
+    if not isinstance(value, dict):
+        return response
+    call = ToolCall(
+        id=f"call_{uuid.uuid4().hex[:24]}", name=STRUCTURED_RESULT_TOOL, arguments=value
+    )
+    return replace(response, parts=(ToolCallPart(call=call),))
 
 
 __all__ = [
@@ -231,5 +289,6 @@ __all__ = [
     "ContractModel",
     "OutputContract",
     "StructuredResultTool",
+    "json_text_as_call",
     "violations",
 ]

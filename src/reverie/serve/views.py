@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from reverie.core.events import RunEvent, RunFinished
 from reverie.core.exits import exit_to_dict
 from reverie.core.timestamps import iso_utc
+from reverie.runtime.output import output_json
 from reverie.runtime.result import Gate
 from reverie.runtime.unbound import SERVED_AGENT_META
 from reverie.store.base import TERMINAL_STATUSES, GateRecord, RunRecord
@@ -64,7 +65,7 @@ async def run_detail(rt: Runtime, run: RunRecord) -> dict[str, Any]:
         result = await rt.get_result(run.run_id)
         out.update(
             text=result.text,
-            output=result.output,
+            output=output_json(result.output),
             exit=exit_to_dict(result.exit),
             usage=result.usage.to_dict(),
             gate=_result_gate(result.gate),

@@ -67,8 +67,13 @@ Rule = Literal[
     "roles_alternate",
     "no_empty_content",
     "tool_results_first",
+    "tool_choice_needs_tools",
+    "tool_choice_names_a_tool",
+    "response_format_valid",
+    "output_format_valid",
 ]
-"""The name of a conversation rule (see the module docstring)."""
+"""The name of a conversation rule (see the module docstring), or of a request-shape rule
+(:mod:`reverie.testing.request_rules`)."""
 
 STRICT_HINT: Final = "pass strict=False to the test double to send it on purpose"
 
@@ -83,6 +88,9 @@ class Violation:
     detail: str
     """What is wrong, naming the message and the call ids."""
     call_ids: tuple[str, ...] = ()
+    param: str | None = None
+    """The request field at fault, for a rule about the request rather than a message
+    (``index`` is then -1)."""
 
     def __str__(self) -> str:
         return f"conversation rule {self.rule!r} broken: {self.detail}"

@@ -16,8 +16,10 @@ Anthropic does when it is overloaded after a stream has begun.
 Strict by default, like the OpenAI fake: a request breaking the Messages API's conversation rules
 (the shared ones, plus: the first message is a user message, roles alternate, no empty content,
 ``tool_result`` blocks first in their message, ``tool_use`` ids unique in the conversation; see
-:mod:`reverie.testing.conversation_rules`) gets HTTP 400 with an ``invalid_request_error`` body
-naming the rule. ``FakeAnthropicServer(script, strict=False)`` answers it from the script.
+:mod:`reverie.testing.conversation_rules`), or whose ``tool_choice`` or ``output_config.format``
+the API would refuse (:mod:`reverie.testing.request_rules`), gets HTTP 400 with an
+``invalid_request_error`` body naming the rule. ``FakeAnthropicServer(script, strict=False)``
+answers it from the script.
 Default ``tool_use`` ids (``toolu_<n>``) count across the server's answers, so they never repeat
 within a conversation, as the API's never do.
 :class:`FakeRawStream` sends exactly the ``(event_name, data)`` events given (pass
@@ -53,6 +55,7 @@ from reverie.testing.fake_openai import (
     estimate_input_tokens,
     sse,
 )
+from reverie.testing.request_rules import check_anthropic_request
 
 __all__ = ["FakeAnthropicServer"]
 
@@ -97,8 +100,9 @@ class FakeAnthropicServer(FakeModelServer):
         self._tool_ids = 0
 
     def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
-        """The Messages API rules (see :func:`check_anthropic_messages`)."""
-        return check_anthropic_messages(body.get("messages"))
+        """The Messages API rules (see :func:`check_anthropic_messages`), then the
+        tool-choice and ``output_config.format`` rules (:func:`check_anthropic_request`)."""
+        return check_anthropic_messages(body.get("messages")) + check_anthropic_request(body)
 
     def routes(self) -> list[Route]:
         """Messages and the model list."""

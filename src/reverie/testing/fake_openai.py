@@ -33,11 +33,13 @@ background thread with its own event loop, so it serves async and sync clients a
 By default (``strict=True``) the servers enforce the providers' conversation rules
 (:mod:`reverie.testing.conversation_rules`): a request whose ``messages`` leave a tool call
 unanswered, carry an orphan or repeated tool result, repeat a call id or hold an empty assistant
-message is answered, as the real API answers it, with HTTP 400 and an ``invalid_request_error``
-body naming the rule, the message index and the call ids; the SDK raises ``BadRequestError``
-and reverie fails the run with a ``model_error``. Such a request is recorded in ``requests``
-(and its violations in ``violations``) but uses no script step. ``strict=False`` answers every
-request from the script, for tests that send a malformed conversation on purpose.
+message — or whose ``tool_choice`` or ``response_format`` the API would refuse
+(:mod:`reverie.testing.request_rules`) — is answered, as the real API answers it, with HTTP 400
+and an ``invalid_request_error`` body naming the rule, the message index and the call ids; the
+SDK raises ``BadRequestError`` and reverie fails the run with a ``model_error``. Such a request
+is recorded in ``requests`` (and its violations in ``violations``) but uses no script step.
+``strict=False`` answers every request from the script, for tests that send a malformed
+conversation on purpose.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from reverie.core.messages import ModelResponse
 from reverie.errors import ModelError
 from reverie.testing.conversation_rules import Violation, check_chat_completions, describe
+from reverie.testing.request_rules import check_openai_request
 
 __all__ = [
     "FakeError",
@@ -534,11 +537,14 @@ class FakeOpenAIServer(FakeModelServer):
         return f"{self.root_url}/v1"
 
     def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
-        """The Chat Completions rules (see :func:`check_chat_completions`)."""
-        return check_chat_completions(body.get("messages"))
+        """The Chat Completions rules (see :func:`check_chat_completions`), then the
+        tool-choice and ``response_format`` rules (:func:`check_openai_request`)."""
+        return check_chat_completions(body.get("messages")) + check_openai_request(body)
 
     def error_param(self, violation: Violation) -> str | None:
-        """``messages.[i].role``, as the API names the message at fault."""
+        """The field at fault: ``messages.[i].role`` for a message, as the API names it."""
+        if violation.param is not None:
+            return violation.param
         return f"messages.[{violation.index}].role"
 
     def routes(self) -> list[Route]:
