@@ -29,6 +29,7 @@ from reverie.core.capability import (
     outcome_from_dict,
     outcome_to_dict,
 )
+from reverie.core.content import parts_from_meta
 from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
 from reverie.core.ids import new_id
 from reverie.core.messages import (
@@ -210,6 +211,7 @@ def _to_message(row: TranscriptItem) -> Message:
         tool_calls=row.tool_calls,
         tool_call_id=row.tool_call_id,
         name=row.name,
+        parts=parts_from_meta(row.meta),
     )
 
 

@@ -53,6 +53,7 @@ from reverie.testing.fake_openai import (
     estimate_input_tokens,
     sse,
 )
+from reverie.testing.image_rules import ImageRefusal, check_anthropic_images
 
 __all__ = ["FakeAnthropicServer"]
 
@@ -91,14 +92,19 @@ class FakeAnthropicServer(FakeModelServer):
         *,
         models: Sequence[str] = ("fake-model",),
         strict: bool = True,
+        vision: bool = True,
     ) -> None:
         """Args: as :class:`~reverie.testing.fake_openai.FakeModelServer`."""
-        super().__init__(script, models=models, strict=strict)
+        super().__init__(script, models=models, strict=strict, vision=vision)
         self._tool_ids = 0
 
     def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
         """The Messages API rules (see :func:`check_anthropic_messages`)."""
         return check_anthropic_messages(body.get("messages"))
+
+    def check_images(self, body: Mapping[str, Any]) -> ImageRefusal | None:
+        """The Messages API image rules (see :func:`check_anthropic_images`)."""
+        return check_anthropic_images(body.get("messages"), vision=self.vision)
 
     def routes(self) -> list[Route]:
         """Messages and the model list."""
