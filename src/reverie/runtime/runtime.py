@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from reverie.core.canonical import digest
-from reverie.core.content import UserContent
+from reverie.core.content import ContentPart, UserContent
 from reverie.core.events import RunStarted
 from reverie.core.exits import Cancelled, Failed
 from reverie.core.ids import new_id
@@ -361,7 +361,7 @@ class Runtime:
         self,
         busy: ThreadBusy,
         policy: ThreadPolicy,
-        message: UserContent | Sequence[Message],
+        message: str | Sequence[ContentPart | Message],
         max_image_bytes: int,
     ) -> RunHandle | None:
         """Apply the thread policy; a handle to return, or ``None`` to try creating again."""
@@ -415,7 +415,7 @@ class Runtime:
     async def start(
         self,
         agent: Agent,
-        message: UserContent | Sequence[Message],
+        message: str | Sequence[ContentPart | Message],
         *,
         scope: Scope,
         thread_id: str | None = None,

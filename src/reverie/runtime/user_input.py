@@ -40,7 +40,7 @@ def _checked(message: str | Sequence[ContentPart], max_image_bytes: int) -> tupl
 
 
 def opening_items(
-    message: str | Sequence[ContentPart] | Sequence[Message], *, max_image_bytes: int
+    message: str | Sequence[ContentPart | Message], *, max_image_bytes: int
 ) -> list[NewItem]:
     """The rows a run opens with: the user message, or the given opening messages.
 
