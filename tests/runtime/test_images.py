@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import struct
-import zlib
 from typing import Any
 
 import pytest
@@ -18,30 +16,15 @@ from reverie import Agent, Image, Limits, Runtime, Scope, Text, tool
 from reverie.errors import ImageTooLarge, UsageError
 from reverie.models.hermes import HermesModel
 from reverie.models.openai import OpenAIChatModel
-from reverie.testing import FakeOpenAIServer
+from reverie.testing import FakeOpenAIServer, tiny_png
 from reverie.testing.fake_openai import FakeReply, FakeToolCall
 
 SCOPE = Scope(tenant="acme", user="ana")
 URL = "https://images.example.com/cat.png"
 
 
-def png(payload: bytes = b"") -> bytes:
-    """A valid 1x1 PNG; ``payload`` goes in an ancillary chunk (to make it any size)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
-    pixels = zlib.compress(b"\x00\x00")
-    extra = chunk(b"tEXt", b"pad\x00" + payload) if payload else b""
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + extra
-        + chunk(b"IDAT", pixels)
-        + chunk(b"IEND", b"")
-    )
+def png(padding: bytes = b"") -> bytes:
+    return tiny_png(len(padding))
 
 
 def openai_agent(srv: FakeOpenAIServer, **kwargs: Any) -> Agent:

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import struct
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from reverie.core.content import IMAGE_MEDIA_TYPES, sniff_media_type
 
-__all__ = ["ImageRefusal", "check_anthropic_images", "check_chat_images"]
+__all__ = ["ImageRefusal", "check_anthropic_images", "check_chat_images", "tiny_png"]
 
 OPENAI_NO_VISION: Final = "Invalid content type. image_url is only supported by certain models."
 """What OpenAI answers when a model without vision gets an image part."""
@@ -148,3 +150,21 @@ def _anthropic_source(source: object) -> str | None:
     if len(raw) > ANTHROPIC_MAX_IMAGE_BYTES:
         return f"image exceeds {ANTHROPIC_MAX_IMAGE_BYTES} bytes maximum"
     return None
+
+
+def tiny_png(padding: int = 0) -> bytes:
+    """A valid 1x1 PNG, ``padding`` bytes larger (in a text chunk): an image for tests."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
+    extra = chunk(b"tEXt", b"pad\x00" + b"." * padding) if padding else b""
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + extra
+        + chunk(b"IDAT", zlib.compress(b"\x00\x00"))
+        + chunk(b"IEND", b"")
+    )
