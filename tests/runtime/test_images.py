@@ -276,3 +276,66 @@ async def test_the_fake_anthropic_server_refuses_malformed_image_blocks_like_the
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+async def test_memory_records_a_turn_with_an_image_as_text_only() -> None:
+    from reverie.memory import NativeMemory
+    from reverie.store.documents import DocumentStore
+
+    image = png(b"q" * 64)
+    encoded = base64.b64encode(image).decode()
+    async with (
+        FakeOpenAIServer(["A picture of a square.", "Still a square."]) as srv,
+        Runtime.open(":memory:", memory=NativeMemory()) as rt,
+    ):
+        agent = openai_agent(srv)
+        first = await rt.run(agent, [Text("Describe the picture"), Image(data=image)], scope=SCOPE)
+        # The next turn settles the first one's after-turn work (its memory record) first.
+        second = await rt.run(agent, "and now?", scope=SCOPE, thread_id=first.thread_id)
+        store = rt.store
+        assert isinstance(store, DocumentStore)
+        hits = await store.search(SCOPE, "picture square")
+    assert first.status == second.status == "completed"
+    logged = " ".join(h.text for h in hits if h.kind == "log")
+    assert "Describe the picture" in logged
+    assert f"[image image/png, {len(image)} bytes]" in logged
+    assert encoded not in logged
+    # The second turn's prompt still carries the first turn's image, bytes intact.
+    users = [m for m in srv.requests[1]["messages"] if m["role"] == "user"]
+    assert any(
+        isinstance(m["content"], list) and m["content"][1]["image_url"]["url"].endswith(encoded)
+        for m in users
+    )
+
+
+async def test_an_image_turn_enqueued_on_a_busy_thread_becomes_a_follow_up_with_its_image() -> None:
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    @tool(effects=set())
+    async def wait() -> str:
+        """Wait for the test."""
+        entered.set()
+        await gate.wait()
+        return "waited"
+
+    image = png()
+    script = [FakeReply(tool_calls=(FakeToolCall("wait", {}),)), "Done waiting.", "A square."]
+    async with FakeOpenAIServer(script) as srv, Runtime.open(":memory:") as rt:
+        agent = openai_agent(srv, tools=[wait])
+        handle = await rt.start(agent, "wait first", scope=SCOPE)
+        await asyncio.wait_for(entered.wait(), 30)
+        joined = await rt.start(
+            agent,
+            [Text("then this"), Image(data=image)],
+            scope=SCOPE,
+            thread_id=handle.thread_id,
+            thread_policy="enqueue",
+        )
+        assert joined.run_id == handle.run_id
+        gate.set()
+        r = await handle.result()
+    assert r.status == "completed", r.exit
+    last_user = [m for m in srv.requests[-1]["messages"] if m["role"] == "user"][-1]
+    assert last_user["content"][0] == {"type": "text", "text": "then this"}
+    assert last_user["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
