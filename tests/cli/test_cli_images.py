@@ -6,8 +6,10 @@ import base64
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from typer.testing import Result
 
+from cli.cli_support import run_reverie
 from reverie.testing import FakeOpenAIServer, tiny_png
 
 
@@ -72,3 +74,39 @@ def test_run_with_an_image_over_max_image_bytes_exits_2_naming_the_cap(
     assert "max_image_bytes" in result.stderr
     assert srv.requests == []
     assert listed.stdout.strip() in ("[]", "")
+
+
+@pytest.mark.slow  # starts a Python subprocess
+def test_chat_image_command_sends_the_file_with_the_next_message_only(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    picture, notes = tmp_path / "a.png", tmp_path / "notes.txt"
+    picture.write_bytes(tiny_png(7))
+    notes.write_text("not a picture", encoding="utf-8")
+    with FakeOpenAIServer(["A square.", "Plain text."]) as srv:
+        (home / "reverie.toml").write_text(
+            f'[models.local]\nbase_url = "{srv.base_url}"\n\n[agents.eyes]\n'
+            'model = "local:gpt-test"\n',
+            encoding="utf-8",
+        )
+        result = run_reverie(
+            home,
+            "chat",
+            stdin=f"/image {notes}\n/image {picture}\nWhat is it?\nAnd now?\n",
+        )
+    assert result.returncode == 0, result.stderr
+    assert "PNG, JPEG, GIF or WebP" in result.stdout  # the text file was refused at once
+    assert "1 image(s) will go with your next message" in result.stdout
+    first, second = (
+        [m for m in body["messages"] if m["role"] == "user"][-1] for body in srv.requests
+    )
+    assert first["content"] == [
+        {"type": "text", "text": "What is it?"},
+        {
+            "type": "image_url",
+            "image_url": {
+                "url": "data:image/png;base64," + base64.b64encode(picture.read_bytes()).decode()
+            },
+        },
+    ]
+    assert second["content"] == "And now?"
