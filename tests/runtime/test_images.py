@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -339,3 +343,49 @@ async def test_an_image_turn_enqueued_on_a_busy_thread_becomes_a_follow_up_with_
     last_user = [m for m in srv.requests[-1]["messages"] if m["role"] == "user"][-1]
     assert last_user["content"][0] == {"type": "text", "text": "then this"}
     assert last_user["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
+
+
+@contextlib.asynccontextmanager
+async def _sqlite_url(tmp: Path) -> AsyncIterator[str]:
+    yield f"sqlite:///{tmp / 'images.db'}"
+
+
+def _postgres_url(tmp: Path) -> contextlib.AbstractAsyncContextManager[str]:
+    from reverie.store.postgres import temporary_schema
+
+    return temporary_schema(POSTGRES_URL, prefix="reverie_images")
+
+
+@pytest.mark.parametrize(
+    "store_url",
+    [
+        pytest.param(_sqlite_url, id="sqlite"),
+        pytest.param(
+            _postgres_url,
+            id="postgres",
+            marks=[
+                pytest.mark.postgres,
+                pytest.mark.skipif(not POSTGRES_URL, reason="set REVERIE_TEST_POSTGRES_URL"),
+            ],
+        ),
+    ],
+)
+async def test_a_stored_image_is_read_back_from_a_reopened_store_with_identical_bytes(
+    store_url: Callable[[Path], contextlib.AbstractAsyncContextManager[str]], tmp_path: Path
+) -> None:
+    image = png(b"\x00\xff" * 300)  # every byte value survives the JSON column
+    async with store_url(tmp_path) as url, FakeOpenAIServer(["One.", "Two."]) as srv:
+        async with Runtime.open(url) as rt:
+            first = await rt.run(openai_agent(srv), [Text("Keep"), Image(data=image)], scope=SCOPE)
+        async with Runtime.open(url) as rt:
+            second = await rt.run(
+                openai_agent(srv), "again", scope=SCOPE, thread_id=first.thread_id
+            )
+    assert first.status == second.status == "completed"
+    again = next(m for m in srv.requests[1]["messages"] if m["role"] == "user")
+    assert again["content"][1]["image_url"]["url"] == (
+        "data:image/png;base64," + base64.b64encode(image).decode()
+    )
