@@ -389,3 +389,8 @@ async def test_a_stored_image_is_read_back_from_a_reopened_store_with_identical_
     assert again["content"][1]["image_url"]["url"] == (
         "data:image/png;base64," + base64.b64encode(image).decode()
     )
+
+
+def test_an_images_repr_never_holds_its_bytes() -> None:
+    image = Image(data=png(b"secret-ish pixels"))
+    assert "secret-ish" not in repr(image) and "image/png" in repr(image)

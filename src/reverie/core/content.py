@@ -20,7 +20,7 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -81,8 +81,8 @@ class Image:
 
     url: str | None = None
     """An ``http``/``https`` URL the provider fetches (stored as the URL, never downloaded)."""
-    data: bytes | None = None
-    """The image itself."""
+    data: bytes | None = field(default=None, repr=False)
+    """The image itself (left out of the repr: it can be megabytes)."""
     media_type: str | None = None
     """``image/png``, ``image/jpeg``, ``image/gif`` or ``image/webp``; default sniffed from
     ``data``. Ignored for a URL."""
