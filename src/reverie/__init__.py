@@ -17,20 +17,34 @@ from reverie.core.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from reverie.capabilities import tool
+    from reverie.core.content import Image, Text
     from reverie.core.limits import Limits
     from reverie.core.scope import Scope
     from reverie.runtime import Agent, Gate, RunHandle, RunResult, Runtime
 
-__all__ = ["Agent", "Gate", "Limits", "RunHandle", "RunResult", "Runtime", "Scope", "tool"]
+__all__ = [
+    "Agent",
+    "Gate",
+    "Image",
+    "Limits",
+    "RunHandle",
+    "RunResult",
+    "Runtime",
+    "Scope",
+    "Text",
+    "tool",
+]
 
 _HOMES = {
     "Agent": "reverie.runtime",
     "Gate": "reverie.runtime",
+    "Image": "reverie.core.content",
     "Limits": "reverie.core.limits",
     "RunHandle": "reverie.runtime",
     "RunResult": "reverie.runtime",
     "Runtime": "reverie.runtime",
     "Scope": "reverie.core.scope",
+    "Text": "reverie.core.content",
     "tool": "reverie.capabilities",
 }
 

@@ -175,6 +175,7 @@ class LimitsConfig(_Section):
     max_usd: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, ge=0)
     max_response_bytes: int | None = Field(default=None, ge=1)
+    max_image_bytes: int | None = Field(default=None, ge=0)
 
     def to_limits(self) -> Limits:
         """The :class:`Limits` these settings describe."""
@@ -302,6 +303,7 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.max_usd": "set a non-negative number of US dollars, or remove it",
     "agents.*.limits.max_tokens": "set a non-negative integer, or remove it",
     "agents.*.limits.max_response_bytes": "set an integer of at least 1 (default 4194304)",
+    "agents.*.limits.max_image_bytes": "set a non-negative integer (default 5242880)",
     "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
     "agents.*.output_type": 'set output_type = "package.module:attribute" (a model class)',
     "agents.*.mcp_servers": 'set mcp_servers = ["files"] (names of [mcp.servers.NAME] tables)',

@@ -6,6 +6,7 @@ The hierarchy::
     ├── ConfigError                   a config file, manifest or option is invalid
     │   └── MissingExtraError         an optional extra is not installed (also an ImportError)
     ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
+    │   ├── ImageTooLarge             a message's images exceed ``Limits.max_image_bytes``
     │   ├── UnknownAgentError         a run names an agent this process has not registered
     │   ├── InvalidScopeError         a Scope field is empty or not a string (also ValueError)
     │   └── UnknownFamilyError        a profile names a loop family that is not registered
@@ -39,9 +40,15 @@ from typing import Literal
 from reverie.core.redact import mask_urls
 
 ModelErrorKind = Literal[
-    "transient", "context_overflow", "content_filtered", "unavailable", "internal"
+    "transient",
+    "context_overflow",
+    "content_filtered",
+    "unavailable",
+    "internal",
+    "images_unsupported",
 ]
-"""Classes of model failure (docs/loop.md)."""
+"""Classes of model failure (docs/loop.md). ``images_unsupported``: the model (or its text
+protocol) cannot take the images of the request (docs/images.md); never retried."""
 
 ToolErrorKind = Literal[
     "transient", "permanent", "input_invalid", "policy_denied", "unavailable", "internal"
@@ -130,6 +137,23 @@ class InvalidScopeError(UsageError, ValueError):
     Also a :class:`ValueError`, which ``Scope`` raised before empty strings were refused in every
     field, so existing ``except ValueError`` handlers keep working.
     """
+
+
+class ImageTooLarge(UsageError):
+    """The images of one message hold more bytes than ``Limits.max_image_bytes`` allows.
+
+    Raised before anything of the message is written (docs/images.md).
+    """
+
+    def __init__(self, size_bytes: int, limit_bytes: int) -> None:
+        super().__init__(
+            f"the message's images hold {size_bytes} bytes, over the cap of {limit_bytes} "
+            "(Limits.max_image_bytes)"
+        )
+        self.size_bytes = size_bytes
+        """Bytes of the message's images."""
+        self.limit_bytes = limit_bytes
+        """The cap."""
 
 
 class UnknownFamilyError(UsageError):

@@ -298,9 +298,9 @@ async def test_a_tool_needing_approval_fails_the_turn_with_403_pointing_at_the_r
         ),
         (
             b'{"model": "calc", "messages": [{"role": "user", "content": '
-            b'[{"type": "image_url", "image_url": {"url": "http://x"}}]}]}',
+            b'[{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]}',
             400,
-            "'image_url' are not supported",
+            "'input_audio' are not supported",
         ),
         (b'{"model": "calc", "messages": [{"role": "system", "content": "x"}]}', 400, "user"),
         (b'{"model": "calc", "n": 2, "messages": [{"role": "user", "content": "x"}]}', 400, "n=1"),

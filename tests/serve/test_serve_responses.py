@@ -201,7 +201,7 @@ async def test_text_format_json_schema_becomes_the_turns_output_contract() -> No
             "unsupported_input_item",
         ),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]},
             "input[0].content[0]",
             "unsupported_content",
         ),

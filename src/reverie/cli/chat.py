@@ -22,6 +22,7 @@ import json
 import sys
 from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import typer
@@ -80,11 +81,13 @@ _COMMANDS_HELP: Final = (
     "commands:\n"
     "  /new            start a new thread (conversation)\n"
     "  /thread         show this thread's id (continue it later: reverie chat --thread ID)\n"
+    "  /image PATH     send an image file (PNG, JPEG, GIF, WebP) with the next message\n"
     "  /help           this list\n"
     "  /exit, /quit    quit (also Ctrl-D, or Ctrl-C at the prompt)\n"
     "Ctrl-C while a turn runs cancels that turn; an approval question takes y, n or a reason."
 )
 _THREAD_COMMAND: Final = "/thread"
+_IMAGE_COMMAND: Final = "/image"
 _DENIED_BY_USER: Final = "denied by the user"
 _MAX_VALUE_CHARS: Final = 60
 
@@ -168,6 +171,8 @@ class _Chat:
         """Text streamed since the last assistant message."""
         self._replied = False
         """The current segment printed its final reply."""
+        self._images: list[Path] = []
+        """Image files ``/image`` attached to the next message."""
 
     # ------------------------------------------------------------------------------ the REPL
     async def check_thread(self) -> None:
@@ -207,10 +212,32 @@ class _Chat:
             if text == _THREAD_COMMAND:
                 self._show_thread()
                 continue
+            if text == _IMAGE_COMMAND or text.startswith(_IMAGE_COMMAND + " "):
+                self._attach(text[len(_IMAGE_COMMAND) :].strip())
+                continue
             if text.startswith("/") and " " not in text:
                 self.out.line(f"[dim]unknown command {escape(text)}; {_HELP}[/]")
                 continue
             self._turn(text)
+
+    def _attach(self, path: str) -> None:
+        """Check an image file now (readable, an image, within the cap); send it next turn."""
+        from reverie.cli.run import message_with_images
+        from reverie.core.content import check_parts, user_parts
+        from reverie.errors import UsageError
+
+        if not path:
+            self.out.line("[dim]usage: /image PATH (the image goes with your next message)[/]")
+            return
+        chosen = [*self._images, Path(path).expanduser()]
+        try:
+            parts = user_parts(message_with_images("", chosen))
+            check_parts(parts, max_image_bytes=self.agent.limits.max_image_bytes)
+        except UsageError as exc:
+            self.out.line(f"[red]{escape(str(exc))}[/]")
+            return
+        self._images = chosen
+        self.out.line(f"[dim]{len(chosen)} image(s) will go with your next message[/]")
 
     def _show_thread(self) -> None:
         if self.thread_id is None:
@@ -257,9 +284,14 @@ class _Chat:
     async def _start(self, text: str) -> RunResult:
         known: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
+        from reverie.cli.run import message_with_images
+
+        message = message_with_images(text, self._images)  # checked when attached
+        self._images = []
+
         async def work() -> RunResult:
             handle = await self.rt.start(
-                self.agent, text, scope=self.scope, thread_id=self.thread_id
+                self.agent, message, scope=self.scope, thread_id=self.thread_id
             )
             known.set_result(handle.run_id)
             self.thread_id = handle.thread_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -36,10 +37,35 @@ from reverie.cli.render import show_result
 from reverie.core.scope import Scope
 
 if TYPE_CHECKING:
+    from reverie.core.content import UserContent
     from reverie.runtime.handle import RunHandle
     from reverie.runtime.result import RunResult
 
-__all__ = ["run_command", "wait_for"]
+__all__ = ["message_with_images", "run_command", "wait_for"]
+
+
+def message_with_images(message: str, images: list[Path] | None) -> UserContent:
+    """``message``, or its text followed by the image files' bytes as ``Image`` parts.
+
+    Raises:
+        UsageError: a file cannot be read, or is not a PNG, JPEG, GIF or WebP image.
+    """
+    if not images:
+        return message
+    from reverie.core.content import ContentPart, Image, Text
+    from reverie.errors import UsageError
+
+    parts: list[ContentPart] = [Text(message)]
+    for path in images:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"--image {path}: cannot read it ({exc.strerror})") from None
+        try:
+            parts.append(Image(data=data))
+        except UsageError as exc:
+            raise UsageError(f"--image {path}: {exc}") from None
+    return parts
 
 
 async def wait_for(session: Session, handle: RunHandle, *, stream: bool = False) -> RunResult:
@@ -89,6 +115,14 @@ def run_command(
     thread: ThreadOption = None,
     thread_policy: ThreadPolicyOption = None,
     as_json: JsonOption = False,
+    image: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--image",
+            help="An image file (PNG, JPEG, GIF or WebP) sent with the message; repeatable.",
+            show_default=False,
+        ),
+    ] = None,
     stream: Annotated[
         bool,
         typer.Option(
@@ -112,6 +146,7 @@ def run_command(
         fail("--stream and --json do not mix: --json prints one document when the run ends")
 
     async def main() -> int:
+        content = message_with_images(message, image)  # a bad file: a usage error, no run
         cfg = load(config)
         try:
             chosen = choose_agent(cfg, name=agent, model_spec=model)
@@ -133,7 +168,7 @@ def run_command(
                 thread_id = await resolve_thread_id(session.rt.store, thread, scope=scope)
             handle = await session.rt.start(
                 session.agent(chosen.name),  # with the tools of its MCP servers
-                message,
+                content,
                 scope=scope,
                 thread_id=thread_id,
                 thread_policy=thread_policy,  # type: ignore[arg-type]

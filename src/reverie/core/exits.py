@@ -24,10 +24,12 @@ FailureKind = Literal[
     "tool_error",
     "resume_limit",
     "not_resumable",
+    "images_unsupported",
 ]
 """Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected;
 ``not_resumable``: an unbound run another process cannot rebuild (its model or tools existed
-only in the process that submitted it)."""
+only in the process that submitted it); ``images_unsupported``: the model refused the images of
+the conversation (it has no vision, or speaks a text-only protocol)."""
 
 GracefulReason = Literal[
     "no_progress", "max_iterations", "host", "capability_call_limit", "wall_clock_limit"

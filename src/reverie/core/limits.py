@@ -35,6 +35,10 @@ class Limits:
     max_response_bytes: int = 4 * 1024 * 1024
     """Size of one model response (UTF-8 text plus tool-call arguments as JSON); over it the
     run fails with ``invalid_model_output`` and nothing of the response is stored."""
+    max_image_bytes: int = 5 * 1024 * 1024
+    """Bytes of the images of one user message (all of them together, as given, before any
+    encoding); a message over it is refused with :class:`~reverie.errors.ImageTooLarge` before
+    anything is written. Image URLs count nothing (they are stored as URLs)."""
 
     def __post_init__(self) -> None:
         if self.max_iterations < 1:
@@ -45,6 +49,8 @@ class Limits:
             raise UsageError("Limits.max_resumes must not be negative")
         if self.max_response_bytes < 1:
             raise UsageError("Limits.max_response_bytes must be at least 1")
+        if self.max_image_bytes < 0:
+            raise UsageError("Limits.max_image_bytes must not be negative")
         for name in ("max_model_calls", "max_capability_calls", "max_tokens"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -80,4 +86,5 @@ class Limits:
             max_tokens=tighter_int(self.max_tokens, other.max_tokens),
             max_resumes=min(self.max_resumes, other.max_resumes),
             max_response_bytes=min(self.max_response_bytes, other.max_response_bytes),
+            max_image_bytes=min(self.max_image_bytes, other.max_image_bytes),
         )

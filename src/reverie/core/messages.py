@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reverie.core.content import ContentPart
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -55,6 +57,9 @@ class Message:
     """The call this message answers (tool role only)."""
     name: str | None = None
     """The tool's name (tool role only)."""
+    parts: tuple[ContentPart, ...] = ()
+    """A user message with images: its text and image parts, in order (providers send these
+    instead of ``content``, which then holds the text-only rendering). Empty for text."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

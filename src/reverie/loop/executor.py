@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NoReturn, TypeVar
 
 from reverie.core.capability import Surface
+from reverie.core.content import parts_entry
 from reverie.core.exits import (
     Blocked,
     Cancelled as CancelledExit,
@@ -339,7 +340,7 @@ class _Executor:
                 role="user",
                 content=str(rec.payload.get("text", "")),
                 input_id=rec.input_id,
-                meta={"input_kind": rec.kind},
+                meta={"input_kind": rec.kind, **parts_entry(rec.payload)},
             )
             for rec in take
         ]

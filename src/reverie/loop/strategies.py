@@ -363,9 +363,15 @@ class DefaultRecovery:
         return SkipResult()
 
     def on_model_error(self, error_kind: str, attempt: int) -> RecoveryDecision:
-        """Retry transient model errors up to the budget, then fail the run."""
+        """Retry transient model errors up to the budget, then fail the run.
+
+        A model that refuses images fails the run with ``images_unsupported`` (retrying the
+        same conversation cannot help).
+        """
         if error_kind == "transient" and attempt < self.max_model_retries:
             return Retry(backoff_s=self._backoff(attempt))
+        if error_kind == "images_unsupported":
+            return Abort(failure_kind="images_unsupported")
         return Abort(failure_kind="model_error")
 
     def describe(self) -> Mapping[str, Any]:

@@ -20,6 +20,7 @@ try:
 except ImportError as exc:  # the tests simulate the extra's absence
     raise MissingExtraError("anthropic", "the Anthropic provider") from exc
 
+from reverie.core.content import ContentPart, Text, has_images
 from reverie.core.messages import (
     Message,
     ModelEvent,
@@ -162,7 +163,8 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
                         if step.text:
                             yield TextDelta(text=step.text)
         except anthropic.APIError as exc:
-            raise self._map_error(exc) from exc
+            images = any(has_images(m.parts) for m in request.messages)
+            raise self._map_error(exc, images=images) from exc
         except anthropic.AnthropicError as exc:
             raise ModelError("internal", f"{self._name}: {type(exc).__name__}") from exc
         except MalformedPayload as exc:
@@ -226,7 +228,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             params["extra_body"] = extra
         return params
 
-    def _map_error(self, exc: anthropic.APIError) -> ModelError:
+    def _map_error(self, exc: anthropic.APIError, *, images: bool = False) -> ModelError:
         name = self._name
         if isinstance(exc, anthropic.APITimeoutError):
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
@@ -245,7 +247,9 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             code = text_or_none(exc.error_code)
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
-        kind = classify_api_error(status, code=code, type_=error_type, message=message)
+        kind = classify_api_error(
+            status, code=code, type_=error_type, message=message, images=images
+        )
         what = f"HTTP {status}" if status is not None else "error in stream"
         label = f" [{error_type}]" if error_type else ""
         text = detail(message, self._sent_key, self._url_secrets)
@@ -412,6 +416,25 @@ def _split_messages(
                 for c in message.tool_calls
             )
             add("assistant", blocks)
+        elif message.parts:
+            add("user", [_content_block(p) for p in message.parts if _has_content(p)])
         elif message.content:
             add("user", [{"type": "text", "text": message.content}])
     return "\n\n".join(system), turns
+
+
+def _has_content(part: ContentPart) -> bool:
+    # The Messages API refuses empty text blocks.
+    return not isinstance(part, Text) or bool(part.text)
+
+
+def _content_block(part: ContentPart) -> dict[str, Any]:
+    """A Messages API block: ``text``, or ``image`` with a ``url`` or ``base64`` source."""
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    if part.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": part.url}}
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": part.media_type, "data": part.base64()},
+    }

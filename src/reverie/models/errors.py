@@ -7,6 +7,8 @@ Every provider maps its SDK's failures onto the five model error classes of docs
     content_filtered   a content-filter code, ``finish_reason="content_filter"``, a refusal
     unavailable        401/403 (bad or missing credentials), 404 (no such model), exhausted
                        quota, no connection
+    images_unsupported a 400/404/422 to a request with images whose message says the model
+                       does not take images (no vision)
     internal           anything else (a malformed response, an unexpected 4xx)
 
 Messages are *safe*: they never contain an API key (every message is passed through
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
@@ -68,19 +71,34 @@ _TRANSIENT_TYPES = frozenset(
     }
 )
 _MAX_DETAIL = 300
+_NO_VISION = re.compile(
+    r"image.{0,60}\b(not|n't|only) (be )?supported|(not|n't|only) supports? .{0,40}image"
+    r"|does(n't| not) support (image|vision)|no vision|vision is not"
+)
+"""What providers say when a model takes no images: OpenAI "image_url is only supported by
+certain models", Ollama and compatible servers "this model does not support image input"."""
 
 
 def classify_api_error(
-    status: int | None, *, code: str | None, type_: str | None, message: str | None
+    status: int | None,
+    *,
+    code: str | None,
+    type_: str | None,
+    message: str | None,
+    images: bool = False,
 ) -> ModelErrorKind:
     """Classify a provider error by HTTP status, error code/type and message.
 
     ``status`` is ``None`` for errors that arrived inside a stream (no HTTP status of their own).
     The context/content checks come first because providers report both as a plain 400. A
-    field that is not a string (a broken server's error body) is ignored.
+    field that is not a string (a broken server's error body) is ignored. ``images``: the
+    request carried images, so a refusal that says the model takes none is
+    ``images_unsupported``.
     """
     code, type_, message = text_or_none(code), text_or_none(type_), text_or_none(message)
     markers = " ".join(part for part in (code, type_, message) if part).lower()
+    if images and status in (None, 400, 404, 422) and _NO_VISION.search(markers):
+        return "images_unsupported"
     if status in (None, 400, 413) and any(m in markers for m in _CONTEXT_MARKERS):
         return "context_overflow"
     if status == 413:

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from reverie.core.content import has_images
 from reverie.core.messages import (
     Message,
     ModelEvent,
@@ -339,7 +340,18 @@ class HermesModel:
             await close()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream the inner model's answer, then the answer parsed into text and calls."""
+        """Stream the inner model's answer, then the answer parsed into text and calls.
+
+        Raises:
+            ModelError: ``images_unsupported``: the conversation holds images, which the text
+                protocol cannot carry (refused, never dropped).
+        """
+        if any(has_images(m.parts) for m in request.messages):
+            raise ModelError(
+                "images_unsupported",
+                f"{self.name}: the Hermes text protocol cannot carry images; use a model "
+                "with native vision",
+            )
         inner_request = ModelRequest(
             messages=to_hermes_messages(request),
             tools=None,

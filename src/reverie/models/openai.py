@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from reverie.core.content import ContentPart, Text, has_images
 from reverie.core.messages import (
     Message,
     ModelEvent,
@@ -207,7 +208,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
                         if chunk.finish_reason:
                             finish_reason = chunk.finish_reason
         except openai.APIError as exc:
-            raise self._map_error(exc) from exc
+            raise self._map_error(exc, images=_has_images(request)) from exc
         except MalformedPayload as exc:
             # A chunk of the wrong shape: the server is broken, not busy. Never the content.
             raise ModelError(
@@ -271,7 +272,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
     def _is_openai(self) -> bool:
         return self._base_url is None or "api.openai.com" in self._base_url
 
-    def _map_error(self, exc: openai.APIError) -> ModelError:
+    def _map_error(self, exc: openai.APIError, *, images: bool = False) -> ModelError:
         import openai
 
         name = self._name
@@ -285,7 +286,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
         error_code, error_type = text_or_none(exc.code), text_or_none(exc.type)
         kind = classify_api_error(
-            status, code=error_code, type_=error_type, message=_body_message(exc)
+            status, code=error_code, type_=error_type, message=_body_message(exc), images=images
         )
         what = f"HTTP {status}" if status is not None else "error in stream"
         text = detail(_body_message(exc), self._sent_key, self._url_secrets)
@@ -347,7 +348,21 @@ def _message_param(message: Message) -> dict[str, Any]:
                 for call in message.tool_calls
             ],
         }
+    if message.parts:
+        parts = [_content_part(p) for p in message.parts if not isinstance(p, Text) or p.text]
+        return {"role": message.role, "content": parts}
     return {"role": message.role, "content": message.content}
+
+
+def _content_part(part: ContentPart) -> dict[str, Any]:
+    """A Chat Completions content part: ``text``, or ``image_url`` (a URL or a data URL)."""
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    return {"type": "image_url", "image_url": {"url": part.data_url()}}
+
+
+def _has_images(request: ModelRequest) -> bool:
+    return any(has_images(m.parts) for m in request.messages)
 
 
 def _tool_choice(choice: str) -> str | dict[str, Any]:

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal
 
+from reverie.core.content import UserContent
 from reverie.core.events import RunEvent
 from reverie.runtime.events import EventBus
 from reverie.runtime.result import RunResult
@@ -48,11 +49,14 @@ class RunHandle:
         async for event in self._bus.subscribe():
             yield event
 
-    async def steer(self, text: str, *, input_id: str | None = None) -> str:
-        """Send a message the agent sees before its next model call. Returns the input id."""
+    async def steer(self, text: UserContent, *, input_id: str | None = None) -> str:
+        """Send a message the agent sees before its next model call. Returns the input id.
+
+        ``text`` is a string or ``reverie.Text``/``reverie.Image`` parts (docs/images.md).
+        """
         return await self._runtime.send_input(self.run_id, "steering", text, input_id=input_id)
 
-    async def follow_up(self, text: str, *, input_id: str | None = None) -> str:
+    async def follow_up(self, text: UserContent, *, input_id: str | None = None) -> str:
         """Send a message delivered when the agent would otherwise finish; the run continues."""
         return await self._runtime.send_input(self.run_id, "follow_up", text, input_id=input_id)
 

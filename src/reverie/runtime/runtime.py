@@ -13,12 +13,14 @@ from types import TracebackType
 from typing import Any, Literal
 
 from reverie.core.canonical import digest
+from reverie.core.content import ContentPart, UserContent
 from reverie.core.events import RunStarted
 from reverie.core.exits import Cancelled, Failed
 from reverie.core.ids import new_id
+from reverie.core.limits import Limits
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
-from reverie.core.transcript import InputKind, NewItem
+from reverie.core.transcript import InputKind
 from reverie.errors import (
     ConfigError,
     ConflictError,
@@ -66,6 +68,7 @@ from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state, usage_so_far
 from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.unbound import UnboundTurnService
+from reverie.runtime.user_input import input_payload, is_user_content, opening_items
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 from reverie.store.run_events import RunEventLog
@@ -311,6 +314,11 @@ class Runtime:
             return started
         return self._agent(run.agent_name)
 
+    def _image_cap(self, run: RunRecord) -> int:
+        """``Limits.max_image_bytes`` of the run's agent (the default for one not known here)."""
+        agent = self._run_agents.get(run.run_id) or self._agents.get(run.agent_name)
+        return (agent.limits if agent is not None else Limits()).max_image_bytes
+
     def _remember_agent(self, run_id: str, agent: Agent) -> None:
         self._run_agents[run_id] = agent
         while len(self._run_agents) > _RUN_AGENTS_MAX:
@@ -340,20 +348,27 @@ class Runtime:
     async def run(
         self,
         agent: Agent,
-        message: str,
+        message: UserContent,
         *,
         scope: Scope,
         thread_id: str | None = None,
         thread_policy: ThreadPolicy | None = None,
     ) -> RunResult:
-        """Run one turn of ``agent`` and wait for its result (``thread_policy``: see start)."""
+        """Run one turn of ``agent`` and wait for its result (``thread_policy``: see start).
+
+        ``message`` is text, or ``reverie.Text``/``reverie.Image`` parts (docs/images.md).
+        """
         handle = await self.start(
             agent, message, scope=scope, thread_id=thread_id, thread_policy=thread_policy
         )
         return await handle.result()
 
     async def _on_busy_thread(
-        self, busy: ThreadBusy, policy: ThreadPolicy, message: str | Sequence[Message]
+        self,
+        busy: ThreadBusy,
+        policy: ThreadPolicy,
+        message: str | Sequence[ContentPart | Message],
+        max_image_bytes: int,
     ) -> RunHandle | None:
         """Apply the thread policy; a handle to return, or ``None`` to try creating again."""
         if policy == "reject":
@@ -365,11 +380,12 @@ class Runtime:
         if active.status in TERMINAL_STATUSES:
             return None  # it ended in the meantime: try again
         if policy == "enqueue":
-            if not isinstance(message, str) or active.profile.startswith("unbound"):
+            if not is_user_content(message) or active.profile.startswith("unbound"):
                 raise busy  # only a user message can join a conversation's run
+            payload = input_payload(message, max_image_bytes=max_image_bytes)  # type: ignore[arg-type]
             try:
                 await self.store.enqueue_input(
-                    active.run_id, "follow_up", {"text": message}, input_id=new_id("in")
+                    active.run_id, "follow_up", payload, input_id=new_id("in")
                 )
             except RunEndedError:
                 return None  # sealed as it ended: the thread is free now
@@ -405,7 +421,7 @@ class Runtime:
     async def start(
         self,
         agent: Agent,
-        message: str | Sequence[Message],
+        message: str | Sequence[ContentPart | Message],
         *,
         scope: Scope,
         thread_id: str | None = None,
@@ -417,8 +433,10 @@ class Runtime:
     ) -> RunHandle:
         """Start a turn and return at once with a :class:`RunHandle`.
 
-        ``message`` is the user's message, or the run's opening messages in order (unbound
-        turns). An ``idempotency_key`` that already names a run of the same owner returns that
+        ``message`` is the user's message (text, or ``reverie.Text``/``reverie.Image`` parts:
+        docs/images.md), or the run's opening messages in order (unbound turns). Images over
+        ``Limits.max_image_bytes`` raise :class:`~reverie.errors.ImageTooLarge` before anything
+        is written. An ``idempotency_key`` that already names a run of the same owner returns that
         run's handle: it is never started a second time (keys are per owner: another owner's
         same key starts that owner's own run). ``meta`` is stored on the run record as it is
         (an unbound run keeps its spec there).
@@ -453,6 +471,8 @@ class Runtime:
                     f"Runtime.open(..., prices={{{model_name!r}: Price(...)}})"
                 )
         self._families.get(family_id)  # unknown family: a typed error now, not later
+        max_image_bytes = agent.limits.max_image_bytes
+        items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
         if thread_id is None:
             # Keyed runs get a thread named by the key: a repeated start leaves no empty thread.
             # Keys are per owner: another owner's same key names another thread and run.
@@ -486,23 +506,12 @@ class Runtime:
                 break
             except ThreadBusy as busy:
                 # The store refused a second active run on the thread (across processes).
-                joined = await self._on_busy_thread(busy, policy, message)
+                joined = await self._on_busy_thread(busy, policy, message, max_image_bytes)
                 if joined is not None:
                     return joined
         if run.run_id != minted:
             return await self._existing(run, scope)
         self._remember_agent(run.run_id, agent)
-        messages = [Message(role="user", content=message)] if isinstance(message, str) else message
-        items = [
-            NewItem(
-                role=m.role,
-                content=m.content,
-                tool_calls=m.tool_calls,
-                tool_call_id=m.tool_call_id,
-                name=m.name,
-            )
-            for m in messages
-        ]
         if items:
             await self.store.append_items(thread_id, run.run_id, items, fence=None)
         return await self._dispatch(run, resumed=False)
@@ -719,9 +728,14 @@ class Runtime:
 
     # ------------------------------------------------------------------------------ inputs
     async def send_input(
-        self, run_id: str, kind: InputKind, text: str, *, input_id: str | None = None
+        self, run_id: str, kind: InputKind, text: UserContent, *, input_id: str | None = None
     ) -> str:
-        """Queue a steering or follow-up message; typed error if the run has ended."""
+        """Queue a steering or follow-up message (text or parts); typed error if the run ended.
+
+        Raises:
+            ImageTooLarge: the message's images exceed the agent's ``Limits.max_image_bytes``
+                (nothing is queued).
+        """
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             raise RunEndedError(f"run {run_id} has ended ({run.status}); start a new turn")
@@ -729,7 +743,8 @@ class Runtime:
             # No conversation to steer: refused up front, never accepted and then dropped.
             raise UsageError(f"run {run_id} is an unbound turn: it takes no steering or follow-ups")
         input_id = input_id or new_id("in")
-        await self.store.enqueue_input(run_id, kind, {"text": text}, input_id=input_id)
+        payload = input_payload(text, max_image_bytes=self._image_cap(run))
+        await self.store.enqueue_input(run_id, kind, payload, input_id=input_id)
         return input_id
 
     async def request_graceful_stop(self, run_id: str, reason: GracefulStopReason) -> None:

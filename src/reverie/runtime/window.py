@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from reverie.core.content import parts_from_meta
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.transcript import NewItem, TranscriptItem
@@ -30,6 +31,7 @@ def to_message(row: TranscriptItem) -> Message:
         tool_calls=row.tool_calls,
         tool_call_id=row.tool_call_id,
         name=row.name,
+        parts=parts_from_meta(row.meta),
     )
 
 

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from reverie.core.content import ContentPart, Image, Text, has_images, parse_data_url, render_text
 from reverie.core.events import AssistantMessage, TextDeltaEvent
 from reverie.core.messages import Message, ToolCall
 from reverie.errors import ReverieError, UsageError
@@ -141,6 +142,43 @@ def _text(content: str | list[dict[str, Any]] | None, param: str) -> str:
     return "".join(pieces)
 
 
+def _user_message(content: str | list[dict[str, Any]] | None, param: str) -> Message:
+    """A user message: text, or ``text`` and ``image_url`` parts (a URL or a data URL)."""
+    if content is None or isinstance(content, str):
+        return Message(role="user", content=content or "")
+    parts: list[ContentPart] = []
+    for index, part in enumerate(content):
+        where = f"{param}[{index}]"
+        kind = part.get("type")
+        if kind == "image_url":
+            parts.append(_image(part.get("image_url"), f"{where}.image_url"))
+        elif kind == "text" and isinstance(part.get("text"), str):
+            parts.append(Text(part["text"]))
+        else:
+            raise APIError(
+                400,
+                f"{where}: content parts of type {str(kind)[:40]!r} are not supported; "
+                "send text or image_url",
+                code="unsupported_content",
+                param=where,
+            )
+    if not has_images(parts):
+        return Message(role="user", content="".join(p.text for p in parts if isinstance(p, Text)))
+    return Message(role="user", content=render_text(parts), parts=tuple(parts))
+
+
+def _image(value: object, param: str) -> Image:
+    url = value.get("url") if isinstance(value, dict) else None
+    if not isinstance(url, str):
+        raise APIError(
+            400, f"{param}.url: required (a URL or a data URL)", code="invalid_image", param=param
+        )
+    try:
+        return parse_data_url(url)
+    except UsageError as exc:
+        raise APIError(400, f"{param}.url: {exc}", code="invalid_image", param=param) from None
+
+
 def _arguments(call: ToolCallBody, param: str) -> dict[str, Any]:
     try:
         value = json.loads(call.function.arguments or "{}")
@@ -201,12 +239,13 @@ def to_turn(body: ChatCompletionBody, agent: Agent) -> Turn:
     call_names: dict[str, str] = {}
     for index, item in enumerate(body.messages):
         param = f"messages[{index}]"
+        if item.role == "user":
+            messages.append(_user_message(item.content, f"{param}.content"))
+            continue
         text = _text(item.content, f"{param}.content")
         if item.role in ("system", "developer"):
             if text.strip():
                 system.append(text)
-        elif item.role == "user":
-            messages.append(Message(role="user", content=text))
         elif item.role == "assistant":
             calls = tuple(
                 ToolCall(

@@ -36,6 +36,7 @@ from reverie.errors import (
     ConfigError,
     ConflictError,
     GateResolvedError,
+    ImageTooLarge,
     ModelError,
     NotFoundError,
     ReverieError,
@@ -168,6 +169,8 @@ def from_reverie_error(exc: ReverieError) -> APIError:
         )
     if isinstance(exc, ConflictError):
         return APIError(409, str(exc), code="conflict")
+    if isinstance(exc, ImageTooLarge):
+        return APIError(413, str(exc), code="image_too_large")
     if isinstance(exc, UsageError):
         return APIError(400, str(exc), code="invalid_request")
     if isinstance(exc, ModelError):
@@ -196,6 +199,8 @@ _FAILURE_STATUS: Mapping[str, int] = {
     "host_stop": 422,
     # Policy: a hook or policy refused, or a tool needs a person's approval.
     "policy_denied": 403,
+    # The request's images reached a model that takes none.
+    "images_unsupported": 400,
     "gate_not_supported": 403,
     # Ours.
     "tool_error": 500,

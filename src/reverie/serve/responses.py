@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from reverie.core.content import ContentPart, Text, parse_data_url, render_text
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.errors import NotFoundError, ReverieError, UsageError
@@ -121,6 +122,32 @@ def _content(content: Any, param: str) -> str:
     return "".join(pieces)
 
 
+def _user_message(content: Any, param: str) -> Message:
+    """A user message: text, or ``input_text`` and ``input_image`` parts (a URL or data URL)."""
+    if not isinstance(content, list) or not any(
+        isinstance(p, dict) and p.get("type") == "input_image" for p in content
+    ):
+        return Message(role="user", content=_content(content, param))
+    parts: list[ContentPart] = []
+    for index, part in enumerate(content):
+        where = f"{param}[{index}]"
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise _refuse(
+                    f"{where}.image_url: required (a URL or a data URL; file_id is not supported)",
+                    f"{where}.image_url",
+                    "invalid_image",
+                )
+            try:
+                parts.append(parse_data_url(url))
+            except UsageError as exc:
+                raise _refuse(f"{where}.image_url: {exc}", where, "invalid_image") from None
+        else:
+            parts.append(Text(_content([part], where)))
+    return Message(role="user", content=render_text(parts), parts=tuple(parts))
+
+
 def _contract(body: ResponseBody) -> tuple[OutputContract, dict[str, Any]]:
     fmt = body.text.format if body.text is not None else None
     if fmt is None or fmt.type == "text":
@@ -174,6 +201,9 @@ def to_turn(body: ResponseBody, agent: Agent) -> _Turn:
                 param,
                 "unsupported_input_item",
             )
+        if role == "user":
+            messages.append(_user_message(item.get("content"), f"{param}.content"))
+            continue
         text = _content(item.get("content"), f"{param}.content")
         if role in ("system", "developer"):
             if text.strip():

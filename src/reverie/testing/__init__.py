@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from reverie.testing.conversation_rules import ConversationRuleError, Violation
+from reverie.testing.image_rules import tiny_png
 from reverie.testing.scripted import ScriptedModel, call, calls, error, raw_call, reply
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "error",
     "raw_call",
     "reply",
+    "tiny_png",
 ]
 
 

@@ -56,6 +56,7 @@ from reverie.testing.fake_openai import (
     sse,
 )
 from reverie.testing.request_rules import check_anthropic_request
+from reverie.testing.image_rules import ImageRefusal, check_anthropic_images
 
 __all__ = ["FakeAnthropicServer"]
 
@@ -94,15 +95,20 @@ class FakeAnthropicServer(FakeModelServer):
         *,
         models: Sequence[str] = ("fake-model",),
         strict: bool = True,
+        vision: bool = True,
     ) -> None:
         """Args: as :class:`~reverie.testing.fake_openai.FakeModelServer`."""
-        super().__init__(script, models=models, strict=strict)
+        super().__init__(script, models=models, strict=strict, vision=vision)
         self._tool_ids = 0
 
     def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
         """The Messages API rules (see :func:`check_anthropic_messages`), then the
         tool-choice and ``output_config.format`` rules (:func:`check_anthropic_request`)."""
         return check_anthropic_messages(body.get("messages")) + check_anthropic_request(body)
+
+    def check_images(self, body: Mapping[str, Any]) -> ImageRefusal | None:
+        """The Messages API image rules (see :func:`check_anthropic_images`)."""
+        return check_anthropic_images(body.get("messages"), vision=self.vision)
 
     def routes(self) -> list[Route]:
         """Messages and the model list."""

@@ -70,6 +70,7 @@ from reverie.core.messages import ModelResponse
 from reverie.errors import ModelError
 from reverie.testing.conversation_rules import Violation, check_chat_completions, describe
 from reverie.testing.request_rules import check_openai_request
+from reverie.testing.image_rules import ImageRefusal, check_chat_images
 
 __all__ = [
     "FakeError",
@@ -323,15 +324,20 @@ class FakeModelServer:
         *,
         models: Sequence[str] = ("fake-model",),
         strict: bool = True,
+        vision: bool = True,
     ) -> None:
         """Args:
         script: the answers (see the module docstring).
         models: the ids ``GET /v1/models`` lists.
         strict: answer a request that breaks the provider's conversation rules with HTTP 400
             naming the rule, as the real API does; ``False`` answers it from the script.
+        vision: the served model takes images; ``False`` answers every request with an image
+            with the 400 a model without vision sends (:mod:`reverie.testing.image_rules`).
+            Malformed images are refused either way.
         """
         self._script = script
         self.strict = strict
+        self.vision = vision
         self.violations: list[Violation] = []
         """The conversation rules the refused requests broke, in order (strict mode only)."""
         self._position = 0
@@ -451,9 +457,14 @@ class FakeModelServer:
         naming the rule, and uses no script step.
         """
         violations = self.check_conversation(body) if self.strict else []
+        refusal = self.check_images(body)
         with self._lock:
             self.requests.append(body)
             self.headers.append(dict(headers))
+            if refusal is not None:
+                return FakeError(
+                    400, refusal.message, type="invalid_request_error", param=refusal.param
+                )
             if violations:
                 self.violations.extend(violations)
                 return FakeError(
@@ -508,6 +519,10 @@ class FakeModelServer:
         """The error's ``param`` for a refused request (OpenAI names the field at fault)."""
         return None
 
+    def check_images(self, body: Mapping[str, Any]) -> ImageRefusal | None:
+        """Why the provider would refuse the request's images (``None``: it would not)."""
+        return None
+
 
 _OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",
@@ -546,6 +561,10 @@ class FakeOpenAIServer(FakeModelServer):
         if violation.param is not None:
             return violation.param
         return f"messages.[{violation.index}].role"
+
+    def check_images(self, body: Mapping[str, Any]) -> ImageRefusal | None:
+        """The Chat Completions image rules (see :func:`check_chat_images`)."""
+        return check_chat_images(body.get("messages"), vision=self.vision)
 
     def routes(self) -> list[Route]:
         """Chat completions and the model list."""
