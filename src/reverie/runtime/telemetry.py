@@ -373,6 +373,11 @@ class _ObservedModel:
         self._segment = segment
         self._tracer = tracer
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        names: tuple[str, ...] = self._inner.names
+        return names
+
     def _model_name(self, model_index: int) -> tuple[str, str]:
         models: Sequence[Any] = getattr(self._inner, "models", ())
         if not models:
