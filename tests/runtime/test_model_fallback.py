@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,21 @@ async def test_events_name_the_model_that_answered() -> None:
     )
     kinds = [e.kind for e in events]
     assert kinds.index("model_fallback") < kinds.index("assistant_message")
+
+
+async def test_a_fallback_is_logged_once_at_warning(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="reverie")
+    primary = ScriptedModel([error("unavailable")], name="primary")
+    fallback = ScriptedModel([call("add", a=1, b=2), reply("3")], name="fallback")
+    agent = Agent(name="a", model=[primary, fallback], tools=[add])
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "1+2?", scope=SCOPE)
+    assert r.status == "completed"
+    warned = [m.getMessage() for m in caplog.records if "falling back" in m.getMessage()]
+    assert warned == [
+        f"run {r.run_id}: model scripted:primary failed (unavailable); "
+        "falling back to model scripted:fallback"
+    ]
 
 
 @pytest.fixture
