@@ -64,7 +64,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from reverie.capabilities import tool
 from reverie.capabilities.tool import Capability
@@ -185,8 +185,29 @@ class LimitsConfig(_Section):
 class AgentConfig(_Section):
     """``[agents.NAME]``: one agent."""
 
-    model: str = Field(min_length=1)
-    """A model spec (:func:`resolve_model_spec`)."""
+    model: str | list[str]
+    """A model spec (:func:`resolve_model_spec`), or a list of them: the primary model, then
+    the fallback models."""
+
+    @field_validator("model", mode="plain")
+    @classmethod
+    def _specs(cls, value: object) -> str | list[str]:
+        # One check for both forms, so an error names ``model`` (not a branch of a union).
+        specs = value if isinstance(value, list) else [value]
+        if not specs:
+            raise ValueError("the list names no model")
+        for spec in specs:
+            if not isinstance(spec, str):
+                raise ValueError("a model spec must be a string")
+            if not spec.strip():
+                raise ValueError("a model spec must not be empty")
+        return value  # type: ignore[return-value]
+
+    @property
+    def model_specs(self) -> list[str]:
+        """``model`` as a list (the primary first)."""
+        return [self.model] if isinstance(self.model, str) else list(self.model)
+
     instructions: str = ""
     tools: list[str] = Field(default_factory=list)
     """``"package.module:attribute"`` references, imported when the file is loaded."""
@@ -288,7 +309,8 @@ _FIXES: Final[Mapping[str, str]] = {
     "store.url": 'set url = "sqlite:///path/to/reverie.db" (or ":memory:"), or remove it',
     "agents": f'write each agent as a table: [agents.assistant] with model = "{EXAMPLE_MODEL}"',
     "agents.*": f'write the agent as a table: [agents.NAME] with model = "{EXAMPLE_MODEL}"',
-    "agents.*.model": f"set model = {_MODEL_FORMS}",
+    "agents.*.model": f"set model = {_MODEL_FORMS}, or a list of them: the primary model, "
+    "then its fallbacks",
     "agents.*.instructions": 'set instructions = "You are helpful." (a string)',
     "agents.*.tools": 'set tools = ["package.module:attribute", ...]',
     "agents.*.tools.[]": (
@@ -482,12 +504,13 @@ def _check(config: ReverieConfig) -> None:
     curation_model(config)
     prices = config.price_table()
     for name, agent in config.agents.items():
-        if agent.limits.max_usd is not None and prices.price_for(agent.model) is None:
+        unpriced = [spec for spec in agent.model_specs if prices.price_for(spec) is None]
+        if agent.limits.max_usd is not None and unpriced:
             raise config_error(
                 source,
                 _dotted(["agents", name, "limits", "max_usd"]),
-                f"no price is known for model {agent.model!r}, so spend cannot be counted",
-                f'add [prices."{agent.model}"] with input_per_mtok and output_per_mtok, '
+                f"no price is known for model {unpriced[0]!r}, so spend cannot be counted",
+                f'add [prices."{unpriced[0]}"] with input_per_mtok and output_per_mtok, '
                 "or remove max_usd",
             )
 
@@ -544,19 +567,22 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
         tools: list[Any] = []
         for index, ref in enumerate(section.tools):
             tools.extend(_import_tools(config.source, f"{key}.tools[{index}]", ref))
-        try:
-            model = resolve_model_spec(section.model, config=config, base_dir=config.base_dir)
-        except ConfigError as exc:
-            # A scripted file's error carries its own fix; a registry error gets ours.
-            problem, _, fix = str(exc).partition(". Fix: ")
-            raise config_error(config.source, f"{key}.model", problem, fix or _MODEL_FIX) from None
-        except ImportError as exc:
-            raise config_error(
-                config.source,
-                f"{key}.model",
-                f"the provider's package is not installed ({exc.name or exc})",
-                _extra_fix(exc),
-            ) from None
+        models: list[Model] = []
+        for index, spec in enumerate(section.model_specs):
+            where = f"{key}.model" if isinstance(section.model, str) else f"{key}.model[{index}]"
+            try:
+                models.append(resolve_model_spec(spec, config=config, base_dir=config.base_dir))
+            except ConfigError as exc:
+                # A scripted file's error carries its own fix; a registry error gets ours.
+                problem, _, fix = str(exc).partition(". Fix: ")
+                raise config_error(config.source, where, problem, fix or _MODEL_FIX) from None
+            except ImportError as exc:
+                raise config_error(
+                    config.source,
+                    where,
+                    f"the provider's package is not installed ({exc.name or exc})",
+                    _extra_fix(exc),
+                ) from None
         output_type = None
         if section.output_type is not None:
             where = f"{key}.output_type"
@@ -565,7 +591,7 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
             agents.append(
                 Agent(
                     name=name,
-                    model=model,
+                    model=models[0] if len(models) == 1 else models,
                     instructions=section.instructions,
                     tools=tools,
                     limits=section.limits.to_limits(),

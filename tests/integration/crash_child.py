@@ -17,6 +17,8 @@ Marker files (in MARKER_DIR) let the parent follow what happened across processe
 - ``release-<step>``: created by the parent to let a blocked ``work`` call of the start process
   return;
 - ``model.jsonl``: one JSON line per model request (role of the process, messages);
+- ``primary.jsonl`` (``fallback``): one line per request to the primary model, which is always
+  ``unavailable`` (the fallback answers from ``model.jsonl``'s script);
 - ``hook-<iteration>.reached``: the ``before_prompt`` hook of that iteration is running;
 - ``run.json`` (start): the run and thread ids; ``blocked.json`` (start): the gate of a run
   that blocked;
@@ -45,7 +47,7 @@ from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.errors import ReverieError
 from reverie.hooks import PromptHookContext
 from reverie.runtime.output import output_json
-from reverie.testing import ScriptedModel, call, reply
+from reverie.testing import ScriptedModel, call, error, reply
 
 SCOPE = Scope(tenant="acme", user="ana")
 FIRST_CALL: dict[str, tuple[str, dict[str, Any]]] = {
@@ -56,6 +58,7 @@ FIRST_CALL: dict[str, tuple[str, dict[str, Any]]] = {
     "steer_before": ("work", {"step": 1}),
     "steer_after": ("work", {"step": 1}),
     "typed": ("structured_result", {"verdict": "approve", "score": 7}),
+    "fallback": ("fetch", {"url": "https://example.test/a"}),
 }
 """The model's first answer in each scenario (a single tool call)."""
 POLL_S = 0.01
@@ -106,9 +109,12 @@ class Scenario:
         self.markers = markers
         self.role = role
         self.blocking = role == "start"
+        model: Any = ScriptedModel(self.answer, name=name)
+        if name == "fallback":
+            model = [ScriptedModel(self.unavailable, name="primary"), model]
         self.agent = Agent(
             name=f"crash-{name}",
-            model=ScriptedModel(self.answer, name=name),
+            model=model,
             instructions="You are a crash-test agent.",
             tools=[self._send(), self._fetch(), self._work(), self._pay()],
             output_type=CrashVerdict if name == "typed" else None,
@@ -158,6 +164,11 @@ class Scenario:
         return pay
 
     # ---------------------------------------------------------------------------- model
+    def unavailable(self, request: ModelRequest) -> ModelResponse:
+        """The ``fallback`` scenario's primary model: always down."""
+        append_line(self.markers / "primary.jsonl", json.dumps({"role": self.role}))
+        raise error("unavailable", "the primary is down")
+
     async def answer(self, request: ModelRequest) -> ModelResponse:
         """The next answer, decided only from the request's messages."""
         messages = [{"role": m.role, "content": m.content} for m in request.messages]

@@ -70,6 +70,8 @@ class FakeHost:
         """USD per response of the model at each index."""
         self.model_calls: list[dict[str, object]] = []
         """The keyword arguments of each model call."""
+        self.model_names: tuple[str, ...] = ("fake",)
+        """What the model port names its models."""
         self.prompt = self
         self.model = _FakeModel(self)
         self.capabilities = _FakeCapabilities(self)
@@ -94,6 +96,10 @@ class FakeHost:
 class _FakeModel:
     def __init__(self, host: FakeHost) -> None:
         self.host = host
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.host.model_names
 
     async def call(
         self,

@@ -130,6 +130,14 @@ class FallbackModel:
     def select(self, state: LoopExecutionState) -> int:
         return 1
 
+    def fall_back(
+        self, state: LoopExecutionState, error_kind: str, models: int
+    ) -> Mapping[str, Any] | None:
+        return None
+
+    def failed_kinds(self, state: LoopExecutionState) -> tuple[str, ...]:
+        return ()
+
     def describe(self) -> Mapping[str, Any]:
         return {"index": 1}
 

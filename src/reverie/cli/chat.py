@@ -184,7 +184,7 @@ class _Chat:
 
     def repl(self) -> int:
         """Read messages until ``/exit``, EOF or Ctrl-C at the prompt; returns the exit code."""
-        model = getattr(self.agent.model, "name", self.agent.model)
+        model = ", ".join(str(getattr(m, "name", m)) for m in self.agent.models)
         where = f"thread {self.thread_id}" if self.thread_id else "a new thread"
         self.out.line(
             f"[dim]reverie chat · agent {escape(self.agent.name)} · model {escape(str(model))} · "

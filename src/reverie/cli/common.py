@@ -193,7 +193,8 @@ def require_credentials(agents: Iterable[Agent]) -> None:
 
     for agent in agents:
         try:
-            check_credentials(agent.model)
+            for model in agent.models:  # the fallbacks too: each is asked when one fails
+                check_credentials(model)
         except ModelError as exc:
             raise ConfigError(
                 f"agent {agent.name!r}: {exc}. Fix: export the variable (reverie doctor checks "
@@ -342,7 +343,7 @@ class Session:
         self._models.append(model)
 
     async def _close_models(self) -> None:
-        for model in [agent.model for agent in self._agents] + self._models:
+        for model in [m for agent in self._agents for m in agent.models] + self._models:
             close = getattr(model, "aclose", None)
             if callable(close):
                 with contextlib.suppress(Exception):

@@ -92,22 +92,26 @@ def _agent_checks(config: ReverieConfig) -> list[Check]:
             Check(
                 name=label,
                 status="ok",
-                detail=f"model {agent.model} resolves; tools: {names}{servers}",
+                detail=f"model {', '.join(agent.model_specs)} resolves; tools: {names}{servers}",
             )
         )
-        variable = key_env_for(agent.model, config)
-        if variable is None:
-            checks.append(Check(name=f"{label} key", status="ok", detail="needs no API key"))
-        elif os.environ.get(variable):
-            checks.append(Check(name=f"{label} key", status="ok", detail=f"{variable} is set"))
-        else:
-            checks.append(
-                Check(
-                    name=f"{label} key",
-                    status="fail",
-                    detail=f"{variable} is not set. Fix: export {variable}=<your key>",
+        specs = agent.model_specs
+        for spec in specs:
+            # A fallback model is asked when the primary fails: its key is checked too.
+            key = f"{label} key" if len(specs) == 1 else f"{label} key ({spec})"
+            variable = key_env_for(spec, config)
+            if variable is None:
+                checks.append(Check(name=key, status="ok", detail="needs no API key"))
+            elif os.environ.get(variable):
+                checks.append(Check(name=key, status="ok", detail=f"{variable} is set"))
+            else:
+                checks.append(
+                    Check(
+                        name=key,
+                        status="fail",
+                        detail=f"{variable} is not set. Fix: export {variable}=<your key>",
+                    )
                 )
-            )
     return checks
 
 
@@ -116,12 +120,13 @@ async def _endpoint_checks(config: ReverieConfig) -> list[Check]:
     from reverie.config import build_agents
 
     checks: list[Check] = []
-    for agent in build_agents(config):
-        model = agent.model
+    for agent, model in ((a, m) for a in build_agents(config) for m in a.models):
         probe = getattr(model, "check_endpoint", None)
         if probe is None:
             continue
         label = f"agent {agent.name} endpoint"
+        if len(agent.models) > 1:
+            label += f" ({getattr(model, 'name', model)})"
         try:
             async with asyncio.timeout(ENDPOINT_TIMEOUT_S):
                 await probe()

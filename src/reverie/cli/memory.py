@@ -392,7 +392,7 @@ def curate(
             chosen = resolve_model_spec(model, config=cfg, base_dir=Path.cwd())
         elif agent is not None or memory_settings(cfg).curation_model is None:
             try:
-                chosen = choose_agent(cfg, name=agent, model_spec=None).model
+                chosen = choose_agent(cfg, name=agent, model_spec=None).models[0]
             except NoAgentConfigured:
                 fail(
                     "no model for the curation pass. Fix: pass --model SPEC, set [memory] "

@@ -28,6 +28,21 @@ class ModelRequested:
     tools: int
     """Number of tools offered (0 for the finalizer)."""
     attempt: int = 0
+    model: str = ""
+    """The name of the model asked (``openai:gpt-4.1-mini``); a fallback model after a
+    ``model_fallback``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelFallback:
+    """The model failed and the run goes on with the next of the agent's models."""
+
+    kind: Literal["model_fallback"] = "model_fallback"
+    run_id: str
+    from_model: str
+    to_model: str
+    error_kind: str
+    """The failed model's error kind (``transient``, ``unavailable``, ``context_overflow``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,6 +155,7 @@ class RunFinished:
 RunEvent = (
     RunStarted
     | ModelRequested
+    | ModelFallback
     | TextDeltaEvent
     | AssistantMessage
     | ToolStarted

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -41,6 +42,37 @@ COMPLETION_KINDS_WITHOUT_REPLY: frozenset[str] = frozenset({"structured"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ModelUsage:
+    """What one model of a run consumed (an entry of :attr:`Usage.by_model`)."""
+
+    model_calls: int = 0
+    """Requests sent to this model, failed ones included (each was charged)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    """Priced with this model's own price."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "model_calls": self.model_calls,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "usd": self.usd,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelUsage:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            model_calls=int(data.get("model_calls", 0)),
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+            usd=float(data.get("usd", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Usage:
     """What a run consumed."""
 
@@ -49,26 +81,36 @@ class Usage:
     output_tokens: int = 0
     capability_calls: int = 0
     usd: float = 0.0
+    by_model: Mapping[str, ModelUsage] = field(default_factory=dict)
+    """The model figures split by model name, in the order the models were first called (a
+    run with fallback models calls more than one); the totals above are their sums."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
+        """JSON-able form (``by_model`` only when a model was called)."""
+        out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "capability_calls": self.capability_calls,
             "usd": self.usd,
         }
+        if self.by_model:
+            out["by_model"] = {name: u.to_dict() for name, u in self.by_model.items()}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Usage:
         """Inverse of :meth:`to_dict`."""
+        by_model = data.get("by_model")
         return cls(
             model_calls=int(data.get("model_calls", 0)),
             input_tokens=int(data.get("input_tokens", 0)),
             output_tokens=int(data.get("output_tokens", 0)),
             capability_calls=int(data.get("capability_calls", 0)),
             usd=float(data.get("usd", 0.0)),
+            by_model={str(k): ModelUsage.from_dict(v) for k, v in by_model.items()}
+            if isinstance(by_model, Mapping)
+            else {},
         )
 
 

@@ -10,6 +10,7 @@ from reverie.core.events import (
     GateOpened,
     InputDelivered,
     LimitReached,
+    ModelFallback,
     ModelRequested,
     TextDeltaEvent,
     ToolFinished,
@@ -41,10 +42,23 @@ def emit_limit(host: LoopHost, reason: str, action: Literal["finalize", "fail"])
     host.events.emit(LimitReached(run_id=host.run_id, reason=reason, action=action))
 
 
-def emit_model_request(host: LoopHost, iteration: int, tools: int, attempt: int) -> None:
-    """A model request is about to go out."""
+def emit_model_request(
+    host: LoopHost, iteration: int, tools: int, attempt: int, model: str = ""
+) -> None:
+    """A model request is about to go out (to ``model``)."""
     host.events.emit(
-        ModelRequested(run_id=host.run_id, iteration=iteration, tools=tools, attempt=attempt)
+        ModelRequested(
+            run_id=host.run_id, iteration=iteration, tools=tools, attempt=attempt, model=model
+        )
+    )
+
+
+def emit_model_fallback(host: LoopHost, from_model: str, to_model: str, error_kind: str) -> None:
+    """The run goes on with the next model."""
+    host.events.emit(
+        ModelFallback(
+            run_id=host.run_id, from_model=from_model, to_model=to_model, error_kind=error_kind
+        )
     )
 
 

@@ -36,9 +36,11 @@ from reverie.loop.events import (
     emit_gate,
     emit_input,
     emit_limit,
+    emit_model_fallback,
     emit_model_request,
     emit_text,
 )
+from reverie.loop.fallback import model_failure_summary, model_label
 from reverie.loop.family import LoopFamily
 from reverie.loop.finalizer import FINALIZER_PROMPTS, failure_kind_for, reject_reason
 from reverie.loop.ports import CheckpointKind, LoopHost, PromptBundle
@@ -428,7 +430,11 @@ class _Executor:
             raise self._fail(s, "budget_usd", f"spend limit of ${lim.max_usd:.4f} reached")
         if lim.max_tokens is not None and b.input_tokens + b.output_tokens >= lim.max_tokens:
             raise self._fail(s, "token_limit", f"token limit of {lim.max_tokens} reached")
-        return replace(s, budget=replace(b, model_calls=b.model_calls + 1))
+        return replace(s, budget=b.charged(self._model_name(s)))
+
+    def _model_name(self, s: LoopExecutionState) -> str:
+        """The name of the model the model strategy selects."""
+        return model_label(self.host.model.names, self.family.model.select(s))
 
     # ------------------------------------------------------------------------------ model
     async def _call_model(
@@ -439,7 +445,8 @@ class _Executor:
             s = self._charge_model_call(s)
             self._last_state = s
             index = self.family.model.select(s)
-            emit_model_request(self.host, s.iteration, tools, attempt)
+            name = model_label(self.host.model.names, index)
+            emit_model_request(self.host, s.iteration, tools, attempt, name)
             # The wall clock bounds the call in flight, not only the boundaries around it.
             wall = self.limits.wall_clock_s
             try:
@@ -463,22 +470,30 @@ class _Executor:
                     await cancellable_sleep(decision.backoff_s, self.host.token)
                     attempt += 1
                     continue
+                # Recovery gave up on this model: the model strategy may select the next one
+                # (recorded in its slot, so a resume stays on it), with fresh retries.
+                failed = self.family.model.failed_kinds(s)
+                slot = self.family.model.fall_back(s, exc.kind, len(self.host.model.names))
+                if slot is not None:
+                    s = replace(s, model_state=slot)
+                    emit_model_fallback(self.host, name, self._model_name(s), exc.kind)
+                    self._boundary()
+                    attempt = 0
+                    continue
                 kind: FailureKind = (
                     "model_error"
                     if not isinstance(decision, Abort)
                     else _as_failure_kind(decision.failure_kind)
                 )
-                raise self._fail(s, kind, f"model call failed ({exc.kind}): {exc}") from exc
+                summary = model_failure_summary(self.host.model.names, failed, exc)
+                raise self._fail(s, kind, summary) from exc
             self._boundary()
-            b = s.budget
             usd = self.host.model.cost(response, model_index=index)
+            u = response.usage
             s = replace(
                 s,
-                budget=replace(
-                    b,
-                    input_tokens=b.input_tokens + response.usage.input_tokens,
-                    output_tokens=b.output_tokens + response.usage.output_tokens,
-                    usd=b.usd + usd,
+                budget=s.budget.answered(
+                    name, input_tokens=u.input_tokens, output_tokens=u.output_tokens, usd=usd
                 ),
             )
             self._last_state = s
@@ -678,7 +693,7 @@ class _Executor:
             s = self._charge_model_call(s)  # budget errors pass through unchanged
             self._last_state = s
             index = self.family.model.select(s)
-            emit_model_request(self.host, s.iteration, 0, 0)
+            emit_model_request(self.host, s.iteration, 0, 0, self._model_name(s))
             response = await self._ask(
                 bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False
             )
@@ -696,14 +711,13 @@ class _Executor:
         except ModelOutputTooLarge as exc:
             raise self._fail(s, kind, f"{reason}: the final summary was rejected: {exc}") from None
         self._boundary()
-        b = s.budget
         s = replace(
             s,
-            budget=replace(
-                b,
-                input_tokens=b.input_tokens + response.usage.input_tokens,
-                output_tokens=b.output_tokens + response.usage.output_tokens,
-                usd=b.usd + self.host.model.cost(response, model_index=index),
+            budget=s.budget.answered(
+                self._model_name(s),
+                input_tokens=response.usage.input_tokens,
+                output_tokens=response.usage.output_tokens,
+                usd=self.host.model.cost(response, model_index=index),
             ),
         )
         rejected = reject_reason(response.text, bool(response.tool_calls))

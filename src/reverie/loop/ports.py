@@ -46,6 +46,11 @@ class PromptPort(Protocol):
 class ModelPort(Protocol):
     """Streams one response from the chosen model."""
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of the models, by index (0 = primary, then the fallbacks)."""
+        ...
+
     async def call(
         self,
         bundle: PromptBundle,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reverie.core.exits import GracefulReason, Usage
+from reverie.core.exits import GracefulReason, ModelUsage, Usage
 from reverie.core.fastcopy import replace
 
 RING = 8
@@ -38,6 +38,38 @@ class BudgetLedger:
     usd: float = 0.0
     active_s: float = 0.0
     """Running time accumulated before the current segment (time blocked does not count)."""
+    by_model: Mapping[str, ModelUsage] = field(default_factory=dict)
+    """The model figures split by the name of the model that was called."""
+
+    def charged(self, model: str) -> BudgetLedger:
+        """The ledger with one more model call, sent to ``model``."""
+        mine = self.by_model.get(model, ModelUsage())
+        return replace(
+            self,
+            model_calls=self.model_calls + 1,
+            by_model={**self.by_model, model: replace(mine, model_calls=mine.model_calls + 1)},
+        )
+
+    def answered(
+        self, model: str, *, input_tokens: int, output_tokens: int, usd: float
+    ) -> BudgetLedger:
+        """The ledger with the tokens and price of an answer from ``model``."""
+        mine = self.by_model.get(model, ModelUsage())
+        return replace(
+            self,
+            input_tokens=self.input_tokens + input_tokens,
+            output_tokens=self.output_tokens + output_tokens,
+            usd=self.usd + usd,
+            by_model={
+                **self.by_model,
+                model: replace(
+                    mine,
+                    input_tokens=mine.input_tokens + input_tokens,
+                    output_tokens=mine.output_tokens + output_tokens,
+                    usd=mine.usd + usd,
+                ),
+            },
+        )
 
     def usage(self) -> Usage:
         """The ledger as a public :class:`Usage`."""
@@ -47,6 +79,7 @@ class BudgetLedger:
             output_tokens=self.output_tokens,
             capability_calls=self.capability_calls,
             usd=self.usd,
+            by_model=dict(self.by_model),
         )
 
 
@@ -171,6 +204,12 @@ def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
             "output_tokens": b.output_tokens,
             "usd": b.usd,
             "active_s": b.active_s,
+            # Optional (older payloads have none): read back as empty.
+            **(
+                {"by_model": {name: u.to_dict() for name, u in b.by_model.items()}}
+                if b.by_model
+                else {}
+            ),
         },
         "graceful_stop": state.graceful_stop,
         "pending_wave": None
@@ -215,6 +254,7 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
             output_tokens=int(b["output_tokens"]),
             usd=float(b["usd"]),
             active_s=float(b["active_s"]),
+            by_model={str(k): ModelUsage.from_dict(v) for k, v in b.get("by_model", {}).items()},
         ),
         graceful_stop=data["graceful_stop"],
         pending_wave=None

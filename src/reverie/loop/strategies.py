@@ -166,6 +166,21 @@ class ModelStrategy(Protocol):
         """Index of the model to call (0 = primary)."""
         ...
 
+    def fall_back(
+        self, state: LoopExecutionState, error_kind: str, models: int
+    ) -> Mapping[str, Any] | None:
+        """The selected model failed with ``error_kind`` and recovery gave up on it.
+
+        Returns the strategy's new slot (``model_state``), which selects the model to try
+        next, or ``None``: no other model is tried and the run fails. ``models`` is how many
+        models the agent has.
+        """
+        ...
+
+    def failed_kinds(self, state: LoopExecutionState) -> tuple[str, ...]:
+        """The error kind of each model given up on so far, in order (for the failure)."""
+        ...
+
     def describe(self) -> Mapping[str, Any]:
         """Canonical description of the configuration."""
         ...
@@ -288,16 +303,41 @@ class AllCapabilities:
         return {}
 
 
+FALLBACK_KINDS: frozenset[str] = frozenset({"transient", "unavailable", "context_overflow"})
+"""Model error kinds another model may not have (an outage, a missing key, a short window).
+``content_filtered`` and ``internal`` (a request the API refuses) would fail the same way
+anywhere, so they end the run."""
+
+
 @dataclass(frozen=True, slots=True)
 class PrimaryModel:
-    """Default: always the primary model."""
+    """Default: the primary model, then the agent's fallback models in order.
+
+    When recovery gives up on the selected model (``transient`` after its retries,
+    ``unavailable``, ``context_overflow``), the next model is selected for the rest of the
+    run: the slot records its index, so a resume continues on it.
+    """
 
     def select(self, state: LoopExecutionState) -> int:
-        """Index 0."""
-        return 0
+        """The recorded index (0, the primary, until a fallback happened)."""
+        index = state.model_state.get("index", 0)
+        return index if isinstance(index, int) and index >= 0 else 0
+
+    def fall_back(
+        self, state: LoopExecutionState, error_kind: str, models: int
+    ) -> Mapping[str, Any] | None:
+        """The next model, for a kind of :data:`FALLBACK_KINDS`, while there is one."""
+        index = self.select(state)
+        if error_kind not in FALLBACK_KINDS or index + 1 >= models:
+            return None
+        return {"index": index + 1, "failed": [*self.failed_kinds(state), error_kind]}
+
+    def failed_kinds(self, state: LoopExecutionState) -> tuple[str, ...]:
+        """From the slot."""
+        return tuple(str(k) for k in state.model_state.get("failed", ()))
 
     def describe(self) -> Mapping[str, Any]:
-        """No configuration."""
+        """No configuration (the models are the agent's, not the family's)."""
         return {}
 
 

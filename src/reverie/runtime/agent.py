@@ -20,8 +20,10 @@ class Agent:
     """An agent definition. Runs record the agent's ``name``; resumes look it up by name."""
 
     name: str
-    model: str | Model
-    """A model spec such as ``"openai:gpt-4.1-mini"``, or a ``Model`` instance."""
+    model: str | Model | Sequence[str | Model]
+    """A model spec such as ``"openai:gpt-4.1-mini"``, or a ``Model`` instance; or a list of
+    them: the primary model, then fallback models tried in order when it fails with
+    ``transient`` (after its retries), ``unavailable`` or ``context_overflow``."""
     instructions: str = ""
     tools: Sequence[Any] = ()
     """``@tool`` functions and other capabilities (anything with ``descriptor`` and ``invoke``)."""
@@ -43,6 +45,19 @@ class Agent:
             raise UsageError("Agent needs a non-empty name")
         if self.on_limit not in ("finalize", "fail"):
             raise UsageError("Agent.on_limit must be 'finalize' or 'fail'")
+        if isinstance(self.model, list | tuple):
+            if not self.model:
+                raise UsageError(f"Agent {self.name!r}: model=[] names no model")
+            object.__setattr__(self, "model", tuple(self.model))
+        for entry in self.models:
+            if isinstance(entry, str):
+                if not entry.strip():
+                    raise UsageError(f"Agent {self.name!r}: a model spec is empty")
+            elif not callable(getattr(entry, "stream", None)):
+                raise UsageError(
+                    f"Agent {self.name!r}: {entry!r} is not a model; pass a spec such as "
+                    "'openai:gpt-4.1-mini' or a Model instance"
+                )
         seen: set[str] = set()
         for item in self.tools:
             descriptor = getattr(item, "descriptor", None)
@@ -65,3 +80,10 @@ class Agent:
             # Checked (and its schema built) once, here: a bad type fails at definition.
             object.__setattr__(self, "_typed", TypedOutput.of(self.output_type))
             object.__setattr__(self, "on_limit", "fail")
+
+    @property
+    def models(self) -> tuple[str | Model, ...]:
+        """``model`` as a list: the primary model first, then the fallbacks."""
+        if isinstance(self.model, tuple):
+            return self.model
+        return (self.model,)  # type: ignore[return-value]

@@ -223,6 +223,12 @@ class StreamingModel:
         self.ctx = ctx
         self.models = models
         self.prices = prices
+        self._names = tuple(m.name for m in models)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The models' names, by index: the primary, then the fallbacks."""
+        return self._names
 
     async def call(
         self,

@@ -140,7 +140,8 @@ class Runtime:
         self._agents: dict[str, Agent] = {}
         self._run_agents: OrderedDict[str, Agent] = OrderedDict()
         """Run id → the agent object that started it (bounded; see ``_agent_for``)."""
-        self._models: dict[str, Model] = {}
+        self._models: dict[str, dict[str, Model]] = {}
+        """Agent name → its model specs, resolved (built once per registration)."""
         for agent in agents:
             self.register(agent)
         self._active: dict[str, _Active] = {}
@@ -333,16 +334,19 @@ class Runtime:
         except KeyError:
             raise UnknownAgentError(name) from None
 
-    def _model(self, agent: Agent) -> Model:
-        if not isinstance(agent.model, str):
-            return agent.model
-        cached = self._models.get(agent.name)
-        if cached is None:
-            from reverie.models.registry import resolve_model
+    def _model_chain(self, agent: Agent) -> tuple[Model, ...]:
+        """The agent's models, specs resolved: the primary, then the fallbacks."""
+        from reverie.models.registry import resolve_model
 
-            cached = resolve_model(agent.model)
-            self._models[agent.name] = cached
-        return cached
+        resolved = self._models.setdefault(agent.name, {})
+        chain: list[Model] = []
+        for entry in agent.models:
+            if isinstance(entry, str):
+                if entry not in resolved:
+                    resolved[entry] = resolve_model(entry)
+                entry = resolved[entry]
+            chain.append(entry)
+        return tuple(chain)
 
     # ------------------------------------------------------------------------------ runs
     async def run(
@@ -462,14 +466,15 @@ class Runtime:
         # Human and scheduled turns run the agent's family; unbound profiles their own.
         family_id = profile if profile.startswith("unbound") else family_for(agent, self._families)
         if agent.limits.max_usd is not None:
-            model_name = self._model(agent).name
-            if self._prices.price_for(model_name) is None:
-                # A USD budget we cannot measure is no budget at all: refuse to start.
-                raise ConfigError(
-                    f"agent {agent.name!r} sets Limits(max_usd=...) but no price is configured "
-                    f"for model {model_name!r}. Fix: add it to [prices] in reverie.toml or pass "
-                    f"Runtime.open(..., prices={{{model_name!r}: Price(...)}})"
-                )
+            for model_name in (m.name for m in self._model_chain(agent)):
+                if self._prices.price_for(model_name) is None:
+                    # A USD budget we cannot measure is no budget at all: refuse to start.
+                    raise ConfigError(
+                        f"agent {agent.name!r} sets Limits(max_usd=...) but no price is "
+                        f"configured for model {model_name!r}. Fix: add it to [prices] in "
+                        f"reverie.toml or pass Runtime.open(..., prices={{{model_name!r}: "
+                        "Price(...)})"
+                    )
         self._families.get(family_id)  # unknown family: a typed error now, not later
         max_image_bytes = agent.limits.max_image_bytes
         items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
@@ -683,7 +688,9 @@ class Runtime:
                 run_id=run_id,
                 token=active.token,
                 prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
-                model=StreamingModel(ctx, [typed_model(agent, self._model(agent))], self._prices),
+                model=StreamingModel(
+                    ctx, [typed_model(agent, m) for m in self._model_chain(agent)], self._prices
+                ),
                 capabilities=ToolPort(ctx, self._tools_of(agent, run)),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),

@@ -44,6 +44,7 @@ from reverie.core.capability import (
 )
 from reverie.core.events import (
     LimitReached,
+    ModelFallback,
     ModelRequested,
     RunEvent,
     TextDeltaEvent,
@@ -374,6 +375,11 @@ class _ObservedModel:
         self._segment = segment
         self._tracer = tracer
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        names: tuple[str, ...] = self._inner.names
+        return names
+
     def _model_name(self, model_index: int) -> tuple[str, str]:
         models: Sequence[Any] = getattr(self._inner, "models", ())
         if not models:
@@ -392,8 +398,6 @@ class _ObservedModel:
     ) -> ModelResponse:
         name, request_model = self._model_name(model_index)
         run_id = self._segment.run_id
-        if model_index > 0:
-            log.warning("run %s: falling back to model %s (index %d)", run_id, name, model_index)
         span = None
         if self._tracer is not None:
             from opentelemetry.trace import SpanKind
@@ -594,6 +598,14 @@ class _LoggedEvents:
             )
         elif isinstance(event, LimitReached):
             log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
+        elif isinstance(event, ModelFallback):
+            log.warning(
+                "run %s: model %s failed (%s); falling back to model %s",
+                event.run_id,
+                event.from_model,
+                event.error_kind,
+                event.to_model,
+            )
         if isinstance(event, TextDeltaEvent) or not log.isEnabledFor(logging.DEBUG):
             return  # deltas are the reply itself, not a detail of the run
         detail = {

@@ -63,7 +63,8 @@ Finisher = Callable[[RunRecord, LoopExit], Awaitable[None]]
 class _Live:
     """What only the submitting process has: a model instance, tool objects, lender hooks."""
 
-    model: Model
+    model: tuple[Model, ...]
+    """The model and its fallbacks."""
     tools: list[Any]
     hooks: tuple[Any, ...]
 
@@ -262,7 +263,7 @@ class UnboundTurnService:
         live = self._live.get(run.agent_name)
         lender = self._rt._agents.get(spec.lender) if spec.lender is not None else None
         if live is not None:
-            model: Model = live.model
+            model: tuple[Model, ...] = live.model
             hooks = live.hooks
         else:
             if spec.lender_hooks and lender is None:
@@ -280,7 +281,7 @@ class UnboundTurnService:
                         "its model was a Model instance of the process that submitted it "
                         "(only a model spec string can be resumed elsewhere)"
                     )
-                model = lender.model  # type: ignore[assignment]
+                model = self._model(lender.model)
             else:
                 try:
                     model = self._model(spec_model)
@@ -327,7 +328,7 @@ class UnboundTurnService:
         self,
         name: str,
         spec: UnboundSpec,
-        model: Model,
+        model: tuple[Model, ...],
         tools: Sequence[Any],
         hooks: Sequence[Any],
         family: str,
@@ -338,7 +339,9 @@ class UnboundTurnService:
             capabilities.append(StructuredResultTool(contract))
         return Agent(
             name=name,
-            model=ContractModel(model, contract) if contract.structured else model,
+            model=tuple(ContractModel(m, contract) for m in model)
+            if contract.structured
+            else model,
             instructions=spec.system_prompt,
             tools=capabilities,
             limits=spec.limits,
@@ -398,16 +401,19 @@ class UnboundTurnService:
         return await self.result(run_id)
 
     # ------------------------------------------------------------------------------ helpers
-    def _model(self, spec: str | Model | None) -> Model:
+    def _model(self, spec: str | Model | Sequence[str | Model] | None) -> tuple[Model, ...]:
+        """The model (or a lending agent's models: the primary and its fallbacks), resolved."""
         assert spec is not None
+        if isinstance(spec, list | tuple):
+            return tuple(m for entry in spec for m in self._model(entry))
         if not isinstance(spec, str):
-            return spec
+            return (spec,)  # type: ignore[return-value]
         cached = self._models.get(spec)
         if cached is None:
             from reverie.models.registry import resolve_model
 
             cached = self._models[spec] = resolve_model(spec)
-        return cached
+        return (cached,)
 
     def _retire_when_done(self, run_id: str, agent: Agent) -> None:
         """Forget the ephemeral agent and what only this process had, once its run segment

@@ -55,8 +55,8 @@ from reverie.testing.fake_openai import (
     estimate_input_tokens,
     sse,
 )
-from reverie.testing.request_rules import check_anthropic_request
 from reverie.testing.image_rules import ImageRefusal, check_anthropic_images
+from reverie.testing.request_rules import check_anthropic_request
 
 __all__ = ["FakeAnthropicServer"]
 

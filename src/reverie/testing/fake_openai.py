@@ -69,8 +69,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from reverie.core.messages import ModelResponse
 from reverie.errors import ModelError
 from reverie.testing.conversation_rules import Violation, check_chat_completions, describe
-from reverie.testing.request_rules import check_openai_request
 from reverie.testing.image_rules import ImageRefusal, check_chat_images
+from reverie.testing.request_rules import check_openai_request
 
 __all__ = [
     "FakeError",
