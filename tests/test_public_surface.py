@@ -8,7 +8,17 @@ import reverie.testing
 
 def test_top_level_all_is_exactly_the_public_names() -> None:
     assert sorted(reverie.__all__) == sorted(
-        ["Agent", "Gate", "Limits", "RunHandle", "RunResult", "Runtime", "Scope", "tool"]
+        [
+            "Agent",
+            "Compaction",
+            "Gate",
+            "Limits",
+            "RunHandle",
+            "RunResult",
+            "Runtime",
+            "Scope",
+            "tool",
+        ]
     )
     for name in reverie.__all__:
         assert getattr(reverie, name) is not None

@@ -19,12 +19,23 @@ if TYPE_CHECKING:
     from reverie.capabilities import tool
     from reverie.core.limits import Limits
     from reverie.core.scope import Scope
-    from reverie.runtime import Agent, Gate, RunHandle, RunResult, Runtime
+    from reverie.runtime import Agent, Compaction, Gate, RunHandle, RunResult, Runtime
 
-__all__ = ["Agent", "Gate", "Limits", "RunHandle", "RunResult", "Runtime", "Scope", "tool"]
+__all__ = [
+    "Agent",
+    "Compaction",
+    "Gate",
+    "Limits",
+    "RunHandle",
+    "RunResult",
+    "Runtime",
+    "Scope",
+    "tool",
+]
 
 _HOMES = {
     "Agent": "reverie.runtime",
+    "Compaction": "reverie.runtime",
     "Gate": "reverie.runtime",
     "Limits": "reverie.core.limits",
     "RunHandle": "reverie.runtime",

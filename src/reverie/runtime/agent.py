@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from reverie.core.limits import Limits
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
+from reverie.runtime.compaction import Compaction
 
 if TYPE_CHECKING:
     from reverie.models.base import Model
@@ -30,12 +31,17 @@ class Agent:
     """Loop family id for interactive runs."""
     hooks: Sequence[AgentHook] = ()
     """Hooks for this agent's runs only (trusted), on top of the runtime's."""
+    compaction: Compaction | None = None
+    """Replace older turns of a long conversation by a summary (docs/compaction.md); off when
+    ``None``."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
             raise UsageError("Agent needs a non-empty name")
         if self.on_limit not in ("finalize", "fail"):
             raise UsageError("Agent.on_limit must be 'finalize' or 'fail'")
+        if self.compaction is not None and not isinstance(self.compaction, Compaction):
+            raise UsageError(f"Agent {self.name!r}: compaction must be a Compaction or None")
         seen: set[str] = set()
         for item in self.tools:
             descriptor = getattr(item, "descriptor", None)

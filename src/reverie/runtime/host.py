@@ -53,6 +53,7 @@ from reverie.hooks import (
     ModelHookContext,
     PromptHookContext,
 )
+from reverie.loop.compaction import compacted_view
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import CheckpointKind, PromptBundle
 from reverie.loop.state import LoopExecutionState, encode_checkpoint
@@ -185,6 +186,7 @@ class StorePrompt:
         rows = await ctx.store.thread_items(
             ctx.thread_id, upto_seq=state.transcript_seq, last=plan.window
         )
+        rows = compacted_view(rows)  # from the newest summary on (loop/compaction.py)
         # A window must not open on tool results whose calls fell out of it.
         start = 0
         while start < len(rows) and rows[start].role == "tool":
@@ -200,7 +202,9 @@ class StorePrompt:
                 for d in surface.descriptors
             )
         )
-        return PromptBundle(request=ModelRequest(messages=tuple(messages), tools=tools))
+        return PromptBundle(
+            request=ModelRequest(messages=tuple(messages), tools=tools), rows=tuple(rows[start:])
+        )
 
 
 def _to_message(row: TranscriptItem) -> Message:

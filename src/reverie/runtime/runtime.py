@@ -32,6 +32,7 @@ from reverie.errors import (
     UsageError,
 )
 from reverie.hooks import HookDispatcher, HookRegistry
+from reverie.loop.compaction import PINNED_META
 from reverie.loop.control import CancelToken
 from reverie.loop.executor import LoopConfig, run_loop
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
@@ -42,6 +43,7 @@ from reverie.models.base import Model
 from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
+from reverie.runtime.compaction import run_policy
 from reverie.runtime.curation import curator_for
 from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
 from reverie.runtime.event_hooks import EventHookTap
@@ -339,10 +341,12 @@ class Runtime:
         scope: Scope,
         thread_id: str | None = None,
         thread_policy: ThreadPolicy | None = None,
+        pin: bool = False,
     ) -> RunResult:
-        """Run one turn of ``agent`` and wait for its result (``thread_policy``: see start)."""
+        """Run one turn of ``agent`` and wait for its result (``thread_policy``, ``pin``: see
+        start)."""
         handle = await self.start(
-            agent, message, scope=scope, thread_id=thread_id, thread_policy=thread_policy
+            agent, message, scope=scope, thread_id=thread_id, thread_policy=thread_policy, pin=pin
         )
         return await handle.result()
 
@@ -408,8 +412,13 @@ class Runtime:
         idempotency_key: str | None = None,
         thread_policy: ThreadPolicy | None = None,
         meta: Mapping[str, Any] | None = None,
+        pin: bool = False,
     ) -> RunHandle:
         """Start a turn and return at once with a :class:`RunHandle`.
+
+        ``pin=True`` pins the message: context compaction (docs/compaction.md) never summarises
+        it away, so every later prompt of the thread carries it verbatim. (A message that joins
+        an active run as its follow-up, ``thread_policy="enqueue"``, is not pinned.)
 
         ``message`` is the user's message, or the run's opening messages in order (unbound
         turns). An ``idempotency_key`` that already names a run of the same owner returns that
@@ -494,6 +503,7 @@ class Runtime:
                 tool_calls=m.tool_calls,
                 tool_call_id=m.tool_call_id,
                 name=m.name,
+                meta={PINNED_META: True} if pin and m.role == "user" else {},
             )
             for m in messages
         ]
@@ -656,11 +666,13 @@ class Runtime:
                 gated=dict(state.host_state.get("gated_tools", {})),
             )
             tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
+            models = [self._model(agent)]
+            compaction = run_policy(agent.compaction, models, self._models)
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
                 prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
-                model=StreamingModel(ctx, [self._model(agent)], self._prices),
+                model=StreamingModel(ctx, models, self._prices),
                 capabilities=ToolPort(ctx, self._tools_of(agent, run)),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),
@@ -668,7 +680,7 @@ class Runtime:
                 events=BusEvents(ctx),
             )
             traced = segment.instrument(host, state)
-            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit)
+            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
             async with heartbeat(self.store, run_id, fence, ttl_s=self._lease_ttl_s):
                 try:
                     exit_, _ = await run_loop(traced, family, state, config)
