@@ -320,6 +320,8 @@ def test_compaction_settings_out_of_range_are_a_usage_error() -> None:
         Compaction(keep_last_turns=0)
     with pytest.raises(UsageError, match="trigger_tokens"):
         Compaction(trigger_tokens=0)
+    with pytest.raises(UsageError, match=r"Compaction\.model"):
+        Compaction(model=42)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="chars_per_token"):
         Compaction(chars_per_token=float("nan"))
     with pytest.raises(UsageError, match="compaction"):

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from reverie.core.envelope import wrap_untrusted
 from reverie.core.fastcopy import replace
@@ -353,16 +352,3 @@ class ContextMeter:
             return True  # the window is filling up: summarise before rows fall out of it
         trigger = self.policy.trigger_tokens
         return trigger is not None and self.tokens(request, rows) >= trigger
-
-
-def describe_policy(policy: CompactionPolicy | None) -> Mapping[str, Any]:
-    """The policy as plain data (for logs and tests)."""
-    if policy is None:
-        return {}
-    return {
-        "trigger_tokens": policy.trigger_tokens,
-        "keep_last_turns": policy.keep_last_turns,
-        "chars_per_token": policy.chars_per_token,
-        "max_summary_tokens": policy.max_summary_tokens,
-        "model_index": policy.model_index,
-    }

@@ -81,7 +81,11 @@ class Compaction:
             math.isfinite(self.chars_per_token) and self.chars_per_token > 0
         ):
             raise UsageError("Compaction.chars_per_token must be a positive number or None")
-        if isinstance(self.model, str) and not self.model.strip():
+        if (isinstance(self.model, str) and not self.model.strip()) or not (
+            self.model is None
+            or isinstance(self.model, str)
+            or callable(getattr(self.model, "stream", None))
+        ):
             raise UsageError("Compaction.model must be a model spec, a Model, or None")
 
     def policy(self, *, model_name: str, model_index: int | None) -> CompactionPolicy:
