@@ -220,6 +220,30 @@ async def test_pinned_messages_and_the_memory_document_are_never_summarised_away
     assert all("Always cite page numbers." not in q.messages[1].content for q in asked)
 
 
+async def test_a_pinned_message_older_than_the_window_stays_in_every_prompt() -> None:
+    # No size trigger: the row window (100) fills up and compaction keeps rows from silently
+    # falling out of it; the pinned message rides along with each summary.
+    model = ScriptedModel(fetcher(100))
+    agent = Agent(
+        name="reader",
+        model=model,
+        tools=[fetch],
+        limits=Limits(max_iterations=250),
+        compaction=Compaction(trigger_tokens=None, keep_last_turns=1),
+    )
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "Always cite page numbers.", scope=SCOPE, pin=True)
+        rows = await rt.store.thread_items(r.thread_id)
+    assert r.status == "completed" and r.text == "fetched 100 pages"
+    assert len(rows) > 100
+    made = summaries(rows)
+    assert len(made) >= 2
+    assert made[-1].meta["pinned_rows"][0]["content"] == "Always cite page numbers."
+    for request in turn_requests(model):
+        assert [m.content for m in request.messages].count("Always cite page numbers.") == 1
+        assert len(request.messages) <= 100
+
+
 async def test_compaction_is_off_by_default() -> None:
     model = ScriptedModel(fetcher(8))
     agent = Agent(name="reader", model=model, tools=[fetch])

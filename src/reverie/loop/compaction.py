@@ -12,7 +12,8 @@ too large for it. With compaction on, the loop replaces older turns by a summary
 - **What.** The rows in view except the last :attr:`CompactionPolicy.keep_last_turns` turns. A
   *turn* is an assistant row with the tool results that answer it, and the user rows right
   before it, so a boundary never falls between a tool call and its results. Pinned rows
-  (``meta["pinned"]``) are never summarised: they stay in the prompt as they are. The standing
+  (``meta["pinned"]``) are never summarised: they stay in the prompt as they are (each summary
+  row carries the pinned rows it covers, so they outlive the window). The standing
   memory document is not a transcript row: every prompt carries it afresh.
 - **How.** One tools-free model call through the loop's model port (charged to the run's
   budgets, cancellable), whose request carries the rows as untrusted data (the envelope of
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from reverie.core.envelope import wrap_untrusted
 from reverie.core.fastcopy import replace
@@ -58,6 +60,10 @@ SUMMARY_META = "summary_of"
 
 PINNED_META = "pinned"
 """The ``meta`` key of a pinned row (``True``): never summarised away."""
+
+PINNED_ROWS_META = "pinned_rows"
+"""The ``meta`` key of a summary row listing the pinned rows it covers (``seq``, ``ref``,
+``content``), so a prompt carries them however far back they are."""
 
 SUMMARY_SOURCE = "transcript-summary"
 """The envelope source of a summary in a prompt."""
@@ -114,6 +120,8 @@ class CompactionPlan:
     """Last row the new summary stands for."""
     previous: str | None
     """The text of the summary it folds in, if any."""
+    pinned: tuple[TranscriptItem, ...] = ()
+    """Pinned rows up to ``to_seq`` (the previous summary's and the ones in view), kept verbatim."""
 
 
 def is_summary(row: TranscriptItem) -> bool:
@@ -164,13 +172,35 @@ def compacted_view(rows: Sequence[TranscriptItem]) -> list[TranscriptItem]:
             meta={**newest.meta, "summary_text": newest.content},
         )
     ]
-    view.extend(r for r in rows if r.seq <= upto and is_pinned(r) and not is_summary(r))
+    pinned = {r.ref: r for r in _carried_pins(newest)}
+    pinned.update((r.ref, r) for r in rows if r.seq <= upto and is_pinned(r) and not is_summary(r))
+    view.extend(sorted(pinned.values(), key=lambda r: r.seq))
     after = [r for r in rows if r.seq > upto and not is_summary(r)]
     start = 0
     while start < len(after) and after[start].role == "tool":
         start += 1
     view.extend(after[start:])
     return view
+
+
+def _carried_pins(summary: TranscriptItem) -> list[TranscriptItem]:
+    """The pinned rows a summary row carries (they may be older than any window)."""
+    out: list[TranscriptItem] = []
+    for entry in summary.meta.get(PINNED_ROWS_META) or ():
+        if not isinstance(entry, Mapping):
+            continue
+        out.append(
+            TranscriptItem(
+                ref=str(entry.get("ref", "")),
+                seq=int(entry.get("seq", 0)),
+                thread_id=summary.thread_id,
+                run_id=None,
+                role="user",
+                content=str(entry.get("content", "")),
+                meta={PINNED_META: True},
+            )
+        )
+    return out
 
 
 def _turn_starts(rows: Sequence[TranscriptItem]) -> list[int]:
@@ -217,11 +247,17 @@ def plan_compaction(view: Sequence[TranscriptItem], keep_last_turns: int) -> Com
     if not covered:
         return None
     from_seq = covered[0].seq if previous is None else _coverage(previous)[0]
+    # Pinned rows sit at the front of a view whatever their seq: the coverage ends at the last
+    # summarised row (never before what the previous summary covered).
+    to_seq = max(r.seq for r in covered)
+    if previous is not None:
+        to_seq = max(to_seq, _coverage(previous)[1])
     return CompactionPlan(
         covered=covered,
         from_seq=from_seq,
-        to_seq=rows[boundary - 1].seq,
+        to_seq=to_seq,
         previous=None if previous is None else _summary_text(previous),
+        pinned=tuple(r for r in rows[:boundary] if is_pinned(r)),
     )
 
 
@@ -276,11 +312,12 @@ def summary_item(plan: CompactionPlan, text: str, policy: CompactionPolicy) -> N
     cap = policy.max_summary_chars
     if len(text) > cap:
         text = text[:cap] + " […summary cut]"
-    return NewItem(
-        role="user",
-        content=text.strip(),
-        meta={SUMMARY_META: {"from_seq": plan.from_seq, "to_seq": plan.to_seq}},
-    )
+    meta: dict[str, Any] = {SUMMARY_META: {"from_seq": plan.from_seq, "to_seq": plan.to_seq}}
+    if plan.pinned:
+        meta[PINNED_ROWS_META] = [
+            {"seq": r.seq, "ref": r.ref, "content": r.content} for r in plan.pinned
+        ]
+    return NewItem(role="user", content=text.strip(), meta=meta)
 
 
 def _message_chars(message: Message) -> int:
