@@ -244,6 +244,30 @@ async def test_a_pinned_message_older_than_the_window_stays_in_every_prompt() ->
         assert len(request.messages) <= 100
 
 
+async def test_an_unusable_summary_writes_no_row_and_is_not_asked_for_again() -> None:
+    inner = fetcher(8)
+
+    def script(request: ModelRequest) -> ModelResponse:
+        if is_summary_request(request):
+            return call("fetch", n=99)  # tool calls are not a summary
+        return inner(request)
+
+    model = ScriptedModel(script)
+    agent = Agent(
+        name="reader",
+        model=model,
+        tools=[fetch],
+        compaction=Compaction(trigger_tokens=300, keep_last_turns=1),
+    )
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "go", scope=SCOPE)
+        rows = await rt.store.thread_items(r.thread_id)
+    assert r.status == "completed" and r.text == "fetched 8 pages"
+    assert not summaries(rows)
+    assert sum(1 for q in model.requests if is_summary_request(q)) == 1
+    assert r.usage.model_calls == len(model.requests)
+
+
 async def test_compaction_is_off_by_default() -> None:
     model = ScriptedModel(fetcher(8))
     agent = Agent(name="reader", model=model, tools=[fetch])

@@ -357,6 +357,9 @@ class ContextMeter:
     def __init__(self, policy: CompactionPolicy) -> None:
         self.policy = policy
         self._last: _Measured | None = None
+        self.paused = False
+        """Set after an unusable summary: no size-triggered compaction for the rest of the
+        segment (each attempt would cost a model call for nothing); an overflow still tries."""
 
     def observe(
         self, request: ModelRequest, rows: Sequence[TranscriptItem], input_tokens: int
@@ -385,6 +388,8 @@ class ContextMeter:
         self, request: ModelRequest, rows: Sequence[TranscriptItem], window: int | None
     ) -> bool:
         """Whether the request should be compacted before it is sent."""
+        if self.paused:
+            return False
         if window is not None and len(rows) > window - window // 4:
             return True  # the window is filling up: summarise before rows fall out of it
         trigger = self.policy.trigger_tokens

@@ -495,7 +495,8 @@ class _Executor:
             s, ask, tools=0, emit_text=False, model_index=policy.model_index
         )
         if reject_reason(response.text, bool(response.tool_calls)) is not None:
-            return s, bundle  # an unusable summary: the request goes as it is
+            meter.paused = True  # an unusable summary: the request goes as it is
+            return s, bundle
         rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
         s = replace(s, transcript_seq=rows[0].seq)
         self._last_state = s
