@@ -6,6 +6,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from reverie.errors import ModelError, UsageError
 from reverie.memory import NativeMemory
 from reverie.models.pricing import Price
 from reverie.store.memory import MemoryStore
+from reverie.store.sqlite import SQLiteStore
 from reverie.testing import ScriptedModel, call, reply
 from reverie.testing.conversation_rules import check_messages
 
@@ -546,7 +548,7 @@ class Crash(BaseException):
 class CrashAfterSummaryRow:
     """A MemoryStore that dies right after the first summary row is appended."""
 
-    def __init__(self, inner: MemoryStore) -> None:
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
         self.armed = True
 
@@ -565,7 +567,10 @@ class CrashAfterSummaryRow:
         return append_items
 
 
-async def resume_after_crash(inner: MemoryStore, store: Any, agent: Agent) -> tuple[Any, Any]:
+async def resume_after_crash(
+    inner: Any, store: Any, agent: Agent
+) -> tuple[Any, list[TranscriptItem]]:
+    """Start a run on ``store`` that dies; resume it on ``inner``; the result and the rows."""
     rt = Runtime(store)
     await rt.__aenter__()
     handle = await rt.start(agent, "go", scope=SCOPE)
@@ -577,12 +582,14 @@ async def resume_after_crash(inner: MemoryStore, store: Any, agent: Agent) -> tu
             handle.run_id, "gone:0:0", ttl_s=0, now=time.time() - 1, force=True
         )
         result = await fresh.resume(handle.run_id)
-    return handle, result
+        rows = await inner.thread_items(handle.thread_id)
+    return result, rows
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @pytest.mark.parametrize("where", ["at_the_summary_call", "after_the_summary_row"])
 async def test_a_crash_during_compaction_resumes_to_a_valid_transcript_with_one_summary(
-    where: str,
+    where: str, kind: str, tmp_path: Path
 ) -> None:
     inner_script = fetcher(6)
     crashed = {"done": False}
@@ -600,15 +607,16 @@ async def test_a_crash_during_compaction_resumes_to_a_valid_transcript_with_one_
         tools=[fetch],
         compaction=Compaction(trigger_tokens=600, keep_last_turns=2),
     )
-    inner = MemoryStore()
+    inner: Any = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "crash.db")
     store: Any = inner if where == "at_the_summary_call" else CrashAfterSummaryRow(inner)
-    handle, result = await resume_after_crash(inner, store, agent)
+    result, rows = await resume_after_crash(inner, store, agent)
     if where == "at_the_summary_call":
         assert crashed["done"]
     else:
         assert not store.armed  # it died right after writing a summary row
+        # That row was past the last checkpoint: superseded, and the resume summarised again.
+        assert sum(1 for q in model.requests if is_summary_request(q)) == 2
     assert result.status == "completed" and result.text == "fetched 6 pages"
-    rows = await inner.thread_items(handle.thread_id)
     live = summaries(rows)
     assert live, "the resume compacted again"
     for request in turn_requests(model):
