@@ -10,6 +10,7 @@ def test_top_level_all_is_exactly_the_public_names() -> None:
     assert sorted(reverie.__all__) == sorted(
         [
             "Agent",
+            "Compaction",
             "Gate",
             "Image",
             "Limits",

@@ -20,10 +20,11 @@ if TYPE_CHECKING:
     from reverie.core.content import Image, Text
     from reverie.core.limits import Limits
     from reverie.core.scope import Scope
-    from reverie.runtime import Agent, Gate, RunHandle, RunResult, Runtime
+    from reverie.runtime import Agent, Compaction, Gate, RunHandle, RunResult, Runtime
 
 __all__ = [
     "Agent",
+    "Compaction",
     "Gate",
     "Image",
     "Limits",
@@ -37,6 +38,7 @@ __all__ = [
 
 _HOMES = {
     "Agent": "reverie.runtime",
+    "Compaction": "reverie.runtime",
     "Gate": "reverie.runtime",
     "Image": "reverie.core.content",
     "Limits": "reverie.core.limits",

@@ -84,6 +84,7 @@ from reverie.models.base import Model
 from reverie.models.pricing import PriceTable
 from reverie.models.registry import EndpointConfig, resolve_model
 from reverie.runtime.agent import Agent
+from reverie.runtime.compaction import Compaction
 
 __all__ = [
     "CONFIG_FILE_NAME",
@@ -182,6 +183,21 @@ class LimitsConfig(_Section):
         return Limits(**self.model_dump(exclude_none=True))
 
 
+class CompactionConfig(_Section):
+    """``compaction`` of an agent (docs/compaction.md): the fields of :class:`reverie.Compaction`.
+
+    The table turns compaction on; ``enabled = false`` turns it off again.
+    """
+
+    enabled: bool = True
+    trigger_tokens: int | None = Field(default=None, ge=1)
+    keep_last_turns: int | None = Field(default=None, ge=1)
+    model: str | None = Field(default=None, min_length=1)
+    """A model spec for the summaries (default: the agent's model)."""
+    max_summary_tokens: int | None = Field(default=None, ge=1)
+    chars_per_token: float | None = Field(default=None, gt=0)
+
+
 class AgentConfig(_Section):
     """``[agents.NAME]``: one agent."""
 
@@ -218,6 +234,8 @@ class AgentConfig(_Section):
     output_type: str | None = None
     """``"package.module:attribute"`` naming a pydantic model class or a JSON Schema (a dict):
     the agent's runs end with a validated value (docs/output.md)."""
+    compaction: CompactionConfig | None = None
+    """Context compaction; off without the table (or with ``enabled = false``)."""
 
 
 class EndpointSection(_Section):
@@ -328,6 +346,13 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.max_image_bytes": "set a non-negative integer (default 5242880)",
     "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
     "agents.*.output_type": 'set output_type = "package.module:attribute" (a model class)',
+    "agents.*.compaction": "write compaction = { trigger_tokens = 100000, keep_last_turns = 4 }",
+    "agents.*.compaction.enabled": "set enabled = true or enabled = false",
+    "agents.*.compaction.trigger_tokens": "set a positive integer (default 100000)",
+    "agents.*.compaction.keep_last_turns": "set an integer of at least 1 (default 4)",
+    "agents.*.compaction.model": f"set model = {_MODEL_FORMS}, or remove it for the agent's",
+    "agents.*.compaction.max_summary_tokens": "set a positive integer (default 2048)",
+    "agents.*.compaction.chars_per_token": "set a positive number, or remove it for the default",
     "agents.*.mcp_servers": 'set mcp_servers = ["files"] (names of [mcp.servers.NAME] tables)',
     "agents.*.mcp_servers.[]": 'name a server of [mcp.servers.NAME], e.g. "files"',
     "models": 'write each endpoint as a table: [models.NAME] with base_url = "https://host/v1"',
@@ -357,6 +382,7 @@ _TABLES: Final[Mapping[str, type[BaseModel]]] = {
     "store": StoreConfig,
     "agents.*": AgentConfig,
     "agents.*.limits": LimitsConfig,
+    "agents.*.compaction": CompactionConfig,
     "models.*": EndpointSection,
     "prices.*": PriceConfig,
 }
@@ -597,6 +623,7 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
                     limits=section.limits.to_limits(),
                     on_limit=section.on_limit,
                     output_type=output_type,
+                    compaction=_compaction(config, f"{key}.compaction", section.compaction),
                 )
             )
         except UsageError as exc:
@@ -608,6 +635,27 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
 
 
 _MODEL_FIX: Final = f"set model = {_MODEL_FORMS}"
+
+
+def _compaction(
+    config: ReverieConfig, key: str, section: CompactionConfig | None
+) -> Compaction | None:
+    """An agent's :class:`Compaction` from its ``compaction`` table (``None``: off)."""
+    if section is None or not section.enabled:
+        return None
+    settings: dict[str, Any] = section.model_dump(exclude_none=True, exclude={"enabled", "model"})
+    if section.model is not None:
+        try:
+            settings["model"] = resolve_model_spec(
+                section.model, config=config, base_dir=config.base_dir
+            )
+        except ConfigError as exc:
+            problem, _, fix = str(exc).partition(". Fix: ")
+            raise config_error(config.source, f"{key}.model", problem, fix or _MODEL_FIX) from None
+    try:
+        return Compaction(**settings)
+    except UsageError as exc:
+        raise config_error(config.source, key, str(exc), "see docs/compaction.md") from None
 
 
 def _import_tools(source: str, key: str, ref: str) -> list[Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, NoReturn, TypeVar
 
@@ -30,6 +30,13 @@ from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
 from reverie.errors import ModelError, ModelOutputTooLarge
+from reverie.loop.compaction import (
+    CompactionPolicy,
+    ContextMeter,
+    plan_compaction,
+    summary_item,
+    summary_request,
+)
 from reverie.loop.control import Cancelled, cancellable_sleep, race_cancellation
 from reverie.loop.events import (
     emit_assistant,
@@ -50,6 +57,7 @@ from reverie.loop.wave import WaveRunner, admit_wave, unique_call_ids
 
 OnLimit = Literal["finalize", "fail"]
 T = TypeVar("T")
+Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
 
 # Budgets whose exhaustion still leaves room for the finalizer's one model call.
 _FINALIZABLE_BUDGETS: frozenset[str] = frozenset({"capability_call_limit", "wall_clock_limit"})
@@ -69,6 +77,8 @@ class LoopConfig:
     """Output cap asked of the model for the finalizer's answer."""
     finalizer_max_chars: int = 32_000
     """A longer final answer is rejected (a model may ignore the requested output cap)."""
+    compaction: CompactionPolicy | None = None
+    """Context compaction (loop/compaction.py); ``None``: off."""
 
 
 class _Exit(Exception):
@@ -107,6 +117,7 @@ class _Executor:
         self._polled: list[InputRecord] = []
         self._last_state = LoopExecutionState()
         """The newest state, for the checkpoint of a cancellation that interrupts a step."""
+        self._meter = None if config.compaction is None else ContextMeter(config.compaction)
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
@@ -184,6 +195,12 @@ class _Executor:
         self._last_state = state
         return state, True
 
+    def _chain_length(self) -> int:
+        """How many of the model port's models are the agent's chain (a separate summary
+        model of compaction comes after them and is never a fallback)."""
+        summary = None if self.config.compaction is None else self.config.compaction.model_index
+        return len(self.host.model.names) if summary is None else summary
+
     def _fail(self, state: LoopExecutionState, kind: FailureKind, summary: str) -> _Exit:
         return _Exit(Failed(kind=kind, safe_summary=summary, usage=state.budget.usage()), state)
 
@@ -242,6 +259,14 @@ class _Executor:
         s = replace(s, surface_version=surface.version)
         bundle = await self.host.prompt.build(s, plan, surface)
 
+        # 4b. Compact the context when it outgrew its budget; the next checkpoint takes the
+        # summary row into the run (a crash before it: the resume compacts again).
+        def rebuild(st: LoopExecutionState) -> Awaitable[PromptBundle]:
+            return self.host.prompt.build(st, plan, surface)
+
+        if self._meter is not None:
+            s, bundle = await self._compact(s, bundle, rebuild, window=plan.window)
+
         # 5. Checkpoint BeforeModel with the ack of what was drained (one step commit). An
         # input that arrived meanwhile: the checkpoint is not written; the tick starts over.
         s, written = await self._commit("BeforeModel", s)
@@ -250,7 +275,9 @@ class _Executor:
 
         # 6. Call the model.
         self._boundary()
-        response, s = await self._call_model(s, bundle, tools=len(surface.descriptors))
+        response, s = await self._call_model(
+            s, bundle, tools=len(surface.descriptors), rebuild=rebuild
+        )
         calls = response.tool_calls
 
         if not calls:
@@ -438,13 +465,26 @@ class _Executor:
 
     # ------------------------------------------------------------------------------ model
     async def _call_model(
-        self, s: LoopExecutionState, bundle: PromptBundle, *, tools: int
+        self,
+        s: LoopExecutionState,
+        bundle: PromptBundle,
+        *,
+        tools: int,
+        rebuild: Rebuild | None = None,
+        emit_text: bool = True,
+        model_index: int | None = None,
     ) -> tuple[ModelResponse, LoopExecutionState]:
+        """One model call with its budgets, deadline and retries.
+
+        ``rebuild`` (the tick's prompt builder) lets a ``context_overflow`` compact the context
+        once and retry; ``model_index`` overrides the model strategy (the summary model).
+        """
         attempt = 0
+        overflowed = False
         while True:
             s = self._charge_model_call(s)
             self._last_state = s
-            index = self.family.model.select(s)
+            index = self.family.model.select(s) if model_index is None else model_index
             name = model_label(self.host.model.names, index)
             emit_model_request(self.host, s.iteration, tools, attempt, name)
             # The wall clock bounds the call in flight, not only the boundaries around it.
@@ -454,6 +494,7 @@ class _Executor:
                     bundle,
                     index,
                     deadline_s=None if wall is None else max(0.0, wall - self._active_s(s)),
+                    emit_text=emit_text,
                 )
             except _DeadlinePassed:
                 assert wall is not None
@@ -464,6 +505,17 @@ class _Executor:
             except ModelOutputTooLarge as exc:
                 raise self._fail(s, "invalid_model_output", str(exc)) from None
             except ModelError as exc:
+                if exc.kind == "context_overflow" and rebuild is not None and not overflowed:
+                    # Compact once and retry; the summary row is checkpointed before the retry.
+                    overflowed = True
+                    if self._meter is not None:
+                        s, compacted = await self._compact(
+                            s, bundle, rebuild, window=None, overflow=True
+                        )
+                        if compacted is not bundle:
+                            bundle = compacted
+                            s, _ = await self._commit("BeforeModel", s, guard=False)
+                            continue
                 decision = self.family.recovery.on_model_error(exc.kind, attempt)
                 if isinstance(decision, Retry):
                     self._boundary()  # before each retry
@@ -473,7 +525,7 @@ class _Executor:
                 # Recovery gave up on this model: the model strategy may select the next one
                 # (recorded in its slot, so a resume stays on it), with fresh retries.
                 failed = self.family.model.failed_kinds(s)
-                slot = self.family.model.fall_back(s, exc.kind, len(self.host.model.names))
+                slot = self.family.model.fall_back(s, exc.kind, self._chain_length())
                 if slot is not None:
                     s = replace(s, model_state=slot)
                     emit_model_fallback(self.host, name, self._model_name(s), exc.kind)
@@ -497,7 +549,48 @@ class _Executor:
                 ),
             )
             self._last_state = s
+            if self._meter is not None:
+                self._meter.observe(bundle.request, bundle.rows, response.usage.input_tokens)
             return response, s
+
+    async def _compact(
+        self,
+        s: LoopExecutionState,
+        bundle: PromptBundle,
+        rebuild: Rebuild,
+        *,
+        window: int | None,
+        overflow: bool = False,
+    ) -> tuple[LoopExecutionState, PromptBundle]:
+        """Replace older turns by a summary row when the request is too large (or overflowed).
+
+        The summary is one tools-free call through the model port, charged like any model call.
+        Returns the state (the summary row committed to it) and the rebuilt request, or both
+        unchanged when there is nothing to compact or the summary is unusable.
+        """
+        policy, meter = self.config.compaction, self._meter
+        assert policy is not None and meter is not None
+        if not overflow:
+            if not meter.over(bundle.request, bundle.rows, window):
+                return s, bundle
+            cap = self.limits.max_model_calls
+            if cap is not None and s.budget.model_calls + 2 > cap:
+                return s, bundle  # the last model call is the answer's, not a summary's
+        plan = plan_compaction(bundle.rows, policy.keep_last_turns)
+        if plan is None:
+            return s, bundle
+        ask = PromptBundle(request=summary_request(plan, policy))
+        response, s = await self._call_model(
+            s, ask, tools=0, emit_text=False, model_index=policy.model_index
+        )
+        if reject_reason(response.text, bool(response.tool_calls)) is not None:
+            meter.paused = True  # an unusable summary: the request goes as it is
+            return s, bundle
+        rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
+        s = replace(s, transcript_seq=rows[0].seq)
+        self._last_state = s
+        self._boundary()
+        return s, await rebuild(s)
 
     async def _ask(
         self,

@@ -26,6 +26,8 @@ class PromptBundle:
     """A built model request, ready for the model port."""
 
     request: ModelRequest
+    rows: tuple[TranscriptItem, ...] = ()
+    """The transcript rows the request carries, in order (compaction measures and cuts them)."""
 
 
 class PromptPort(Protocol):

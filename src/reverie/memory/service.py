@@ -155,7 +155,11 @@ class MemoryService:
             messages = [
                 Message(role=r.role, content=r.content)
                 for r in rows
-                if r.run_id == ctx.run_id and r.role in ("user", "assistant") and r.content
+                if r.run_id == ctx.run_id
+                and r.role in ("user", "assistant")
+                and r.content
+                # A compaction summary is the model's digest of the turn, not a message of it.
+                and "summary_of" not in r.meta
             ]
             if messages:
                 await self.provider.record_interaction(ctx.scope, messages)

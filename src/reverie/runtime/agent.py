@@ -10,6 +10,7 @@ from reverie.core.limits import Limits
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
 from reverie.loop.finish import STRUCTURED_RESULT_TOOL
+from reverie.runtime.compaction import Compaction
 
 if TYPE_CHECKING:
     from reverie.models.base import Model
@@ -39,6 +40,9 @@ class Agent:
     ``None``: a text reply. A typed agent's ``on_limit`` is always ``"fail"``: a text summary
     cannot stand in for a typed value."""
     _typed: Any = field(default=None, init=False, repr=False, compare=False)
+    compaction: Compaction | None = None
+    """Replace older turns of a long conversation by a summary (docs/compaction.md); off when
+    ``None``."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -58,6 +62,8 @@ class Agent:
                     f"Agent {self.name!r}: {entry!r} is not a model; pass a spec such as "
                     "'openai:gpt-4.1-mini' or a Model instance"
                 )
+        if self.compaction is not None and not isinstance(self.compaction, Compaction):
+            raise UsageError(f"Agent {self.name!r}: compaction must be a Compaction or None")
         seen: set[str] = set()
         for item in self.tools:
             descriptor = getattr(item, "descriptor", None)

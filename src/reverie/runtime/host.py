@@ -53,13 +53,14 @@ from reverie.hooks import (
     ModelHookContext,
     PromptHookContext,
 )
+from reverie.loop.compaction import compacted_view
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
 from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
 from reverie.runtime.events import EventBus
-from reverie.runtime.window import SegmentTranscript
+from reverie.runtime.window import SegmentTranscript, to_message
 from reverie.store.base import GateRecord, JournalWrite, StepWrite, Store
 
 if TYPE_CHECKING:
@@ -188,12 +189,17 @@ class StorePrompt:
             remembered = await self.memory.message(state.transcript_seq)
             if remembered is not None:
                 messages.append(remembered)
-        rows = await ctx.segment.window(state.transcript_seq, plan.window)
+        pairs = await ctx.segment.window(state.transcript_seq, plan.window)
+        # From the newest summary on (loop/compaction.py); rows it leaves as they are keep
+        # the message the segment made for them once.
+        made = {id(row): message for row, message in pairs}
+        view = compacted_view([row for row, _ in pairs])
         # A window must not open on tool results whose calls fell out of it.
         start = 0
-        while start < len(rows) and rows[start][0].role == "tool":
+        while start < len(view) and view[start].role == "tool":
             start += 1
-        messages.extend(message for _, message in rows[start:])
+        rows = view[start:]
+        messages.extend(made.get(id(row)) or to_message(row) for row in rows)
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
         tools = (
@@ -204,7 +210,9 @@ class StorePrompt:
                 for d in surface.descriptors
             )
         )
-        return PromptBundle(request=ModelRequest(messages=tuple(messages), tools=tools))
+        return PromptBundle(
+            request=ModelRequest(messages=tuple(messages), tools=tools), rows=tuple(rows)
+        )
 
 
 def repeatable(descriptor: CapabilityDescriptor) -> bool:

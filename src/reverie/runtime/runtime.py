@@ -8,7 +8,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ from reverie.errors import (
     UsageError,
 )
 from reverie.hooks import HookDispatcher, HookRegistry
+from reverie.loop.compaction import PINNED_META
 from reverie.loop.control import CancelToken
 from reverie.loop.executor import LoopConfig, run_loop
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
@@ -45,6 +46,7 @@ from reverie.models.base import Model
 from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
+from reverie.runtime.compaction import run_policy
 from reverie.runtime.curation import curator_for
 from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
 from reverie.runtime.event_hooks import EventHookTap
@@ -141,6 +143,8 @@ class Runtime:
         self._run_agents: OrderedDict[str, Agent] = OrderedDict()
         """Run id → the agent object that started it (bounded; see ``_agent_for``)."""
         self._models: dict[str, dict[str, Model]] = {}
+        self._summary_models: dict[str, Model] = {}
+        """Compaction's summary models, resolved once per spec."""
         """Agent name → its model specs, resolved (built once per registration)."""
         for agent in agents:
             self.register(agent)
@@ -357,13 +361,15 @@ class Runtime:
         scope: Scope,
         thread_id: str | None = None,
         thread_policy: ThreadPolicy | None = None,
+        pin: bool = False,
     ) -> RunResult:
-        """Run one turn of ``agent`` and wait for its result (``thread_policy``: see start).
+        """Run one turn of ``agent`` and wait for its result (``thread_policy``, ``pin``: see
+        start).
 
         ``message`` is text, or ``reverie.Text``/``reverie.Image`` parts (docs/images.md).
         """
         handle = await self.start(
-            agent, message, scope=scope, thread_id=thread_id, thread_policy=thread_policy
+            agent, message, scope=scope, thread_id=thread_id, thread_policy=thread_policy, pin=pin
         )
         return await handle.result()
 
@@ -434,8 +440,13 @@ class Runtime:
         idempotency_key: str | None = None,
         thread_policy: ThreadPolicy | None = None,
         meta: Mapping[str, Any] | None = None,
+        pin: bool = False,
     ) -> RunHandle:
         """Start a turn and return at once with a :class:`RunHandle`.
+
+        ``pin=True`` pins the message: context compaction (docs/compaction.md) never summarises
+        it away, so every later prompt of the thread carries it verbatim. (A message that joins
+        an active run as its follow-up, ``thread_policy="enqueue"``, is not pinned.)
 
         ``message`` is the user's message (text, or ``reverie.Text``/``reverie.Image`` parts:
         docs/images.md), or the run's opening messages in order (unbound turns). Images over
@@ -517,6 +528,11 @@ class Runtime:
         if run.run_id != minted:
             return await self._existing(run, scope)
         self._remember_agent(run.run_id, agent)
+        if pin:
+            items = [
+                replace(i, meta={**i.meta, PINNED_META: True}) if i.role == "user" else i
+                for i in items
+            ]
         if items:
             await self.store.append_items(thread_id, run.run_id, items, fence=None)
         return await self._dispatch(run, resumed=False)
@@ -684,13 +700,13 @@ class Runtime:
                 gated=dict(state.host_state.get("gated_tools", {})),
             )
             tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
+            models = [typed_model(agent, m) for m in self._model_chain(agent)]
+            compaction = run_policy(agent.compaction, models, self._summary_models)
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
                 prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
-                model=StreamingModel(
-                    ctx, [typed_model(agent, m) for m in self._model_chain(agent)], self._prices
-                ),
+                model=StreamingModel(ctx, models, self._prices),
                 capabilities=ToolPort(ctx, self._tools_of(agent, run)),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),
@@ -698,7 +714,7 @@ class Runtime:
                 events=BusEvents(ctx),
             )
             traced = segment.instrument(host, state)
-            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit)
+            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
             async with heartbeat(self.store, run_id, fence, ttl_s=self._lease_ttl_s):
                 try:
                     exit_, _ = await run_loop(traced, family, state, config)
