@@ -314,3 +314,72 @@ def test_as_tool_refuses_a_name_that_is_not_a_valid_tool_name() -> None:
         child.as_tool()
     with pytest.raises(UsageError, match="max_output_bytes"):
         child.as_tool(name="ok", max_output_bytes=0)
+
+
+async def test_a_subagent_tool_goes_over_the_openai_wire_with_its_schema_and_the_childs_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reverie.models.openai import OpenAIChatModel
+    from reverie.testing import FakeOpenAIServer
+    from reverie.testing.fake_openai import FakeReply, FakeToolCall
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123")
+    script = [
+        FakeReply(
+            tool_calls=(FakeToolCall("research", {"input": "capital of France?"}, id="call_r1"),),
+            input_tokens=20,
+            output_tokens=5,
+        ),
+        FakeReply("Paris", input_tokens=7, output_tokens=1),  # the child's model call
+        FakeReply("The researcher says Paris.", input_tokens=30, output_tokens=6),
+    ]
+    async with FakeOpenAIServer(script) as srv:
+        child = Agent(
+            name="researcher",
+            model=OpenAIChatModel("gpt-child", base_url=srv.base_url),
+            instructions="You research.",
+        )
+        parent = Agent(
+            name="lead",
+            model=OpenAIChatModel("gpt-lead", base_url=srv.base_url),
+            tools=[child.as_tool(name="research", description="Ask the researcher.")],
+        )
+        async with Runtime.open(":memory:") as rt:
+            r = await rt.run(parent, "capital?", scope=SCOPE)
+    assert r.status == "completed" and r.text == "The researcher says Paris."
+    first, child_request, last = srv.requests
+    [offered] = first["tools"]
+    assert offered == {
+        "type": "function",
+        "function": {
+            "name": "research",
+            "description": "Ask the researcher.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "input": {
+                        "type": "string",
+                        "description": "The task or question for the agent, with everything "
+                        "it needs.",
+                    }
+                },
+                "required": ["input"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    assert child_request["model"] == "gpt-child"
+    assert "tools" not in child_request
+    assert child_request["messages"] == [
+        {"role": "system", "content": "You research."},
+        {"role": "user", "content": "capital of France?"},
+    ]
+    assert last["model"] == "gpt-lead"
+    [assistant] = [m for m in last["messages"] if m["role"] == "assistant"]
+    assert assistant["tool_calls"][0]["id"] == "call_r1"
+    assert assistant["tool_calls"][0]["function"]["name"] == "research"
+    [result] = [m for m in last["messages"] if m["role"] == "tool"]
+    assert result == {"role": "tool", "tool_call_id": "call_r1", "content": "Paris"}
+    # The parent's usage includes the child's call.
+    assert r.usage.model_calls == 3
+    assert r.usage.input_tokens == 20 + 7 + 30 and r.usage.output_tokens == 5 + 1 + 6
