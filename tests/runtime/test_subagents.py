@@ -383,3 +383,26 @@ async def test_a_subagent_tool_goes_over_the_openai_wire_with_its_schema_and_the
     # The parent's usage includes the child's call.
     assert r.usage.model_calls == 3
     assert r.usage.input_tokens == 20 + 7 + 30 and r.usage.output_tokens == 5 + 1 + 6
+
+
+async def test_subagent_runs_nest_at_most_max_depth_levels() -> None:
+    from reverie.runtime.subagents import DEPTH_KEY, MAX_DEPTH
+
+    def recurse(request: ModelRequest) -> ModelResponse:
+        results = tool_results(request)
+        return reply(f"got: {results[-1][:60]}") if results else call("myself", input="again")
+
+    # An agent that delegates to itself, level after level (its tool list names itself).
+    tools: list[object] = []
+    looping = Agent(name="looping", model=ScriptedModel(recurse), tools=tools)
+    tools.append(looping.as_tool(name="myself"))
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(looping, "go", scope=SCOPE)
+        runs = await rt.store.list_runs(scope=SCOPE, limit=100)
+        [deepest] = [x for x in runs if x.meta.get(DEPTH_KEY) == MAX_DEPTH]
+        deepest_result = await rt.get_result(deepest.run_id)
+    assert r.status == "completed"
+    assert len(runs) == MAX_DEPTH + 1  # the root and one run per level, no more
+    assert (
+        deepest_result.text == "got: error (permanent): the myself agent was not started: subagen"
+    )

@@ -71,7 +71,12 @@ PARENT_CALL_KEY = "parent_call"
 """``RunRecord.meta`` key of a child run: the stable key of the parent's call."""
 LIMITS_KEY = "subagent_limits"
 """``RunRecord.meta`` key of a child run: its limits, fixed when it started."""
-_MAX_DEPTH = 64
+DEPTH_KEY = "subagent_depth"
+"""``RunRecord.meta`` key of a child run: 1 for a child, 2 for a grandchild, …"""
+MAX_DEPTH = 8
+"""Deepest nesting of subagent runs: an agent that delegates to itself cannot recurse forever
+(every level holds a concurrency slot while it waits on the next)."""
+_MAX_LINKS = 64
 """Bound on walking parent links (a cycle cannot happen; a corrupt row must not hang us)."""
 _LIST_LIMIT = 10_000
 
@@ -210,6 +215,13 @@ async def _run_child(
     """Start (or find, or resume) the call's child run and wait for what it comes to."""
     agent = tool.agent
     name = tool.descriptor.name
+    depth = _depth(parent) + 1
+    if depth > MAX_DEPTH:
+        return CallFailed(
+            error_kind="permanent",
+            message=f"the {name} agent was not started: subagent runs nest at most "
+            f"{MAX_DEPTH} levels deep; answer with what you have",
+        )
     limits = await child_limits(rt.store, parent, parent_limits, agent.limits, call)
     if limits.max_usd is not None:
         model_name = rt._model(agent).name
@@ -236,6 +248,7 @@ async def _run_child(
                 PARENT_RUN_KEY: parent.run_id,
                 PARENT_CALL_KEY: call,
                 LIMITS_KEY: dataclasses.asdict(limits),
+                DEPTH_KEY: depth,
             },
         )
         child_id = handle.run_id
@@ -353,6 +366,11 @@ def with_run_limits(agent: Agent, run: RunRecord) -> Agent:
 
 
 # ---------------------------------------------------------------------------------- links
+def _depth(run: RunRecord) -> int:
+    value = run.meta.get(DEPTH_KEY, 0)
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
 def parent_of(run: RunRecord) -> str | None:
     """The id of the run whose call started ``run``, if it is a child run."""
     value = run.meta.get(PARENT_RUN_KEY)
@@ -366,7 +384,7 @@ async def root_of(store: Store, run: RunRecord) -> RunRecord:
     is what makes the parent continue with the child's result.
     """
     current = run
-    for _ in range(_MAX_DEPTH):
+    for _ in range(_MAX_LINKS):
         parent_id = parent_of(current)
         if parent_id is None:
             return current
@@ -383,7 +401,7 @@ async def root_of(store: Store, run: RunRecord) -> RunRecord:
 async def gate_of_descendant(store: Store, run: RunRecord, gate_run_id: str) -> bool:
     """Whether the run ``gate_run_id`` is a child (grandchild, …) of ``run``."""
     current = gate_run_id
-    for _ in range(_MAX_DEPTH):
+    for _ in range(_MAX_LINKS):
         try:
             parent_id = parent_of(await store.get_run(current))
         except NotFoundError:
@@ -427,8 +445,10 @@ async def cancel_children(rt: Runtime, run: RunRecord) -> None:
 
 
 __all__ = [
+    "DEPTH_KEY",
     "INPUT_SCHEMA",
     "LIMITS_KEY",
+    "MAX_DEPTH",
     "PARENT_CALL_KEY",
     "PARENT_RUN_KEY",
     "SubagentTool",
