@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -406,3 +407,69 @@ async def test_subagent_runs_nest_at_most_max_depth_levels() -> None:
     assert (
         deepest_result.text == "got: error (permanent): the myself agent was not started: subagen"
     )
+
+
+async def test_a_parent_resumed_after_a_shutdown_mid_child_joins_the_same_child_run(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    entered = asyncio.Event()
+    hold = True
+    fetched: list[str] = []
+
+    @tool(effects={"read"}, idempotent=True, timeout_s=None)
+    async def fetch(url: str) -> str:
+        """Fetch a page (safe to repeat)."""
+        fetched.append(url)
+        if hold:
+            entered.set()
+            await asyncio.Event().wait()  # until the runtime shuts down
+        return f"page {url}"
+
+    def child_answer(request: ModelRequest) -> ModelResponse:
+        results = tool_results(request)
+        return reply(f"read {results[-1]}") if results else call("fetch", url="a")
+
+    agent = lead(
+        researcher(ScriptedModel(child_answer), tools=[fetch]),
+        ScriptedModel(answer_with_tool_result),
+    )
+    async with Runtime.open(url) as rt:
+        handle = await rt.start(agent, "go", scope=SCOPE)
+        await asyncio.wait_for(entered.wait(), timeout=30)
+    # Closed mid-child: both runs are still "running", to be continued.
+    hold = False
+    async with Runtime.open(url, agents=[agent]) as rt:
+        assert [r.run_id for r in await rt.recover()] == [handle.run_id]
+        result = await rt.get_result(handle.run_id)
+        kids = await children(rt, handle.run_id)
+    assert result.status == "completed"
+    assert result.text == "the researcher says: read page a"
+    assert len(kids) == 1 and kids[0].status == "completed"
+    assert fetched == ["a", "a"]  # the idempotent read re-ran inside the same child run
+
+
+async def test_the_child_runs_under_the_tighter_of_its_own_limits_and_what_the_parent_left() -> (
+    None
+):
+    from reverie.runtime.subagents import LIMITS_KEY
+
+    child_model = ScriptedModel([reply("Paris")])
+    async with Runtime.open(":memory:") as rt:
+        tight_child = Agent(
+            name="researcher",
+            model=child_model,
+            limits=Limits(max_model_calls=1, max_tokens=50_000),
+        )
+        agent = lead(
+            tight_child,
+            ScriptedModel(answer_with_tool_result),
+            limits=Limits(max_model_calls=10, max_tokens=1000, max_capability_calls=4),
+        )
+        r = await rt.run(agent, "go", scope=SCOPE)
+        [child] = await children(rt, r.run_id)
+    stored = child.meta[LIMITS_KEY]
+    assert stored["max_model_calls"] == 1  # its own is tighter than the parent's 9 left
+    assert stored["max_tokens"] == 1000  # the parent's is tighter (it used none so far)
+    assert stored["max_capability_calls"] == 3  # the parent's 4, less the call itself
+    assert r.status == "completed"

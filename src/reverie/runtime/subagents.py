@@ -415,12 +415,16 @@ async def gate_of_descendant(store: Store, run: RunRecord, gate_run_id: str) -> 
 
 
 async def driven_by_parent(store: Store, run: RunRecord) -> bool:
-    """Whether ``run`` is a child whose parent is still active (the parent's call drives it)."""
+    """Whether ``recover()`` leaves ``run`` to its parent: a child whose parent is still active
+    (the parent's replayed call continues it), or one that ended since it was listed (its
+    parent's call finished it)."""
     parent_id = parent_of(run)
     if parent_id is None:
         return False
     try:
-        return (await store.get_run(parent_id)).status not in TERMINAL_STATUSES
+        if (await store.get_run(parent_id)).status not in TERMINAL_STATUSES:
+            return True
+        return (await store.get_run(run.run_id)).status in TERMINAL_STATUSES
     except NotFoundError:
         return False
 
