@@ -110,7 +110,16 @@ async def main(argv: list[str]) -> int:
         results = await rt.recover()
         runs = await rt.store.list_runs(limit=100)
         report: dict[str, Any] = {
-            "results": [{"run_id": r.run_id, "status": r.status, "text": r.text} for r in results],
+            "results": [
+                {
+                    "run_id": r.run_id,
+                    "status": r.status,
+                    "text": r.text,
+                    "model_calls": r.usage.model_calls,
+                    "capability_calls": r.usage.capability_calls,
+                }
+                for r in results
+            ],
             "runs": [
                 {
                     "run_id": r.run_id,

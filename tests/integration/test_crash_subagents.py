@@ -62,6 +62,8 @@ async def test_a_crash_while_the_child_runs_is_recovered_into_both_runs_without_
     [result] = [r for r in report["results"] if r["run_id"] == lead_id]
     assert result["text"] == "lead done: child done: sent to bob"
     assert sub_crash.sends() == 1  # the child's side effect ran exactly once
+    # Charged once: the lead's 2 model calls and 1 tool call, the child's 2 and 1.
+    assert (result["model_calls"], result["capability_calls"]) == (4, 2)
 
 
 async def test_a_crash_after_the_child_completed_before_the_parents_result_row_loses_nothing(
@@ -80,3 +82,4 @@ async def test_a_crash_after_the_child_completed_before_the_parents_result_row_l
     assert result["run_id"] == lead_id
     assert result["text"] == "lead done: child done: sent to bob"
     assert sub_crash.sends() == 1
+    assert (result["model_calls"], result["capability_calls"]) == (4, 2)  # charged once
