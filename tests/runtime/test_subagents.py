@@ -473,3 +473,29 @@ async def test_the_child_runs_under_the_tighter_of_its_own_limits_and_what_the_p
     assert stored["max_tokens"] == 1000  # the parent's is tighter (it used none so far)
     assert stored["max_capability_calls"] == 3  # the parent's 4, less the call itself
     assert r.status == "completed"
+
+
+async def test_a_child_cancelled_on_its_own_is_a_failed_call_and_the_parent_goes_on() -> None:
+    entered = asyncio.Event()
+
+    @tool(effects={"write"}, timeout_s=None)
+    async def dig(where: str) -> str:
+        """Dig (takes a while)."""
+        entered.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    child_model = ScriptedModel([call("dig", where="here"), reply("dug")])
+    parent_model = ScriptedModel(answer_with_tool_result)
+    async with Runtime.open(":memory:") as rt:
+        handle = await rt.start(
+            lead(researcher(child_model, tools=[dig]), parent_model), "go", scope=SCOPE
+        )
+        await asyncio.wait_for(entered.wait(), timeout=30)
+        [child] = await children(rt, handle.run_id)
+        await rt.cancel(child.run_id, reason="not needed")
+        r = await handle.result()
+    assert r.status == "completed"
+    assert r.text == (
+        "the researcher says: error (permanent): the research agent was cancelled (not needed)"
+    )
