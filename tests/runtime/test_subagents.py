@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,30 @@ from reverie.store.base import RunRecord
 from reverie.testing import ScriptedModel, call, reply
 
 SCOPE = Scope(tenant="acme", user="ana")
+POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param(
+            "postgres",
+            marks=[
+                pytest.mark.postgres,
+                pytest.mark.skipif(not POSTGRES_URL, reason="set REVERIE_TEST_POSTGRES_URL"),
+            ],
+        ),
+    ]
+)
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty durable store of each backend."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'runs.db'}"
+        return
+    from reverie.store.postgres import temporary_schema
+
+    async with temporary_schema(POSTGRES_URL, prefix="reverie_subagents") as url:
+        yield url
 
 
 def tool_results(request: ModelRequest) -> list[str]:
@@ -121,7 +147,9 @@ async def test_the_childs_usage_is_charged_to_the_parent_as_well() -> None:
     assert r.usage.input_tokens == 100 and r.usage.output_tokens == 10
 
 
-async def test_a_parent_model_call_budget_the_child_would_exceed_stops_the_child() -> None:
+async def test_a_parent_model_call_budget_the_child_would_exceed_stops_the_child(
+    db_url: str,
+) -> None:
     @tool(effects={"read"})
     def look(q: str) -> str:
         """Look it up."""
@@ -130,7 +158,7 @@ async def test_a_parent_model_call_budget_the_child_would_exceed_stops_the_child
     # The child would make 3 model calls; the parent has 3 and spends 1 before the call.
     child_model = ScriptedModel([call("look", q="a"), call("look", q="b"), reply("Paris")])
     parent_model = ScriptedModel(answer_with_tool_result)
-    async with Runtime.open(":memory:") as rt:
+    async with Runtime.open(db_url) as rt:
         agent = lead(
             researcher(child_model, tools=[look]), parent_model, limits=Limits(max_model_calls=3)
         )
@@ -193,9 +221,9 @@ async def test_cancelling_a_parent_blocked_on_a_child_gate_cancels_child_and_clo
     assert gate.status == "denied"  # nobody can approve it any more
 
 
-async def test_a_child_gate_blocks_the_parent_and_approve_resumes_the_child_then_the_parent() -> (
-    None
-):
+async def test_a_child_gate_blocks_the_parent_and_approve_resumes_the_child_then_the_parent(
+    db_url: str,
+) -> None:
     paid: list[int] = []
 
     @tool(effects={"write"}, needs_approval=True)
@@ -210,7 +238,7 @@ async def test_a_child_gate_blocks_the_parent_and_approve_resumes_the_child_then
 
     child_model = ScriptedModel(child_answer)
     parent_model = ScriptedModel(answer_with_tool_result)
-    async with Runtime.open(":memory:") as rt:
+    async with Runtime.open(db_url) as rt:
         agent = lead(researcher(child_model, tools=[pay]), parent_model)
         r = await rt.run(agent, "go", scope=SCOPE)
         [child] = await children(rt, r.run_id)
