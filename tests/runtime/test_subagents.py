@@ -527,3 +527,32 @@ async def test_a_child_cancelled_on_its_own_is_a_failed_call_and_the_parent_goes
     assert r.text == (
         "the researcher says: error (permanent): the research agent was cancelled (not needed)"
     )
+
+
+async def test_a_waves_second_subagent_call_gets_only_what_the_first_child_left() -> None:
+    from reverie.runtime.subagents import LIMITS_KEY
+    from reverie.testing import calls
+
+    def parent_answer(request: ModelRequest) -> ModelResponse:
+        results = tool_results(request)
+        if not results:
+            return calls(("research", {"input": "one"}), ("research", {"input": "two"}))
+        return reply(" / ".join(results))
+
+    def child_answer(request: ModelRequest) -> ModelResponse:
+        return reply(f"answer to {request.messages[-1].content}")
+
+    async with Runtime.open(":memory:") as rt:
+        agent = lead(
+            researcher(ScriptedModel(child_answer)),
+            ScriptedModel(parent_answer),
+            limits=Limits(max_model_calls=6),
+        )
+        r = await rt.run(agent, "go", scope=SCOPE)
+        kids = await children(rt, r.run_id)
+        first, second = sorted(kids, key=lambda k: str(k.meta[PARENT_CALL_KEY]))
+    assert r.text == "answer to one / answer to two"
+    # The parent spent 1 before the wave; the first child then spent 1 more.
+    assert first.meta[LIMITS_KEY]["max_model_calls"] == 5
+    assert second.meta[LIMITS_KEY]["max_model_calls"] == 4
+    assert r.usage.model_calls == 2 + 1 + 1
