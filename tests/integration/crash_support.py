@@ -93,6 +93,9 @@ class Worker:
 class Crash:
     """A database file, a marker directory, and the workers of one test."""
 
+    script: Path = CHILD
+    """The worker script the test's processes run."""
+
     def __init__(self, root: Path) -> None:
         self.db = root / "crash.db"
         self.url = f"sqlite:///{self.db}"
@@ -104,7 +107,7 @@ class Crash:
     def spawn(self, scenario: str, role: str, *args: str) -> Worker:
         label = f"{role}{len(self.workers)}"
         out, err = self.markers / f"{label}.out", self.markers / f"{label}.err"
-        argv = [sys.executable, str(CHILD), str(self.db), scenario, str(self.markers), role]
+        argv = [sys.executable, str(self.script), str(self.db), scenario, str(self.markers), role]
         with out.open("wb") as fout, err.open("wb") as ferr:
             proc = subprocess.Popen(
                 [*argv, *args],

@@ -18,6 +18,7 @@ from reverie.core.exits import exit_to_dict
 from reverie.core.timestamps import iso_utc
 
 if TYPE_CHECKING:
+    from reverie.cli.run_tree import RunNode
     from reverie.runtime.result import RunResult
     from reverie.store.base import GateRecord, RunRecord, TranscriptItem
 
@@ -176,6 +177,7 @@ def run_payload(run: RunRecord) -> dict[str, Any]:
         "created_at": _iso(run.created_at),
         "updated_at": _iso(run.updated_at),
         "exit": dict(run.exit) if run.exit is not None else None,
+        "parent_run_id": run.meta.get("parent_run_id"),
     }
 
 
@@ -250,7 +252,10 @@ def show_runs(runs: Sequence[RunRecord]) -> None:
         out.print("No runs.")
         return
     columns = [
-        _Column("RUN", [escape(r.run_id) for r in runs]),
+        # A child run (a subagent call started it) is marked, to be found under its parent.
+        _Column(
+            "RUN", [("↳ " if "parent_run_id" in r.meta else "") + escape(r.run_id) for r in runs]
+        ),
         _Column("STATUS", [_status(r.status) for r in runs]),
         _Column("AGENT", [escape(r.agent_name) for r in runs], drop=2),
         _Column("SCOPE", [escape(f"{r.scope.tenant}/{r.scope.user}") for r in runs], drop=0),
@@ -275,11 +280,20 @@ def item_payload(item: TranscriptItem) -> dict[str, Any]:
 
 
 def show_run(
-    run: RunRecord, items: Sequence[TranscriptItem], gate: GateRecord | None, *, as_json: bool
+    run: RunRecord,
+    items: Sequence[TranscriptItem],
+    gate: GateRecord | None,
+    *,
+    as_json: bool,
+    tree: RunNode | None = None,
 ) -> None:
-    """A run's status, exit, usage and transcript."""
+    """A run's status, exit, usage, subagent runs (``tree``) and transcript."""
+    from reverie.cli.run_tree import parent_call, tree_lines, tree_payload
+
     if as_json:
         payload = run_payload(run)
+        payload["parent_call"] = run.meta.get("parent_call")
+        payload["children"] = tree_payload(tree) if tree is not None else []
         payload["gate"] = gate_payload(gate) if gate is not None else None
         payload["transcript"] = [item_payload(i) for i in items]
         print_json(payload)
@@ -290,6 +304,9 @@ def show_run(
     out.print(f"  agent:   {escape(run.agent_name)}")
     out.print(f"  scope:   {escape(run.scope.tenant)}/{escape(run.scope.user)}")
     out.print(f"  thread:  {escape(run.thread_id)}")
+    link = parent_call(run)
+    if link is not None:
+        out.print(f"  parent:  {escape(link[0])} (call {escape(link[1])})")
     out.print(f"  created: {_time(run.created_at)}   updated: {_time(run.updated_at)}")
     if run.exit is not None:
         out.print(f"  exit:    {escape(_exit_summary(run))}")
@@ -306,6 +323,11 @@ def show_run(
             f"  gate:    {escape(gate.ref)} ({escape(gate.tool)} {escape(_args(gate.arguments))})"
             f" — reverie gates approve {escape(gate.ref)}"
         )
+    if tree is not None and tree.children:
+        out.print()
+        out.print("[bold]Subagent runs[/]")
+        for line in tree_lines(tree, _status):
+            out.print(line)
     out.print()
     out.print("[bold]Transcript[/]")
     if not items:

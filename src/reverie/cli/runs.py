@@ -116,7 +116,7 @@ def show(
     config: ConfigOption = None,
     store: StoreOption = None,
 ) -> None:
-    """Show a run: status, exit, usage, pending gate and transcript."""
+    """Show a run: status, exit, usage, pending gate, subagent runs and transcript."""
 
     async def main() -> int:
         cfg = load(config)
@@ -127,7 +127,10 @@ def show(
             gate = None
             if run.exit is not None and dict(run.exit).get("status") == "blocked":
                 gate = await st.get_gate(str(dict(run.exit)["gate_ref"]))
-        show_run(run, items, gate, as_json=as_json)
+            from reverie.cli.run_tree import load_tree
+
+            tree = await load_tree(st, run)
+        show_run(run, items, gate, as_json=as_json, tree=tree)
         return ExitCode.OK
 
     execute(main)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reverie.core.exits import Usage
 from reverie.errors import ToolErrorKind
 
 Effect = Literal["read", "network", "write", "spawn", "use_secret", "dispatch"]
@@ -65,6 +66,8 @@ class CallCompleted:
 
     kind: Literal["completed"] = "completed"
     output: str
+    usage: Usage | None = None
+    """What a nested run spent for this call (a subagent's); charged to the calling run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +77,8 @@ class CallFailed:
     kind: Literal["failed"] = "failed"
     error_kind: ToolErrorKind
     message: str
+    usage: Usage | None = None
+    """What a nested run spent for this call (a subagent's); charged to the calling run."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,6 +96,8 @@ class CallGated:
     kind: Literal["gated"] = "gated"
     gate_kind: Literal["approval", "auth", "resource"] = "approval"
     reason: str = "approval required"
+    ref: str | None = None
+    """An existing gate the call waits on (a subagent's): the run blocks on it, opening none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,32 +119,46 @@ CallOutcome = CallCompleted | CallFailed | CallDenied | CallGated | CallCancelle
 
 def outcome_to_dict(outcome: CallOutcome) -> dict[str, Any]:
     """JSON-able form of an outcome (for the side-effect journal)."""
+    data: dict[str, Any]
     match outcome:
         case CallCompleted(output=output):
-            return {"kind": "completed", "output": output}
+            data = {"kind": "completed", "output": output}
         case CallFailed(error_kind=ek, message=msg):
-            return {"kind": "failed", "error_kind": ek, "message": msg}
+            data = {"kind": "failed", "error_kind": ek, "message": msg}
         case CallDenied(reason=reason):
             return {"kind": "denied", "reason": reason}
-        case CallGated(gate_kind=gk, reason=reason):
-            return {"kind": "gated", "gate_kind": gk, "reason": reason}
+        case CallGated(gate_kind=gk, reason=reason, ref=ref):
+            data = {"kind": "gated", "gate_kind": gk, "reason": reason}
+            if ref is not None:
+                data["ref"] = ref
+            return data
         case CallCancelled():
             return {"kind": "cancelled"}
         case CallInterrupted():
             return {"kind": "interrupted"}
+    if outcome.usage is not None:
+        data["usage"] = outcome.usage.to_dict()
+    return data
 
 
 def outcome_from_dict(data: Mapping[str, Any]) -> CallOutcome:
     """Inverse of :func:`outcome_to_dict`."""
     kind = data.get("kind")
+    raw_usage = data.get("usage")
+    usage = Usage.from_dict(dict(raw_usage)) if isinstance(raw_usage, Mapping) else None
     if kind == "completed":
-        return CallCompleted(output=str(data["output"]))
+        return CallCompleted(output=str(data["output"]), usage=usage)
     if kind == "failed":
-        return CallFailed(error_kind=data["error_kind"], message=str(data["message"]))
+        return CallFailed(error_kind=data["error_kind"], message=str(data["message"]), usage=usage)
     if kind == "denied":
         return CallDenied(reason=str(data["reason"]))
     if kind == "gated":
-        return CallGated(gate_kind=data["gate_kind"], reason=str(data["reason"]))
+        ref = data.get("ref")
+        return CallGated(
+            gate_kind=data["gate_kind"],
+            reason=str(data["reason"]),
+            ref=None if ref is None else str(ref),
+        )
     if kind == "cancelled":
         return CallCancelled()
     if kind == "interrupted":

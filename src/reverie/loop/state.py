@@ -8,7 +8,7 @@ size at step 2 and at step 2,000.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -153,6 +153,28 @@ class LoopExecutionState:
     def with_failure_kinds(self, kinds: tuple[str, ...]) -> LoopExecutionState:
         """Push outcome kinds onto the failure ring (keeps the last ``RING``)."""
         return replace(self, recent_failure_kinds=(self.recent_failure_kinds + kinds)[-RING:])
+
+    def with_nested_usage(self, usages: Sequence[Usage | None]) -> LoopExecutionState:
+        """Charge what nested runs (subagents) spent for this wave's calls to the ledger.
+
+        Charged when the wave's results are committed, from the outcomes (which the journal
+        keeps), so a replayed wave charges each nested run exactly once in the saved state.
+        """
+        spent = [u for u in usages if u is not None]
+        if not spent:
+            return self
+        b = self.budget
+        return replace(
+            self,
+            budget=replace(
+                b,
+                model_calls=b.model_calls + sum(u.model_calls for u in spent),
+                capability_calls=b.capability_calls + sum(u.capability_calls for u in spent),
+                input_tokens=b.input_tokens + sum(u.input_tokens for u in spent),
+                output_tokens=b.output_tokens + sum(u.output_tokens for u in spent),
+                usd=b.usd + sum(u.usd for u in spent),
+            ),
+        )
 
     def request_stop(self, reason: GracefulReason) -> LoopExecutionState:
         """Record a graceful-stop request. One-shot: a pending request is never replaced."""

@@ -282,6 +282,7 @@ class WaveRunner:
         refused = {index for index, _ in wave.rejected}
         kinds = (_ring_kind(o) for i, o in enumerate(ordered) if i not in refused)
         s = s.with_failure_kinds(tuple(dict.fromkeys(kinds)))
+        s = s.with_nested_usage([getattr(o, "usage", None) for o in ordered])
         return WaveResult(
             state=s,
             results=tuple(

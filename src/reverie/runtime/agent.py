@@ -14,6 +14,7 @@ from reverie.runtime.compaction import Compaction
 
 if TYPE_CHECKING:
     from reverie.models.base import Model
+    from reverie.runtime.subagents import SubagentTool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,3 +94,48 @@ class Agent:
         if isinstance(self.model, tuple):
             return self.model
         return (self.model,)  # type: ignore[return-value]
+
+    def as_tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        max_output_bytes: int | None = None,
+    ) -> SubagentTool:
+        """This agent as a tool of another agent: each call runs it as a durable child run.
+
+        The tool takes one ``input`` string (the child's user message) and answers with the
+        child's final reply. The child has its own thread and transcript, runs under the
+        tighter of its own limits and what the calling run has left (and its spend is charged
+        to the caller), is cancelled with the caller, and surfaces its approval gates on the
+        caller (docs/subagents.md).
+
+        Example::
+
+            researcher = Agent(name="researcher", model="openai:gpt-4.1-mini", tools=[search])
+            lead = Agent(
+                name="lead",
+                model="openai:gpt-4.1",
+                tools=[researcher.as_tool(name="research", description="Research a topic.")],
+            )
+
+        Args:
+            name: The tool name the model sees (default: this agent's name, which must then
+                be a valid tool name).
+            description: What the model is told the tool does.
+            max_output_bytes: Cap on the child's answer as the caller's model sees it.
+
+        Raises:
+            UsageError: an invalid tool name, or a non-positive ``max_output_bytes``.
+        """
+        from reverie.capabilities.output import DEFAULT_MAX_OUTPUT_BYTES
+        from reverie.runtime.subagents import SubagentTool
+
+        return SubagentTool(
+            self,
+            name=name,
+            description=description,
+            max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES
+            if max_output_bytes is None
+            else max_output_bytes,
+        )

@@ -28,6 +28,7 @@ from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.events import EventBus
 from reverie.runtime.result import Gate, RunResult
 from reverie.runtime.settle import settle_open_calls
+from reverie.runtime.subagents import gate_of_descendant
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, RunStatus, Store
 
 log = logging.getLogger("reverie.runtime")
@@ -96,7 +97,13 @@ class ExitApplier:
                 gate = await self.store.get_gate(exit_.gate_ref)
             except NotFoundError:
                 return f"blocked on gate {exit_.gate_ref} which does not exist"
-            if gate.run_id != run.run_id or gate.status != "pending":
+            if gate.run_id != run.run_id:
+                # A subagent's gate: the parent blocks on it (it may be resolved already; the
+                # resume then continues the child inside the parent's call).
+                if await gate_of_descendant(self.store, run, gate.run_id):
+                    return None
+                return f"blocked on gate {exit_.gate_ref} which is not pending for this run"
+            if gate.status != "pending":
                 return f"blocked on gate {exit_.gate_ref} which is not pending for this run"
             return None
         return None

@@ -456,6 +456,8 @@ class ToolPort:
         return denied
 
     async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
+        if gated.ref is not None:
+            return gated.ref  # the call waits on a gate of its own (a subagent's): block on it
         rec = GateRecord(
             ref=new_id("gate"),
             run_id=self.ctx.run_id,

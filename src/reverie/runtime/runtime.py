@@ -43,6 +43,7 @@ from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.memory.provider import MemoryProvider
 from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
 from reverie.models.base import Model
+from reverie.runtime import subagents
 from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.applier import ExitApplier
@@ -315,9 +316,8 @@ class Runtime:
         the same name never advances the first one's runs) and by name across processes.
         """
         started = self._run_agents.get(run.run_id)
-        if started is not None:
-            return started
-        return self._agent(run.agent_name)
+        agent = started if started is not None else self._agent(run.agent_name)
+        return subagents.with_run_limits(agent, run)  # a child run keeps its narrowed limits
 
     def _image_cap(self, run: RunRecord) -> int:
         """``Limits.max_image_bytes`` of the run's agent (the default for one not known here)."""
@@ -744,7 +744,7 @@ class Runtime:
         )
 
     def _tools_of(self, agent: Agent, run: RunRecord) -> list[Any]:
-        tools = list(agent.tools)
+        tools = subagents.bind(self, agent, run, agent.tools)
         if self._memory is not None and not run.profile.startswith("unbound"):
             tools += self._memory.tools(tools)
         return tools + typed_tools(agent)
@@ -786,6 +786,7 @@ class Runtime:
         run = await self.store.request_cancel(run_id)
         if run.status in TERMINAL_STATUSES:
             return None
+        await subagents.cancel_children(self, run)
         active = self._active.get(run_id)
         if active is not None:
             active.token.cancel(reason)
@@ -858,13 +859,15 @@ class Runtime:
     ) -> RunResult:
         gate = await self.store.get_gate(ref)
         run = await self.store.get_run(gate.run_id)
-        self._agent_for(run)  # unknown agent: typed error before anything changes
+        # A subagent's gate: resuming its root run resumes the child inside the parent's call.
+        root = await subagents.root_of(self.store, run)
+        self._agent_for(root)  # unknown agent: typed error before anything changes
         await self.store.resolve_gate(ref, status, reason=reason, now=time.time())
         with contextlib.suppress(RunEndedError):
             await self.store.enqueue_input(
                 run.run_id, "gate_resolved", {"gate": ref, "status": status}, input_id=f"g:{ref}"
             )
-        return await self.resume(run.run_id)
+        return await self.resume(root.run_id)
 
     # ------------------------------------------------------------------------------ resume
     async def resume(self, run_id: str) -> RunResult:
@@ -914,6 +917,8 @@ class Runtime:
         for run in candidates:
             if run.run_id in self._active or not self.unbound.knows(run):
                 continue
+            if await subagents.driven_by_parent(self.store, run):
+                continue  # its parent's resumed call continues it
             try:
                 results.append(await self.resume(run.run_id))
             except Exception:
