@@ -29,7 +29,7 @@ from reverie.runtime.events import EventBus
 from reverie.runtime.result import Gate, RunResult
 from reverie.runtime.settle import settle_open_calls
 from reverie.runtime.subagents import gate_of_descendant
-from reverie.store.base import TERMINAL_STATUSES, RunRecord, RunStatus, Store
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, RunStatus, Store, TranscriptItem
 
 log = logging.getLogger("reverie.runtime")
 
@@ -55,6 +55,8 @@ class ExitApplier:
         self.hooks = hooks
         self.after_turn_work = after_turn
         """Where ``after_turn`` hooks run off the caller's path (``None``: inline)."""
+        self._replies: dict[str, list[TranscriptItem]] = {}
+        """Reply rows ``validate`` read, kept for the ``result_of`` of the same apply."""
         self.before_terminal = before_terminal
         """Called with a run about to end and its (validated) exit, before the status is
         written: a background run's record is kept even if the process dies right after."""
@@ -85,6 +87,7 @@ class ExitApplier:
                 items = await self.store.get_items(refs)
             except NotFoundError:
                 return "a reply ref does not exist"
+            self._replies[run.run_id] = items
             if any(i.role != "assistant" or i.run_id != run.run_id for i in items):
                 return "a reply ref is not an assistant message of this run"
             if any(i.tool_calls for i in items):
@@ -132,7 +135,10 @@ class ExitApplier:
         if status in TERMINAL_STATUSES:
             # No input may arrive after the end (those that raced us are refused, not lost).
             await self.store.seal_inputs(run.run_id, after_cursor=1 << 62)
-        result = await self.result_of(record)
+        try:
+            result = await self.result_of(record, replies=self._replies.pop(run.run_id, None))
+        finally:
+            self._replies.pop(run.run_id, None)
         if bus is not None:
             bus.emit(RunFinished(run_id=run.run_id, status=status, exit=exit_to_dict(exit_)))
         if status in TERMINAL_STATUSES:
@@ -190,8 +196,13 @@ class ExitApplier:
                     )
                 )
 
-    async def result_of(self, run: RunRecord) -> RunResult:
-        """Rebuild the public result of a run from its stored exit."""
+    async def result_of(
+        self, run: RunRecord, *, replies: list[TranscriptItem] | None = None
+    ) -> RunResult:
+        """Rebuild the public result of a run from its stored exit.
+
+        ``replies``: the reply rows, when the caller has just read them.
+        """
         from reverie.core.exits import exit_from_dict
 
         if run.exit is None:
@@ -201,7 +212,8 @@ class ExitApplier:
         gate: Gate | None = None
         output: Any | None = None
         if isinstance(exit_, Completed) and exit_.reply_refs:
-            items = await self.store.get_items(exit_.reply_refs)
+            fresh = replies is not None and [i.ref for i in replies] == list(exit_.reply_refs)
+            items = replies if fresh and replies else await self.store.get_items(exit_.reply_refs)
             text = "".join(i.content for i in items)
             if exit_.kind == "structured":
                 # Its result row holds the validated structured_result arguments as JSON.

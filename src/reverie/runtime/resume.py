@@ -20,11 +20,10 @@ async def load_state(
 
     cp = await store.load_checkpoint(run.run_id)
     if cp is None:
-        items = await store.thread_items(run.thread_id)
-        seq = max((i.seq for i in items if i.run_id == run.run_id), default=0)
-        if seq == 0:
-            seq = items[-1].seq if items else 0
-        return LoopExecutionState(transcript_seq=seq)
+        # Never checkpointed: the thread ends with the run's opening rows (a segment writes
+        # its first rows with its first checkpoint, and a thread has one active run), so the
+        # head is where the run starts — one read, whatever the thread's length.
+        return LoopExecutionState(transcript_seq=await store.thread_head(run.thread_id))
     try:
         payload = json.loads(cp.payload)
         schema_id = payload["schema_id"]
