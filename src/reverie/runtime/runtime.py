@@ -67,6 +67,7 @@ from reverie.runtime.host import (
 )
 from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
 from reverie.runtime.output import family_for, typed_model, typed_result, typed_tools
+from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state, usage_so_far
 from reverie.runtime.telemetry import Telemetry
@@ -123,6 +124,10 @@ class Runtime:
             raise UsageError(f"thread_policy must be one of {', '.join(THREAD_POLICIES)}")
         self._thread_policy: ThreadPolicy = thread_policy
         self.store = store
+        self.runs = Runs(store)
+        """Read stored runs, threads and events: ``await rt.runs.get(run_id, scope=scope)``."""
+        self.gates = Gates(store)
+        """Read stored approval gates: ``await rt.gates.list(scope=scope)``."""
         self._telemetry = Telemetry(tracer_provider=tracer_provider, trace_content=trace_content)
         self.hooks = HookRegistry()
         """Register hooks here: ``rt.hooks.register("before_capability", fn, name=...)``."""
