@@ -186,7 +186,7 @@ class Curator:
             agent: Agent | None = None
             if self.model is None:
                 run = await self._rt.store.get_run(ctx.run_id)
-                agent = self._rt._agents.get(run.agent_name)
+                agent = self._rt._directory.named(run.agent_name)
                 if agent is None:
                     log.debug("curation: agent of run %s is not registered; no pass", ctx.run_id)
                     return

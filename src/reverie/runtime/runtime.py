@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -17,7 +16,6 @@ from reverie.core.content import ContentPart, UserContent
 from reverie.core.events import RunStarted
 from reverie.core.exits import Cancelled, Failed
 from reverie.core.ids import new_id
-from reverie.core.limits import Limits
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
@@ -31,7 +29,6 @@ from reverie.errors import (
     RunEndedError,
     ThreadBusy,
     TranscriptConflict,
-    UnknownAgentError,
     UsageError,
 )
 from reverie.hooks import HookDispatcher, HookRegistry
@@ -46,6 +43,7 @@ from reverie.models.base import Model
 from reverie.runtime import subagents
 from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
+from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.compaction import run_policy
 from reverie.runtime.curation import curator_for
@@ -82,7 +80,6 @@ log = logging.getLogger("reverie.runtime")
 ThreadPolicy = Literal["reject", "enqueue", "interrupt"]
 """What starting a run on a thread with an active run does (see :meth:`Runtime.start`)."""
 THREAD_POLICIES: tuple[str, ...] = ("reject", "enqueue", "interrupt")
-_RUN_AGENTS_MAX = 10_000
 
 
 @dataclass(slots=True, kw_only=True)
@@ -140,18 +137,12 @@ class Runtime:
             self._dispatcher,
             before_terminal=self.unbound.before_terminal,
             after_turn=self._after_turn,
-            output_of=lambda run, value: typed_result(self._known_agent(run), value),
+            output_of=lambda run, value: typed_result(self._directory.known(run), value),
         )
         self._families = LoopFamilyRegistry(
             families if families is not None else default_families()
         )
-        self._agents: dict[str, Agent] = {}
-        self._run_agents: OrderedDict[str, Agent] = OrderedDict()
-        """Run id → the agent object that started it (bounded; see ``_agent_for``)."""
-        self._models: dict[str, dict[str, Model]] = {}
-        self._summary_models: dict[str, Model] = {}
-        """Compaction's summary models, resolved once per spec."""
-        """Agent name → its model specs, resolved (built once per registration)."""
+        self._directory = AgentDirectory()
         for agent in agents:
             self.register(agent)
         self._active: dict[str, _Active] = {}
@@ -303,59 +294,11 @@ class Runtime:
     # ------------------------------------------------------------------------------ agents
     def register(self, agent: Agent) -> None:
         """Make an agent known to this process (needed to resume, approve or recover its runs)."""
-        self._agents[agent.name] = agent
-        self._models.pop(agent.name, None)
+        self._directory.register(agent)
 
     def unregister(self, agent: Agent) -> None:
         """Forget ``agent`` (a no-op when its name now belongs to another agent)."""
-        if self._agents.get(agent.name) is agent:
-            del self._agents[agent.name]
-            self._models.pop(agent.name, None)
-        for run_id in [r for r, a in self._run_agents.items() if a is agent]:
-            del self._run_agents[run_id]
-
-    def _agent_for(self, run: RunRecord) -> Agent:
-        """The agent that advances ``run``: the one that started it, if it started here.
-
-        Runs are keyed by agent identity within a process (a second ``Agent`` registered under
-        the same name never advances the first one's runs) and by name across processes.
-        """
-        started = self._run_agents.get(run.run_id)
-        agent = started if started is not None else self._agent(run.agent_name)
-        return subagents.with_run_limits(agent, run)  # a child run keeps its narrowed limits
-
-    def _image_cap(self, run: RunRecord) -> int:
-        """``Limits.max_image_bytes`` of the run's agent (the default for one not known here)."""
-        agent = self._run_agents.get(run.run_id) or self._agents.get(run.agent_name)
-        return (agent.limits if agent is not None else Limits()).max_image_bytes
-
-    def _remember_agent(self, run_id: str, agent: Agent) -> None:
-        self._run_agents[run_id] = agent
-        while len(self._run_agents) > _RUN_AGENTS_MAX:
-            self._run_agents.popitem(last=False)  # oldest first; the name lookup remains
-
-    def _known_agent(self, run: RunRecord) -> Agent | None:
-        return self._run_agents.get(run.run_id) or self._agents.get(run.agent_name)
-
-    def _agent(self, name: str) -> Agent:
-        try:
-            return self._agents[name]
-        except KeyError:
-            raise UnknownAgentError(name) from None
-
-    def _model_chain(self, agent: Agent) -> tuple[Model, ...]:
-        """The agent's models, specs resolved: the primary, then the fallbacks."""
-        from reverie.models.registry import resolve_model
-
-        resolved = self._models.setdefault(agent.name, {})
-        chain: list[Model] = []
-        for entry in agent.models:
-            if isinstance(entry, str):
-                if entry not in resolved:
-                    resolved[entry] = resolve_model(entry)
-                entry = resolved[entry]
-            chain.append(entry)
-        return tuple(chain)
+        self._directory.unregister(agent)
 
     # ------------------------------------------------------------------------------ runs
     async def run(
@@ -477,12 +420,12 @@ class Runtime:
             raise UsageError("scope must be a reverie.Scope set by the host")
         if profile == "interactive" and has_actor:
             await self._after_turn.settle(scope)  # the owner's last turn is recorded first
-        if self._agents.get(agent.name) is not agent:
+        if self._directory.named(agent.name) is not agent:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
         family_id = profile if profile.startswith("unbound") else family_for(agent, self._families)
         if agent.limits.max_usd is not None:
-            for model_name in (m.name for m in self._model_chain(agent)):
+            for model_name in (m.name for m in self._directory.model_chain(agent)):
                 if self._prices.price_for(model_name) is None:
                     # A USD budget we cannot measure is no budget at all: refuse to start.
                     raise ConfigError(
@@ -532,7 +475,7 @@ class Runtime:
                     return joined
         if run.run_id != minted:
             return await self._existing(run, scope)
-        self._remember_agent(run.run_id, agent)
+        self._directory.remember(run.run_id, agent)
         if pin:
             items = [
                 replace(i, meta={**i.meta, PINNED_META: True}) if i.role == "user" else i
@@ -610,7 +553,7 @@ class Runtime:
             done = active.done
             ended = done.done() and not done.cancelled() and done.exception() is None
             if ended and done.result().status in TERMINAL_STATUSES:
-                self._run_agents.pop(run_id, None)  # nothing of it will be resumed
+                self._directory.forget_run(run_id)  # nothing of it will be resumed
 
     async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
@@ -619,7 +562,7 @@ class Runtime:
             # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
             agent: Agent | Failed = await self.unbound.agent_for(run)
         else:
-            agent = self._agent_for(run)
+            agent = self._directory.for_run(run)
         # The agent's own hooks apply to its runs only, on top of the runtime's.
         dispatcher = (
             HookDispatcher(self.hooks.extended(agent.hooks))
@@ -705,8 +648,8 @@ class Runtime:
                 gated=dict(state.host_state.get("gated_tools", {})),
             )
             tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
-            models = [typed_model(agent, m) for m in self._model_chain(agent)]
-            compaction = run_policy(agent.compaction, models, self._summary_models)
+            models = [typed_model(agent, m) for m in self._directory.model_chain(agent)]
+            compaction = run_policy(agent.compaction, models, self._directory.summary_models)
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
@@ -771,7 +714,7 @@ class Runtime:
             # No conversation to steer: refused up front, never accepted and then dropped.
             raise UsageError(f"run {run_id} is an unbound turn: it takes no steering or follow-ups")
         input_id = input_id or new_id("in")
-        payload = input_payload(text, max_image_bytes=self._image_cap(run))
+        payload = input_payload(text, max_image_bytes=self._directory.image_cap(run))
         await self.store.enqueue_input(run_id, kind, payload, input_id=input_id)
         return input_id
 
@@ -866,7 +809,7 @@ class Runtime:
         run = await self.store.get_run(gate.run_id)
         # A subagent's gate: resuming its root run resumes the child inside the parent's call.
         root = await subagents.root_of(self.store, run)
-        self._agent_for(root)  # unknown agent: typed error before anything changes
+        self._directory.for_run(root)  # unknown agent: typed error before anything changes
         await self.store.resolve_gate(ref, status, reason=reason, now=time.time())
         with contextlib.suppress(RunEndedError):
             await self.store.enqueue_input(
@@ -881,8 +824,8 @@ class Runtime:
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             return await self._applier.result_of(run)
-        if not self.unbound.knows(run) and run.run_id not in self._run_agents:
-            self._agent(run.agent_name)  # the typed error naming the agent
+        if not self.unbound.knows(run) and not self._directory.started_here(run.run_id):
+            self._directory.get(run.agent_name)  # the typed error naming the agent
         # A segment of this run still advancing (or still closing) here: let it finish first,
         # then decide from what it left in the store.
         while (active := self._active.get(run_id)) is not None:

@@ -224,7 +224,7 @@ async def _run_child(
         )
     limits = await child_limits(rt.store, parent, parent_limits, agent.limits, call)
     if limits.max_usd is not None:
-        chain = rt._model_chain(agent)
+        chain = rt._directory.model_chain(agent)
         unpriced = [m.name for m in chain if rt._prices.price_for(m.name) is None]
         if unpriced:
             model_name = unpriced[0]

@@ -234,7 +234,7 @@ class UnboundTurnService:
                         meta=stored,
                     )
         except BaseException:
-            if self._live.get(name) is live and name not in rt._agents:
+            if self._live.get(name) is live and name not in rt._directory:
                 del self._live[name]
             raise
         self._retire_when_done(handle.run_id, ephemeral)
@@ -244,7 +244,7 @@ class UnboundTurnService:
     def knows(self, run: RunRecord) -> bool:
         """Whether this process can advance ``run``: its agent is registered, or it is an
         unbound run that keeps its spec (which any process can rebuild, or fail cleanly)."""
-        return run.agent_name in self._rt._agents or UnboundSpec.from_meta(run.meta) is not None
+        return run.agent_name in self._rt._directory or UnboundSpec.from_meta(run.meta) is not None
 
     async def agent_for(self, run: RunRecord) -> Agent | Failed:
         """The agent that advances a segment of ``run``.
@@ -259,9 +259,9 @@ class UnboundTurnService:
         """
         spec = UnboundSpec.from_meta(run.meta)
         if spec is None:
-            return self._rt._agent(run.agent_name)
+            return self._rt._directory.get(run.agent_name)
         live = self._live.get(run.agent_name)
-        lender = self._rt._agents.get(spec.lender) if spec.lender is not None else None
+        lender = self._rt._directory.named(spec.lender) if spec.lender is not None else None
         if live is not None:
             model: tuple[Model, ...] = live.model
             hooks = live.hooks
@@ -423,7 +423,7 @@ class UnboundTurnService:
 
         def forget() -> None:
             rt.unregister(agent)
-            if agent.name not in rt._agents:
+            if agent.name not in rt._directory:
                 self._live.pop(agent.name, None)
 
         if active is None:
