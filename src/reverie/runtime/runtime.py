@@ -63,7 +63,7 @@ from reverie.runtime.host import (
     StreamingModel,
     ToolPort,
 )
-from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
+from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
 from reverie.runtime.output import family_for, typed_model, typed_result, typed_tools
 from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
@@ -148,7 +148,7 @@ class Runtime:
         self._active: dict[str, _Active] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_concurrent_runs)
-        self._lease_ttl_s = lease_ttl_s
+        self._leases = Leases(store, ttl_s=lease_ttl_s)
         from reverie.models.pricing import PriceTable
 
         # Built-in prices, with the caller's (a PriceTable, or {model: Price | mapping}) on top.
@@ -157,7 +157,6 @@ class Runtime:
         else:
             self._prices = PriceTable.default().merged(prices or {})
         self._opened = False
-        self._owner: str | None = None
         self._queue: QueueDispatcher | None = None  # set by open(..., dispatch="queue")
         # Set by a worker (dispatch.serve_jobs): the queue its own background work goes to.
         self._background_queue: QueueDispatcher | None = None
@@ -259,7 +258,7 @@ class Runtime:
                 await self.store.close()
                 raise
         self._opened = True
-        self._owner = new_owner()
+        self._leases.owner = new_owner()
 
     async def aclose(self) -> None:
         """Stop local work (runs stay durable and can be resumed) and close the store."""
@@ -367,7 +366,7 @@ class Runtime:
         active = self._active.get(run_id)
         if active is not None and active.task is not None:
             await asyncio.wait({active.task})
-        deadline = time.monotonic() + 3 * self._lease_ttl_s
+        deadline = time.monotonic() + 3 * self._leases.ttl_s
         delay = 0.02
         while (await self.store.get_run(run_id)).status not in TERMINAL_STATUSES:
             if time.monotonic() > deadline:
@@ -597,14 +596,7 @@ class Runtime:
         resumed: bool,
     ) -> RunResult:
         run_id = run.run_id
-        owner = self._owner or new_owner()
-        fence = await self.store.acquire_lease(
-            run_id,
-            owner,
-            ttl_s=self._lease_ttl_s,
-            now=time.time(),
-            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
-        )
+        fence = await self._leases.take(run)
         segment = self._telemetry.segment(run, resumed=resumed)
         try:
             # Another worker may have finished the run while we waited for the lease.
@@ -663,7 +655,7 @@ class Runtime:
             )
             traced = segment.instrument(host, state)
             config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
-            async with heartbeat(self.store, run_id, fence, ttl_s=self._lease_ttl_s):
+            async with self._leases.heartbeat(run_id, fence):
                 try:
                     exit_, _ = await run_loop(traced, family, state, config)
                 except (LeaseLost, TranscriptConflict):
@@ -681,7 +673,7 @@ class Runtime:
         finally:
             segment.close()
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.release_lease(run_id, fence))
+                await asyncio.shield(self._leases.release(run_id, fence))
 
     def _run_memory(self, run: RunRecord) -> RunMemory | None:
         # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.
@@ -748,13 +740,7 @@ class Runtime:
             return None
         # Nobody advances it (blocked, queued, or its worker died): end it now under a lease.
         try:
-            fence = await self.store.acquire_lease(
-                run_id,
-                self._owner or new_owner(),
-                ttl_s=self._lease_ttl_s,
-                now=time.time(),
-                take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
-            )
+            fence = await self._leases.take(run)
         except RunBusy:
             # A worker took it in the meantime: leave the request in its queue.
             with contextlib.suppress(RunEndedError):
@@ -775,17 +761,11 @@ class Runtime:
                 run, Cancelled(reason=reason, usage=usage), fence=fence
             )
         finally:
-            await self.store.release_lease(run_id, fence)
+            await self._leases.release(run_id, fence)
 
     def _advanced_elsewhere(self, run: RunRecord) -> bool:
         """Whether a live worker other than this runtime holds the run's lease."""
-        live = bool(run.lease_expires_at and run.lease_expires_at > time.time())
-        return (
-            live
-            and run.status in ("running", "queued")
-            and run.lease_owner != self._owner
-            and not owner_gone(run.lease_owner)
-        )
+        return run.status in ("running", "queued") and self._leases.held_elsewhere(run)
 
     # ------------------------------------------------------------------------------ gates
     async def approve(self, ref: str) -> RunResult:
@@ -838,8 +818,7 @@ class Runtime:
         blocked = run.status == "blocked" and not run.cancel_requested
         if blocked and await self._waits_for_a_person(run):
             return await self._applier.result_of(run)  # still waiting for a person
-        leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
-        if leased and not owner_gone(run.lease_owner) and run.lease_owner != self._owner:
+        if self._leases.held_elsewhere(run):
             raise RunBusy(f"run {run_id} is leased by a live worker")
         with self._telemetry.span("resume_run", {"reverie.run.id": run_id}):
             handle = await self._dispatch(run, resumed=True)
@@ -857,8 +836,7 @@ class Runtime:
         # A blocked run whose gate was resolved (or that was cancelled) by a caller that died
         # before resuming it would otherwise stay blocked for good.
         for run in await self.store.list_runs(statuses=["blocked"], limit=10_000):
-            leased = bool(run.lease_expires_at and run.lease_expires_at > now)
-            if leased and not owner_gone(run.lease_owner):
+            if lease_live(run, now):
                 continue
             if run.cancel_requested or not await self._waits_for_a_person(run):
                 candidates.append(run)
