@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from reverie.core.limits import Limits
 from reverie.errors import UnknownAgentError
@@ -16,6 +17,9 @@ from reverie.models.base import Model
 from reverie.runtime import subagents
 from reverie.runtime.agent import Agent
 from reverie.store.base import RunRecord
+
+if TYPE_CHECKING:
+    from reverie.models.pricing import PriceTable
 
 __all__ = ["RUN_AGENTS_MAX", "AgentDirectory"]
 
@@ -105,6 +109,10 @@ class AgentDirectory:
         return (agent.limits if agent is not None else Limits()).max_image_bytes
 
     # ------------------------------------------------------------------------------ models
+    def unpriced(self, agent: Agent, prices: PriceTable) -> list[str]:
+        """The agent's models (primary and fallbacks) with no price: spend it cannot measure."""
+        return [m.name for m in self.model_chain(agent) if prices.price_for(m.name) is None]
+
     def model_chain(self, agent: Agent) -> tuple[Model, ...]:
         """The agent's models, specs resolved: the primary, then the fallbacks."""
         from reverie.models.registry import resolve_model

@@ -7,14 +7,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
 
 from reverie.core.canonical import digest
 from reverie.core.content import ContentPart, UserContent
-from reverie.core.events import RunStarted
-from reverie.core.exits import Cancelled, Failed
+from reverie.core.exits import Cancelled
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
@@ -23,51 +22,36 @@ from reverie.errors import (
     ConfigError,
     ConflictError,
     GateResolvedError,
-    LeaseLost,
     NotFoundError,
     RunBusy,
     RunEndedError,
     ThreadBusy,
-    TranscriptConflict,
     UsageError,
 )
 from reverie.hooks import HookDispatcher, HookRegistry
 from reverie.loop.compaction import PINNED_META
 from reverie.loop.control import CancelToken
-from reverie.loop.executor import LoopConfig, run_loop
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
-from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.memory.provider import MemoryProvider
-from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
+from reverie.memory.service import RuntimeMemory, memory_service
 from reverie.models.base import Model
 from reverie.runtime import subagents
 from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
-from reverie.runtime.compaction import run_policy
 from reverie.runtime.curation import curator_for
 from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
-from reverie.runtime.event_hooks import EventHookTap
 from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
-from reverie.runtime.host import (
-    BusEvents,
-    RunContext,
-    RunHost,
-    StoreCheckpoints,
-    StoreInputs,
-    StorePrompt,
-    StoreTranscript,
-    StreamingModel,
-    ToolPort,
-)
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
-from reverie.runtime.output import family_for, typed_model, typed_result, typed_tools
+from reverie.runtime.output import family_for, typed_result
+from reverie.runtime.ports import ThreadPolicy
 from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
-from reverie.runtime.resume import crash_resume, load_state, usage_so_far
+from reverie.runtime.resume import usage_so_far
+from reverie.runtime.segment import ActiveSegment, SegmentRunner
 from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.runtime.user_input import input_payload, is_user_content, opening_items
@@ -77,18 +61,7 @@ from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
 
-ThreadPolicy = Literal["reject", "enqueue", "interrupt"]
-"""What starting a run on a thread with an active run does (see :meth:`Runtime.start`)."""
 THREAD_POLICIES: tuple[str, ...] = ("reject", "enqueue", "interrupt")
-
-
-@dataclass(slots=True, kw_only=True)
-class _Active:
-    token: CancelToken
-    bus: EventBus
-    done: asyncio.Future[RunResult]
-    task: asyncio.Task[None] | None = None
-    thread_id: str = ""
 
 
 class Runtime:
@@ -145,7 +118,7 @@ class Runtime:
         self._directory = AgentDirectory()
         for agent in agents:
             self.register(agent)
-        self._active: dict[str, _Active] = {}
+        self._active: dict[str, ActiveSegment] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_concurrent_runs)
         self._leases = Leases(store, ttl_s=lease_ttl_s)
@@ -167,6 +140,20 @@ class Runtime:
         )
         self.memory = RuntimeMemory(self._memory, store, self._curator)
         """Read, write and search memory: ``await rt.memory.read(scope, "MEMORY.md")``."""
+        self._segments = SegmentRunner(
+            store=store,
+            hooks=self.hooks,
+            dispatcher=self._dispatcher,
+            agents=self._directory,
+            unbound=self.unbound,
+            families=self._families,
+            leases=self._leases,
+            applier=self._applier,
+            telemetry=self._telemetry,
+            memory=self._memory,
+            prices=self._prices,
+            runner=self,
+        )
 
     # ------------------------------------------------------------------------------ lifecycle
     @classmethod
@@ -423,16 +410,16 @@ class Runtime:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
         family_id = profile if profile.startswith("unbound") else family_for(agent, self._families)
-        if agent.limits.max_usd is not None:
-            for model_name in (m.name for m in self._directory.model_chain(agent)):
-                if self._prices.price_for(model_name) is None:
-                    # A USD budget we cannot measure is no budget at all: refuse to start.
-                    raise ConfigError(
-                        f"agent {agent.name!r} sets Limits(max_usd=...) but no price is "
-                        f"configured for model {model_name!r}. Fix: add it to [prices] in "
-                        f"reverie.toml or pass Runtime.open(..., prices={{{model_name!r}: "
-                        "Price(...)})"
-                    )
+        budgeted = agent.limits.max_usd is not None
+        if budgeted and (unpriced := self._directory.unpriced(agent, self._prices)):
+            # A USD budget we cannot measure is no budget at all: refuse to start.
+            model_name = unpriced[0]
+            raise ConfigError(
+                f"agent {agent.name!r} sets Limits(max_usd=...) but no price is "
+                f"configured for model {model_name!r}. Fix: add it to [prices] in "
+                f"reverie.toml or pass Runtime.open(..., prices={{{model_name!r}: "
+                "Price(...)})"
+            )
         self._families.get(family_id)  # unknown family: a typed error now, not later
         max_image_bytes = agent.limits.max_image_bytes
         items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
@@ -510,7 +497,7 @@ class Runtime:
         active = self._active.get(run.run_id)
         if active is None:
             loop = asyncio.get_running_loop()
-            active = _Active(
+            active = ActiveSegment(
                 token=CancelToken(),
                 bus=EventBus(),
                 done=loop.create_future(),
@@ -531,10 +518,10 @@ class Runtime:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _drive(self, run_id: str, active: _Active, *, resumed: bool) -> None:
+    async def _drive(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> None:
         try:
             async with self._slots:
-                result = await self._advance(run_id, active, resumed=resumed)
+                result = await self._segments.advance(run_id, active, resumed=resumed)
             if not active.done.done():
                 active.done.set_result(result)
         except BaseException as exc:
@@ -553,141 +540,6 @@ class Runtime:
             ended = done.done() and not done.cancelled() and done.exception() is None
             if ended and done.result().status in TERMINAL_STATUSES:
                 self._directory.forget_run(run_id)  # nothing of it will be resumed
-
-    async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
-        """Lease the run, load its checkpoint, run the loop, apply the exit."""
-        run = await self.store.get_run(run_id)
-        if run.profile.startswith("unbound"):
-            # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
-            agent: Agent | Failed = await self.unbound.agent_for(run)
-        else:
-            agent = self._directory.for_run(run)
-        # The agent's own hooks apply to its runs only, on top of the runtime's.
-        dispatcher = (
-            HookDispatcher(self.hooks.extended(agent.hooks))
-            if isinstance(agent, Agent) and agent.hooks
-            else self._dispatcher
-        )
-        # Every event of the segment, run_started to run_finished, reaches `event` hooks.
-        tap = EventHookTap(dispatcher, scope=run.scope, run_id=run_id, bus=active.bus)
-        active.bus.tap(tap)
-        try:
-            try:
-                return await self._advance_leased(
-                    run, agent, dispatcher, tap, active, resumed=resumed
-                )
-            except TranscriptConflict:
-                # Another writer appended to the thread under a step (none of the step was
-                # written): resume from the last checkpoint, which reads the thread again.
-                log.warning("run %s: the thread moved under a step; resuming", run_id)
-                return await self._advance_leased(run, agent, dispatcher, tap, active, resumed=True)
-        finally:
-            await tap.drain()
-            active.bus.untap(tap)
-
-    async def _advance_leased(
-        self,
-        run: RunRecord,
-        agent: Agent | Failed,
-        dispatcher: HookDispatcher,
-        tap: EventHookTap,
-        active: _Active,
-        *,
-        resumed: bool,
-    ) -> RunResult:
-        run_id = run.run_id
-        fence = await self._leases.take(run)
-        segment = self._telemetry.segment(run, resumed=resumed)
-        try:
-            # Another worker may have finished the run while we waited for the lease.
-            run = await self.store.get_run(run_id)
-            if run.status in TERMINAL_STATUSES:
-                return await self._applier.result_of(run)
-            if isinstance(agent, Failed):
-                return await self._applier.apply(run, agent, fence=fence, bus=active.bus)
-            # Still "running": the worker that advanced it died mid-segment (a crash resume).
-            crashed = resumed and run.status == "running"
-            run = await self.store.set_run_status(run_id, "running", fence=fence)
-            await self.store.unseal_inputs(run_id)
-            family = self._families.get(run.family_id)
-            active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
-            loaded = await load_state(self.store, run, family)
-            if not isinstance(loaded, LoopExecutionState):
-                return await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
-            state = loaded
-            if crashed:
-                limited = crash_resume(state, agent.limits)
-                if not isinstance(limited, LoopExecutionState):
-                    return await self._applier.apply(run, limited, fence=fence, bus=active.bus)
-                state = limited
-                # Durable at once: a worker that dies again before its next checkpoint must
-                # still have used up this resume.
-                cp = await self.store.load_checkpoint(run_id)
-                if cp is not None:
-                    payload = encode_checkpoint(state, family_digest=family.identity.digest)
-                    await self.store.save_checkpoint(run_id, cp.kind, payload, fence=fence)
-            ctx = RunContext(
-                run_id=run_id,
-                thread_id=run.thread_id,
-                scope=run.scope,
-                fence=fence,
-                store=self.store,
-                hooks=dispatcher,
-                bus=active.bus,
-                token=active.token,
-                family_digest=family.identity.digest,
-                poisoned=tap.poisoned,
-                gated=dict(state.host_state.get("gated_tools", {})),
-            )
-            tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
-            models = [typed_model(agent, m) for m in self._directory.model_chain(agent)]
-            compaction = run_policy(agent.compaction, models, self._directory.summary_models)
-            host = RunHost(
-                run_id=run_id,
-                token=active.token,
-                prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
-                model=StreamingModel(ctx, models, self._prices),
-                capabilities=ToolPort(ctx, self._tools_of(agent, run)),
-                transcript=StoreTranscript(ctx),
-                checkpoints=StoreCheckpoints(ctx),
-                inputs=StoreInputs(ctx),
-                events=BusEvents(ctx),
-            )
-            traced = segment.instrument(host, state)
-            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
-            async with self._leases.heartbeat(run_id, fence):
-                try:
-                    exit_, _ = await run_loop(traced, family, state, config)
-                except (LeaseLost, TranscriptConflict):
-                    raise
-                except Exception as exc:  # a bug below the loop: recorded, never a crash
-                    log.exception("run %s: unexpected error in the loop", run_id)
-                    exit_ = Failed(
-                        kind="driver_bug",
-                        safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
-                    )
-            await ctx.drain_observers()
-            return segment.finished(
-                await self._applier.apply(run, exit_, fence=fence, bus=active.bus, hooks=dispatcher)
-            )
-        finally:
-            segment.close()
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._leases.release(run_id, fence))
-
-    def _run_memory(self, run: RunRecord) -> RunMemory | None:
-        # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.
-        if self._memory is None or run.profile.startswith("unbound"):
-            return None
-        return self._memory.for_run(
-            scope=run.scope, thread_id=run.thread_id, run_id=run.run_id, store=self.store
-        )
-
-    def _tools_of(self, agent: Agent, run: RunRecord) -> list[Any]:
-        tools = subagents.bind(self, agent, run, agent.tools)
-        if self._memory is not None and not run.profile.startswith("unbound"):
-            tools += self._memory.tools(tools)
-        return tools + typed_tools(agent)
 
     # ------------------------------------------------------------------------------ inputs
     async def send_input(
