@@ -81,7 +81,3 @@ class Runner(RunControl, Protocol):
     async def get_result(self, run_id: str) -> RunResult:
         """The stored result of a run that ended or blocked."""
         ...
-
-    def unregister(self, agent: Agent) -> None:
-        """Forget ``agent``."""
-        ...

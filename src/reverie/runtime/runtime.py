@@ -40,7 +40,7 @@ from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
-from reverie.runtime.curation import curator_for
+from reverie.runtime.curation import CurationHost, curator_for
 from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
 from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
@@ -102,7 +102,14 @@ class Runtime:
         self.hooks = HookRegistry()
         """Register hooks here: ``rt.hooks.register("before_capability", fn, name=...)``."""
         self._dispatcher = HookDispatcher(self.hooks)
-        self.unbound = UnboundTurnService(self)
+        self._families = LoopFamilyRegistry(
+            families if families is not None else default_families()
+        )
+        self._directory = AgentDirectory()
+        self._active: dict[str, ActiveSegment] = {}
+        self.unbound = UnboundTurnService(
+            self, agents=self._directory, families=self._families, active=self._active.get
+        )
         """Unbound turns: no conversation, no reply target (DESIGN §14)."""
         self._after_turn = AfterTurnWork()
         self._applier = ExitApplier(
@@ -112,13 +119,8 @@ class Runtime:
             after_turn=self._after_turn,
             output_of=lambda run, value: typed_result(self._directory.known(run), value),
         )
-        self._families = LoopFamilyRegistry(
-            families if families is not None else default_families()
-        )
-        self._directory = AgentDirectory()
         for agent in agents:
             self.register(agent)
-        self._active: dict[str, ActiveSegment] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_concurrent_runs)
         self._leases = Leases(store, ttl_s=lease_ttl_s)
@@ -135,8 +137,16 @@ class Runtime:
         self._background_queue: QueueDispatcher | None = None
         self._memory = memory_service(memory, budget_bytes=memory_budget_bytes)
         # Checked here, so a bad curation setting fails Runtime.open, not a later turn.
+        curation = CurationHost(
+            store=store,
+            unbound=self.unbound,
+            agents=self._directory,
+            telemetry=self._telemetry,
+            after_turn=self._after_turn,
+            spawn=self._spawn,
+        )
         self._curator = curator_for(
-            self, self._memory, interval=curation_interval_turns, model=curation_model
+            curation, self._memory, interval=curation_interval_turns, model=curation_model
         )
         self.memory = RuntimeMemory(self._memory, store, self._curator)
         """Read, write and search memory: ``await rt.memory.read(scope, "MEMORY.md")``."""
