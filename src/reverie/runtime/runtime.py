@@ -30,7 +30,6 @@ from reverie.errors import (
 )
 from reverie.hooks import HookDispatcher, HookRegistry
 from reverie.loop.compaction import PINNED_META
-from reverie.loop.control import CancelToken
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
 from reverie.memory.provider import MemoryProvider
 from reverie.memory.service import RuntimeMemory, memory_service
@@ -42,7 +41,6 @@ from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import CurationHost, curator_for
 from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
-from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
@@ -57,7 +55,6 @@ from reverie.runtime.unbound import UnboundTurnService
 from reverie.runtime.user_input import input_payload, is_user_content, opening_items
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
-from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
 
@@ -122,7 +119,6 @@ class Runtime:
         for agent in agents:
             self.register(agent)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(max_concurrent_runs)
         self._leases = Leases(store, ttl_s=lease_ttl_s)
         from reverie.models.pricing import PriceTable
 
@@ -163,6 +159,9 @@ class Runtime:
             memory=self._memory,
             prices=self._prices,
             runner=self,
+            active=self._active,
+            slots=asyncio.Semaphore(max_concurrent_runs),
+            spawn=self._spawn,
         )
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -504,21 +503,7 @@ class Runtime:
         return await queue.dispatch(self, run, self._spawn, resumed=resumed)
 
     def _launch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
-        active = self._active.get(run.run_id)
-        if active is None:
-            loop = asyncio.get_running_loop()
-            active = ActiveSegment(
-                token=CancelToken(),
-                bus=EventBus(),
-                done=loop.create_future(),
-                thread_id=run.thread_id,
-            )
-            if run.cancel_requested:
-                active.token.cancel("cancelled")  # a handle for a cancel-requested run
-            self._active[run.run_id] = active
-            if isinstance(self.store, RunEventLog):  # any process can replay and follow them
-                self._spawn(record_events(self.store, run.run_id, active.bus))
-            active.task = self._spawn(self._drive(run.run_id, active, resumed=resumed))
+        active = self._segments.launch(run, resumed=resumed)
         return RunHandle(self, run.run_id, run.thread_id, active.bus, active.done)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -527,29 +512,6 @@ class Runtime:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    async def _drive(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> None:
-        try:
-            async with self._slots:
-                result = await self._segments.advance(run_id, active, resumed=resumed)
-            if not active.done.done():
-                active.done.set_result(result)
-        except BaseException as exc:
-            if not active.done.done():
-                if isinstance(exc, asyncio.CancelledError):
-                    active.done.cancel()
-                else:
-                    active.done.set_exception(exc)
-            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
-                raise
-        finally:
-            active.bus.close()
-            if self._active.get(run_id) is active:
-                del self._active[run_id]
-            done = active.done
-            ended = done.done() and not done.cancelled() and done.exception() is None
-            if ended and done.result().status in TERMINAL_STATUSES:
-                self._directory.forget_run(run_id)  # nothing of it will be resumed
 
     # ------------------------------------------------------------------------------ inputs
     async def send_input(

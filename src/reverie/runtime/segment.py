@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.compaction import run_policy
 from reverie.runtime.event_hooks import EventHookTap
+from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
 from reverie.runtime.host import (
     BusEvents,
@@ -48,6 +50,7 @@ from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state
 from reverie.runtime.telemetry import Telemetry
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.run_events import RunEventLog
 
 if TYPE_CHECKING:
     from reverie.models.pricing import PriceTable
@@ -88,6 +91,9 @@ class SegmentRunner:
         memory: MemoryService | None,
         prices: PriceTable,
         runner: Runner,
+        active: dict[str, ActiveSegment],
+        slots: asyncio.Semaphore,
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     ) -> None:
         self._store = store
         self._hooks = hooks
@@ -102,6 +108,53 @@ class SegmentRunner:
         self._prices = prices
         self._runner = runner
         """What a subagent call of a segment starts and resumes its child run through."""
+        self._active = active
+        """Run id → the segment this runtime advances now (shared with the runtime)."""
+        self._slots = slots
+        """Bounds the segments advancing at once (``max_concurrent_runs``)."""
+        self._spawn = spawn
+
+    def launch(self, run: RunRecord, *, resumed: bool) -> ActiveSegment:
+        """Advance a segment of ``run`` in a task of its own (or join the one running)."""
+        active = self._active.get(run.run_id)
+        if active is None:
+            loop = asyncio.get_running_loop()
+            active = ActiveSegment(
+                token=CancelToken(),
+                bus=EventBus(),
+                done=loop.create_future(),
+                thread_id=run.thread_id,
+            )
+            if run.cancel_requested:
+                active.token.cancel("cancelled")  # a handle for a cancel-requested run
+            self._active[run.run_id] = active
+            if isinstance(self._store, RunEventLog):  # any process can replay and follow them
+                self._spawn(record_events(self._store, run.run_id, active.bus))
+            active.task = self._spawn(self._drive(run.run_id, active, resumed=resumed))
+        return active
+
+    async def _drive(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> None:
+        try:
+            async with self._slots:
+                result = await self.advance(run_id, active, resumed=resumed)
+            if not active.done.done():
+                active.done.set_result(result)
+        except BaseException as exc:
+            if not active.done.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    active.done.cancel()
+                else:
+                    active.done.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
+                raise
+        finally:
+            active.bus.close()
+            if self._active.get(run_id) is active:
+                del self._active[run_id]
+            done = active.done
+            ended = done.done() and not done.cancelled() and done.exception() is None
+            if ended and done.result().status in TERMINAL_STATUSES:
+                self._agents.forget_run(run_id)  # nothing of it will be resumed
 
     async def advance(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
