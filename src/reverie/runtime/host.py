@@ -420,14 +420,15 @@ class ToolPort:
             raise
         if isinstance(outcome, CallGated):
             ctx.gated[key] = descriptor_digest(descriptor)
-        elif again:
+        elif again and "spawn" not in (descriptor.effects or ()):
             ctx.segment.journal.append(
                 JournalWrite(
                     call_id=key, tool=call.name, state="finished", outcome=outcome_to_dict(outcome)
                 )
             )
         else:
-            # A call that must not run twice: its outcome is durable the moment it returns.
+            # A call that must not run twice: its outcome is durable the moment it returns. (So
+            # is a subagent call's: the wave's later subagent calls read what it spent.)
             await ctx.store.journal_finished(
                 ctx.run_id, key, outcome_to_dict(outcome), fence=ctx.fence
             )
