@@ -29,6 +29,7 @@ from reverie.errors import ImageTooLarge, UsageError
 __all__ = [
     "IMAGE_MEDIA_TYPES",
     "MAX_IMAGE_URL_CHARS",
+    "PARTS_META_KEY",
     "ContentPart",
     "Image",
     "Text",
@@ -41,6 +42,7 @@ __all__ = [
     "parts_from_meta",
     "parts_meta",
     "render_text",
+    "sniff_media_type",
     "user_parts",
 ]
 
