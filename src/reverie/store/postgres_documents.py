@@ -34,6 +34,7 @@ from reverie.store.documents import (
     search_terms,
 )
 from reverie.store.postgres_schema import Conn
+from reverie.store.sql_core import pg_text
 
 __all__ = ["PostgresDocuments"]
 
@@ -134,7 +135,7 @@ class PostgresDocuments:
     ) -> Document:
         """Compare-and-swap a document (0: create); :class:`ConflictError` when stale."""
         params = _scope_params(scope)
-        text = schema.text(text)
+        text = pg_text(text)
 
         async def write(conn: Conn) -> Document:
             now = time.time()
@@ -209,7 +210,7 @@ class PostgresDocuments:
     async def append_log(self: _Connections, scope: Scope, day: date, text: str) -> LogEntry:
         """Append an entry to the scope's log for ``day``."""
         now = time.time()
-        text = schema.text(text)
+        text = pg_text(text)
         entry = _entry(scope, "log", day.isoformat(), text, now)
 
         async def write(conn: Conn) -> None:

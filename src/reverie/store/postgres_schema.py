@@ -23,10 +23,6 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from reverie.errors import StoreError
-from reverie.store.base import (
-    NewItem,
-    TranscriptItem,
-)
 
 # Row codecs shared with the other SQL backend (re-exported: callers use schema.<name>).
 from reverie.store.rows import (
@@ -317,52 +313,3 @@ async def migrate(conn: Conn, *, label: str) -> int:
                 (migration.version, migration.name, time.time()),
             )
     return found
-
-
-# row codecs ---------------------------------------------------------------------------------
-
-
-def text(value: str) -> str:
-    """Free text as PostgreSQL can hold it: ``TEXT`` refuses NUL, so it becomes U+FFFD.
-
-    JSON columns need no such care (the encoder escapes NUL as ``\\u0000``).
-    """
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
-
-
-def new_item(
-    ref: str, seq: int, thread_id: str, run_id: str | None, item: NewItem
-) -> TranscriptItem:
-    """The record of an appended row, as :func:`row_item` will read it back."""
-    return TranscriptItem(
-        ref=ref,
-        seq=seq,
-        thread_id=thread_id,
-        run_id=run_id,
-        role=item.role,
-        content=text(item.content),
-        tool_calls=item.tool_calls,
-        tool_call_id=item.tool_call_id,
-        name=item.name,
-        input_id=item.input_id,
-        meta=dict(item.meta),
-    )
-
-
-def item_columns(rec: TranscriptItem, *, created_at: float) -> Columns:
-    """Columns of an ``items`` row."""
-    return {
-        "ref": rec.ref,
-        "thread_id": rec.thread_id,
-        "seq": rec.seq,
-        "run_id": rec.run_id,
-        "role": rec.role,
-        "content": rec.content,
-        "tool_calls": dumps([c.to_dict() for c in rec.tool_calls]),
-        "tool_call_id": rec.tool_call_id,
-        "name": rec.name,
-        "input_id": rec.input_id,
-        "meta": dumps(dict(rec.meta)),
-        "superseded": rec.superseded,
-        "created_at": created_at,
-    }
