@@ -35,7 +35,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from reverie.errors import ConfigError, ConflictError, StoreError
-from reverie.store.postgres_schema import Conn, migrate
+from reverie.store.migrations import migrate_op
+from reverie.store.postgres_schema import MIGRATIONS, Conn
 from reverie.store.run_events import EventWaiters
 from reverie.store.sql_core import (
     EVENTS_CHANNEL,
@@ -179,6 +180,22 @@ async def drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None = None) ->
     except StopIteration as stop:
         result: T = stop.value
         return result
+
+
+async def migrate(conn: Conn, *, label: str) -> int:
+    """Bring the schema up to the newest migration and return the version found before.
+
+    One transaction holding a transaction-level advisory lock keyed on the current schema
+    (:func:`reverie.store.migrations.migrate_op`, the runner SQLite uses too): two processes
+    opening a fresh database wait for each other instead of both creating the tables, and a
+    failed migration leaves the database as it was.
+
+    Raises:
+        StoreError: The database was created by a newer reverie.
+        psycopg.Error: The database refused a statement; the caller wraps it.
+    """
+    async with conn.transaction():
+        return await drive(conn, migrate_op(POSTGRES, MIGRATIONS, label=label))
 
 
 # the pool -----------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Internal to the PostgreSQL backend (imported there as ``schema``):
 
-- the **migrations** of the PostgreSQL schema and :func:`migrate`, which applies them under an
-  advisory lock, so any number of workers may open a fresh database at once;
+- the **migrations** of the PostgreSQL schema (applied by the runner both SQL stores share,
+  :func:`reverie.store.migrations.migrate_op`, under an advisory lock, so any number of workers
+  may open a fresh database at once: see :func:`reverie.store.postgres_connections.migrate`);
 - row codecs: record → column dict for an INSERT, row (a dict) → record. They are the only code
   that knows every column; keep them in step with the latest migration.
 
@@ -16,13 +17,10 @@ and turn ``1e100`` into an integer, and nothing queries inside them.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from reverie.errors import StoreError
+from reverie.store.migrations import Migration
 
 # Row codecs shared with the other SQL backend (re-exported: callers use schema.<name>).
 from reverie.store.rows import (
@@ -51,15 +49,6 @@ Conn = AsyncConnection[DictRow]
 
 
 # migrations ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Migration:
-    """One step of the schema (the same versions, and names, as SQLite's)."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-
-
 _SCOPE = """
             scope_tenant     TEXT NOT NULL,
             scope_user       TEXT NOT NULL,
@@ -266,50 +255,3 @@ MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 """The newest schema this build knows; a database recording a higher one is refused."""
-
-_CREATE_VERSION_TABLE = """
-CREATE TABLE schema_version (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at DOUBLE PRECISION NOT NULL
-)
-"""
-
-
-async def migrate(conn: Conn, *, label: str) -> int:
-    """Bring the schema up to :data:`SCHEMA_VERSION` and return the version found before.
-
-    One transaction holding a transaction-level advisory lock keyed on the current schema:
-    two processes opening a fresh database wait for each other instead of both creating the
-    tables, and a failed migration leaves the database as it was.
-
-    Raises:
-        StoreError: The database was created by a newer reverie.
-        psycopg.Error: The database refused a statement; the caller wraps it.
-    """
-    async with conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))"
-        )
-        # Created only when missing: a role without CREATE may open an up-to-date database.
-        cur = await conn.execute("SELECT to_regclass('schema_version') IS NULL AS missing")
-        if (await cur.fetchone()) == {"missing": True}:
-            await conn.execute(_CREATE_VERSION_TABLE)
-        cur = await conn.execute("SELECT COALESCE(MAX(version), 0) AS found FROM schema_version")
-        row = await cur.fetchone()
-        found = int(row["found"]) if row is not None else 0
-        if found > SCHEMA_VERSION:
-            raise StoreError(
-                f"database {label} has schema version {found}, newer than the newest this "
-                f"build of reverie supports ({SCHEMA_VERSION}); upgrade reverie to open it"
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= found:
-                continue
-            for statement in migration.statements:
-                await conn.execute(statement)
-            await conn.execute(
-                "INSERT INTO schema_version (version, name, applied_at) VALUES (%s, %s, %s)",
-                (migration.version, migration.name, time.time()),
-            )
-    return found

@@ -118,6 +118,15 @@ class Dialect:
     """Serialises the appenders of one run's events (``None``: the writer's lock does)."""
     events_notify: str | None = None
     """Wakes other processes' followers when appended events commit."""
+    real: str = "REAL"
+    """The column type of epoch seconds."""
+    schema_lock: str | None = None
+    """Serialises migrations across processes (``None``: the writer's lock does)."""
+    version_table_missing: str = (
+        "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master"
+        " WHERE type = 'table' AND name = 'schema_version') AS missing"
+    )
+    """One row, one column ``missing``: whether ``schema_version`` is still to be created."""
     _cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def sql(self, statement: str) -> str:
@@ -181,6 +190,10 @@ POSTGRES = Dialect(
     array_params=True,
     events_lock="SELECT pg_advisory_xact_lock(hashtext(?))",
     events_notify=f"SELECT pg_notify('{EVENTS_CHANNEL}', ?)",
+    real="DOUBLE PRECISION",
+    # Keyed on the current schema: stores in other schemas of the database migrate apart.
+    schema_lock="SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))",
+    version_table_missing="SELECT to_regclass('schema_version') IS NULL AS missing",
 )
 """READ COMMITTED: rows a decision rests on are locked, and read again after the lock."""
 
