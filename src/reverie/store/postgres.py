@@ -49,7 +49,7 @@ from reverie.store.sql_store import SQLStore
 __all__ = ["PostgresStore", "temporary_schema"]
 
 
-class PostgresStore(PostgresDocuments, PostgresConnections, SQLStore):
+class PostgresStore(PostgresConnections, PostgresDocuments, SQLStore):
     """A durable :class:`~reverie.store.base.Store` (and memory store) in PostgreSQL.
 
     Use it as ``async with PostgresStore(url) as store: ...`` or call :meth:`open` and

@@ -20,10 +20,11 @@ SQLite writer may run an op twice, the first run rolled back).
 
 from __future__ import annotations
 
+import abc
 import sqlite3
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from reverie.errors import LeaseLost, NotFoundError
 from reverie.store.rows import Columns
@@ -118,6 +119,8 @@ class Dialect:
     """Serialises the appenders of one run's events (``None``: the writer's lock does)."""
     events_notify: str | None = None
     """Wakes other processes' followers when appended events commit."""
+    bytewise: str = ""
+    """Appended to an ORDER BY of text that must sort by bytes (SQLite's default)."""
     real: str = "REAL"
     """The column type of epoch seconds."""
     schema_lock: str | None = None
@@ -190,6 +193,7 @@ POSTGRES = Dialect(
     array_params=True,
     events_lock="SELECT pg_advisory_xact_lock(hashtext(?))",
     events_notify=f"SELECT pg_notify('{EVENTS_CHANNEL}', ?)",
+    bytewise=' COLLATE "C"',
     real="DOUBLE PRECISION",
     # Keyed on the current schema: stores in other schemas of the database migrate apart.
     schema_lock="SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))",
@@ -202,6 +206,20 @@ def insert_sql(table: str, names: Sequence[str]) -> str:
     """``INSERT INTO table (names…) VALUES (?…)`` (turn it into a dialect with ``d.sql``)."""
     # Table and column names come from this package's codecs, never from callers.
     return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+
+
+class OpRunner(abc.ABC):
+    """What runs ops: a backend's connection class (it comes first in the store's bases)."""
+
+    dialect: ClassVar[Dialect]
+
+    @abc.abstractmethod
+    async def _write_op(self, action: str, make: Callable[[], Op[T]]) -> T:
+        """Run the op ``make()`` builds in one write transaction (it may be built twice)."""
+
+    @abc.abstractmethod
+    async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
+        """Run a read-only op outside a transaction (each statement its own snapshot)."""
 
 
 # the synchronous driver (SQLite) --------------------------------------------------------------

@@ -1,18 +1,17 @@
 """The ``Store`` methods both SQL backends share: each runs one op of :mod:`.sql_ops`.
 
 :class:`SQLStore` is a mixin: a backend's connection class provides the two ways an op runs
-(:meth:`SQLStore._write_op`, in one write transaction; :meth:`SQLStore._read_op`, outside
-one) and its :class:`~reverie.store.sql_core.Dialect`. It comes last in the backend's bases, so
-the connection class's implementations of those come first. A backend overrides a method only
+(``_write_op``, in one write transaction; ``_read_op``, outside one; see
+:class:`~reverie.store.sql_core.OpRunner`) and its :class:`~reverie.store.sql_core.Dialect`. It
+comes after the connection class in the backend's bases. A backend overrides a method only
 where it does more than the op (SQLite's item cache, PostgreSQL's ``LISTEN``).
 """
 
 from __future__ import annotations
 
-import abc
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 from reverie.core.scope import Scope
 from reverie.store import sql_ops as ops
@@ -33,26 +32,17 @@ from reverie.store.base import (
     TranscriptItem,
 )
 from reverie.store.run_events import MAX_RUN_EVENTS, EventWaiters, RunEventRecord
-from reverie.store.sql_core import Dialect, Op
+from reverie.store.sql_core import OpRunner
 
 __all__ = ["SQLStore"]
 
 T = TypeVar("T")
 
 
-class SQLStore(abc.ABC):
+class SQLStore(OpRunner):
     """The shared methods of ``SQLiteStore`` and ``PostgresStore`` (see the module doc)."""
 
-    dialect: ClassVar[Dialect]
     _event_waiters: EventWaiters
-
-    @abc.abstractmethod
-    async def _write_op(self, action: str, make: Callable[[], Op[T]]) -> T:
-        """Run the op ``make()`` builds in one write transaction (it may be built twice)."""
-
-    @abc.abstractmethod
-    async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
-        """Run a read-only op outside a transaction (each statement its own snapshot)."""
 
     # threads and transcript -------------------------------------------------------------
     async def create_thread(self, thread_id: str, scope: Scope) -> ThreadRecord:

@@ -50,7 +50,7 @@ from reverie.store.sqlite_schema import SYNCHRONOUS_MODES
 __all__ = ["SYNCHRONOUS_MODES", "SQLiteStore"]
 
 
-class SQLiteStore(SQLiteDocuments, SQLiteConnections, SQLStore):
+class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLStore):
     """A durable :class:`~reverie.store.base.Store` in one SQLite file.
 
     Use it as ``async with SQLiteStore(path) as store: ...`` or call :meth:`open` and
