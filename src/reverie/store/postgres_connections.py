@@ -43,7 +43,6 @@ from reverie.store.sql_core import (
     POSTGRES,
     Count,
     Dialect,
-    Exec,
     Many,
     Op,
     Query,
@@ -165,13 +164,12 @@ async def drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None = None) ->
         batch = next(op)
         while True:
             sent = [await _send(conn, statement) for statement in batch]
-            needed = [not isinstance(statement, (Exec, Many)) for statement in batch]
-            if pipeline is not None and any(needed):
-                await pipeline.sync()
+            if pipeline is not None and any(isinstance(st, Count) for st in batch):
+                await pipeline.sync()  # a row count is known once the results are in
             results: list[Any] = []
             for statement, cur in zip(batch, sent, strict=True):
                 if isinstance(statement, Query):
-                    results.append(await cur.fetchall())
+                    results.append(await cur.fetchall())  # in pipeline mode: one flush
                 elif isinstance(statement, Count):
                     results.append(cur.rowcount)
                 else:
@@ -180,6 +178,13 @@ async def drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None = None) ->
     except StopIteration as stop:
         result: T = stop.value
         return result
+
+
+async def _rollback(conn: Conn, pipeline: AsyncPipeline) -> None:
+    """Undo the open transaction of a failed op (a connection left in one is closed anyway)."""
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute("ROLLBACK")
+        await pipeline.sync()
 
 
 async def migrate(conn: Conn, *, label: str) -> int:
@@ -335,14 +340,22 @@ class PostgresConnections:
                 return await fn(conn)
 
     async def _write_op(self, action: str, make: Callable[[], Op[T]]) -> T:
-        """Run an op (:mod:`reverie.store.sql_ops`) in one transaction, in pipeline mode."""
+        """Run an op (:mod:`reverie.store.sql_ops`) in one transaction, in pipeline mode.
+
+        ``BEGIN`` and ``COMMIT`` are sent as statements of the pipeline (psycopg's
+        ``transaction()`` would sync at both ends): ``BEGIN`` travels with the op's first
+        batch and ``COMMIT`` with its last, so an op of one batch costs one round trip.
+        """
         with self._errors(action):
-            async with (
-                self._connection() as conn,
-                conn.pipeline() as pipeline,
-                conn.transaction(),
-            ):
-                return await drive(conn, make(), pipeline)
+            async with self._connection() as conn, conn.pipeline() as pipeline:
+                await conn.execute("BEGIN")
+                try:
+                    result = await drive(conn, make(), pipeline)
+                except BaseException:
+                    await _rollback(conn, pipeline)
+                    raise
+                await conn.execute("COMMIT")  # sent, and its outcome read, as the pipeline ends
+            return result
 
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op outside a transaction (each statement its own snapshot)."""
