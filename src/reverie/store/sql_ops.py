@@ -240,7 +240,41 @@ def step_items(run_id: str, step: StepWrite) -> list[TranscriptItem]:
     ]
 
 
-def commit_step(d: Dialect, run_id: str, step: StepWrite, *, fence: int) -> Op[StepReceipt]:
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreparedStep:
+    """The statements of a step commit, built before its transaction (no lock held yet)."""
+
+    always: list[Statement]
+    """The journal records, then the items: written whenever the checks pass."""
+    guarded: list[Statement]
+    """The checkpoint, the ack and the seal: written only when no input waits."""
+
+
+def prepare_step(d: Dialect, run_id: str, step: StepWrite) -> PreparedStep:
+    """Encode a step's rows (JSON, bytes) into its statements."""
+    now = time.time()
+    always: list[Statement] = []
+    for entry in step.journal:
+        outcome = None if entry.outcome is None else codec.dumps(dict(entry.outcome))
+        sql = _JOURNAL_STARTED if entry.state == "started" else _JOURNAL_FINISHED
+        always.append(d.exec(sql, run_id, entry.call_id, entry.tool, outcome, now))
+    if step.items:
+        rows = [item_row(d, item, created_at=now) for item in step_items(run_id, step)]
+        always.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
+    guarded: list[Statement] = []
+    if step.checkpoint is not None and step.checkpoint_kind is not None:
+        payload = bytes(step.checkpoint)
+        guarded.append(d.exec(_SAVE_CHECKPOINT, run_id, step.checkpoint_kind, payload, now))
+    if step.ack_cursor is not None:
+        guarded.append(d.exec(_ACK, run_id, step.ack_cursor))
+    if step.seal:
+        guarded.append(d.exec(_SEAL, run_id))
+    return PreparedStep(always=always, guarded=guarded)
+
+
+def commit_step(
+    d: Dialect, run_id: str, step: StepWrite, *, fence: int, prepared: PreparedStep
+) -> Op[StepReceipt]:
     """:meth:`reverie.store.base.Store.commit_step`: every check, then every write."""
     # The thread, then the run (the order every op locks them in); the tops after both locks.
     thread, run, [tops] = yield [
@@ -255,23 +289,7 @@ def commit_step(d: Dialect, run_id: str, step: StepWrite, *, fence: int) -> Op[S
     if step.items:
         _check_items(step, head)
     waiting = step.guard_cursor is not None and int(tops["top_cursor"]) > step.guard_cursor
-    now = time.time()
-    writes: list[Statement] = []
-    for entry in step.journal:
-        outcome = None if entry.outcome is None else codec.dumps(dict(entry.outcome))
-        sql = _JOURNAL_STARTED if entry.state == "started" else _JOURNAL_FINISHED
-        writes.append(d.exec(sql, run_id, entry.call_id, entry.tool, outcome, now))
-    if step.items:
-        rows = [item_row(d, item, created_at=now) for item in step_items(run_id, step)]
-        writes.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
-    if not waiting:
-        if step.checkpoint is not None and step.checkpoint_kind is not None:
-            payload = bytes(step.checkpoint)
-            writes.append(d.exec(_SAVE_CHECKPOINT, run_id, step.checkpoint_kind, payload, now))
-        if step.ack_cursor is not None:
-            writes.append(d.exec(_ACK, run_id, step.ack_cursor))
-        if step.seal:
-            writes.append(d.exec(_SEAL, run_id))
+    writes = prepared.always if waiting else [*prepared.always, *prepared.guarded]
     if writes:
         yield writes
     return StepReceipt(

@@ -81,8 +81,10 @@ class SQLStore(OpRunner):
         appends to the thread, enqueues to the run and lease takeovers wait), then the heads,
         then everything is written: on PostgreSQL in pipeline mode, two round trips in all.
         """
+        prepared = ops.prepare_step(self.dialect, run_id, step)  # before any lock is held
         return await self._write_op(
-            "commit a step", lambda: ops.commit_step(self.dialect, run_id, step, fence=fence)
+            "commit a step",
+            lambda: ops.commit_step(self.dialect, run_id, step, fence=fence, prepared=prepared),
         )
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:

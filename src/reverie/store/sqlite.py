@@ -22,10 +22,10 @@ through the decoded-item cache.
   committed state while a write is in progress. Each read method is one hop; each statement
   runs on its own, so a read never holds a snapshot open.
 
-Operations run on the writer thread hold the write lock: they are kept to statements, and what
-can be built before (columns, JSON) is built on the event loop. ``new_id`` is the exception:
-it reads ``os.urandom``, which releases the GIL, and a busy event loop that releases the GIL
-waits behind these threads to get it back.
+Operations run on the writer thread hold the write lock: they are kept to statements, and the
+step commit, the hot path, has its columns and JSON built on the event loop before. Transcript
+refs (``new_id``) are drawn there on purpose: ``os.urandom`` releases the GIL, and a busy event
+loop that releases the GIL waits behind these threads to get it back.
 
 A write whose caller is cancelled while it waits may or may not be applied (it is never
 applied in part). Every ``sqlite3`` error is re-raised as :class:`StoreError` (or
