@@ -40,10 +40,11 @@ from urllib.parse import quote
 from psycopg import AsyncConnection, sql
 
 from reverie.errors import NotFoundError
-from reverie.store import postgres_connections as db, postgres_schema as schema
+from reverie.store import postgres_connections as db
 from reverie.store.base import TranscriptItem
 from reverie.store.postgres_connections import PostgresConnections
 from reverie.store.postgres_documents import PostgresDocuments
+from reverie.store.rows import row_item
 from reverie.store.sql_store import SQLStore
 
 __all__ = ["PostgresStore", "temporary_schema"]
@@ -75,7 +76,7 @@ class PostgresStore(PostgresConnections, PostgresDocuments, SQLStore):
         """Rows by ref, in the order asked; :class:`NotFoundError` names the first missing."""
         unique = list(dict.fromkeys(refs))
         sql = "SELECT * FROM items WHERE ref = ANY(%s)"
-        rows = await self._select("read transcript items", schema.row_item, sql, (unique,))
+        rows = await self._select("read transcript items", row_item, sql, (unique,))
         found = {row.ref: row for row in rows}
         for ref in refs:
             if ref not in found:
@@ -102,7 +103,7 @@ class PostgresStore(PostgresConnections, PostgresDocuments, SQLStore):
                 " AS window_rows ORDER BY seq"
             )
             params.append(last)
-        rows = await self._select("read a thread", schema.row_item, sql, params)
+        rows = await self._select("read a thread", row_item, sql, params)
         if not rows:
             await self.get_thread(thread_id)  # an empty thread, or NotFoundError
         return rows

@@ -1,12 +1,9 @@
-"""The schema of :class:`reverie.store.postgres.PostgresStore`: its migrations and row codecs.
+"""The schema of :class:`reverie.store.postgres.PostgresStore`: its migrations (DDL).
 
-Internal to the PostgreSQL backend (imported there as ``schema``):
-
-- the **migrations** of the PostgreSQL schema (applied by the runner both SQL stores share,
-  :func:`reverie.store.migrations.migrate_op`, under an advisory lock, so any number of workers
-  may open a fresh database at once: see :func:`reverie.store.postgres_connections.migrate`);
-- row codecs: record → column dict for an INSERT, row (a dict) → record. They are the only code
-  that knows every column; keep them in step with the latest migration.
+They are applied by the runner both SQL stores share (:func:`reverie.store.migrations.migrate_op`)
+under an advisory lock, so any number of workers may open a fresh database at once (see
+:func:`reverie.store.postgres_connections.migrate`). The row codecs are shared with SQLite
+(:mod:`reverie.store.rows`); keep them in step with the latest migration.
 
 The schema mirrors SQLite's (:mod:`reverie.store.migrations`) table for table and column for
 column, with native types where PostgreSQL has them: flags are ``BOOLEAN``, timestamps
@@ -21,28 +18,6 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from reverie.store.migrations import Migration
-
-# Row codecs shared with the other SQL backend (re-exported: callers use schema.<name>).
-from reverie.store.rows import (
-    Columns as Columns,
-    dumps as dumps,
-    exit_column as exit_column,
-    gate_columns as gate_columns,
-    input_columns as input_columns,
-    row_checkpoint as row_checkpoint,
-    row_gate as row_gate,
-    row_input as row_input,
-    row_item as row_item,
-    row_journal as row_journal,
-    row_run as row_run,
-    row_run_event as row_run_event,
-    row_scope as row_scope,
-    row_thread as row_thread,
-    run_columns as run_columns,
-    run_event_columns as run_event_columns,
-    scope_columns as scope_columns,
-    thread_columns as thread_columns,
-)
 
 Conn = AsyncConnection[DictRow]
 """A connection of the store: rows come back as dicts keyed by column name."""

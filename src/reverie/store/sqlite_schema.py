@@ -8,11 +8,9 @@ Internal to the SQLite backend (imported there as ``schema``):
   (:mod:`reverie.store.sqlite_writer`). :func:`db_errors` turns ``sqlite3`` errors into store
   errors.
 - Synchronous statement helpers, called on a connection's thread inside the operations the
-  store hands it, and the fence guard of compare-and-set writes (:data:`FENCED`,
-  :func:`check_fence`).
-- Row codecs: the shared ones live in :mod:`reverie.store.rows` (PostgreSQL uses the same);
-  here only what is SQLite's own (new transcript rows, the decoded-item cache). Keep them in
-  step with the latest migration.
+  store hands it (the store's SQL itself is shared with PostgreSQL: :mod:`reverie.store.sql_ops`).
+- The decoded-item cache (:class:`ItemCache`); the row codecs are shared with PostgreSQL
+  (:mod:`reverie.store.rows`).
 """
 
 from __future__ import annotations
@@ -29,29 +27,7 @@ from reverie.store.base import (
     TranscriptItem,
 )
 from reverie.store.migrations import migrate
-
-# Row codecs shared with the other SQL backend (re-exported: callers use schema.<name>).
-from reverie.store.rows import (
-    Columns as Columns,
-    dumps as dumps,
-    exit_column as exit_column,
-    gate_columns as gate_columns,
-    input_columns as input_columns,
-    owner_key as owner_key,
-    row_checkpoint as row_checkpoint,
-    row_gate as row_gate,
-    row_input as row_input,
-    row_item as row_item,
-    row_journal as row_journal,
-    row_run as row_run,
-    row_run_event as row_run_event,
-    row_scope as row_scope,
-    row_thread as row_thread,
-    run_columns as run_columns,
-    run_event_columns as run_event_columns,
-    scope_columns as scope_columns,
-    thread_columns as thread_columns,
-)
+from reverie.store.rows import Columns, row_item
 
 SYNCHRONOUS_MODES: frozenset[str] = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 """Accepted values of ``PRAGMA synchronous``."""
