@@ -47,6 +47,34 @@ class TranscriptItem:
     """Set when a crash left this row past the run's last checkpoint (it is not replayed)."""
 
 
+def placed(
+    item: NewItem,
+    *,
+    ref: str,
+    seq: int,
+    thread_id: str,
+    run_id: str | None,
+    content: str | None = None,
+) -> TranscriptItem:
+    """``item`` as the row it becomes at ``seq`` of a thread.
+
+    ``content`` replaces the item's text when the store holds it otherwise.
+    """
+    return TranscriptItem(
+        ref=ref,
+        seq=seq,
+        thread_id=thread_id,
+        run_id=run_id,
+        role=item.role,
+        content=item.content if content is None else content,
+        tool_calls=item.tool_calls,
+        tool_call_id=item.tool_call_id,
+        name=item.name,
+        input_id=item.input_id,
+        meta=dict(item.meta),
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InputRecord:
     """One queued input."""

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
+from reverie.core.transcript import placed
 from reverie.errors import (
     ConflictError,
     GateResolvedError,
@@ -98,18 +99,8 @@ def new_item(
     d: Dialect, ref: str, seq: int, thread_id: str, run_id: str | None, item: NewItem
 ) -> TranscriptItem:
     """The record of an appended row, as :func:`reverie.store.rows.row_item` reads it back."""
-    return TranscriptItem(
-        ref=ref,
-        seq=seq,
-        thread_id=thread_id,
-        run_id=run_id,
-        role=item.role,
-        content=d.text(item.content),
-        tool_calls=item.tool_calls,
-        tool_call_id=item.tool_call_id,
-        name=item.name,
-        input_id=item.input_id,
-        meta=dict(item.meta),
+    return placed(
+        item, ref=ref, seq=seq, thread_id=thread_id, run_id=run_id, content=d.text(item.content)
     )
 
 
