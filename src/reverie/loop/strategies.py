@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from reverie.core.capability import CallGated, Surface
+from reverie.core.exits import HostStopReason
 from reverie.core.messages import ToolCall
 from reverie.loop.state import LoopExecutionState, WavePolicy
 
@@ -76,7 +77,7 @@ class GracefulStop:
     """Stop gracefully through the finalizer."""
 
     kind: Literal["graceful_stop"] = "graceful_stop"
-    reason: Literal["no_progress", "max_iterations", "host"]
+    reason: HostStopReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,13 +32,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from psycopg import AsyncConnection, sql
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
+from reverie.core.vocabulary import GateDecision
 from reverie.errors import (
     ConflictError,
     GateResolvedError,
@@ -537,7 +538,7 @@ class PostgresStore(PostgresDocuments, PostgresConnections):
         return rows[0] if rows else None
 
     async def resolve_gate(
-        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+        self, ref: str, status: GateDecision, *, reason: str | None, now: float
     ) -> GateRecord:
         """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
 

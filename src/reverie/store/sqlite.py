@@ -35,10 +35,11 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from sqlite3 import Row
-from typing import Any, Literal
+from typing import Any
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
+from reverie.core.vocabulary import GateDecision
 from reverie.errors import (
     ConflictError,
     GateResolvedError,
@@ -577,7 +578,7 @@ class SQLiteStore(SQLiteDocuments, SQLiteConnections):
         return rows[0] if rows else None
 
     async def resolve_gate(
-        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+        self, ref: str, status: GateDecision, *, reason: str | None, now: float
     ) -> GateRecord:
         """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
 

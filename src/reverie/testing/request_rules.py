@@ -42,6 +42,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from reverie.core.messages import TOOL_CHOICE_MODES
 from reverie.testing.conversation_rules import Rule, Violation
 
 __all__ = ["check_anthropic_request", "check_openai_request"]
@@ -91,7 +92,7 @@ def check_openai_request(body: Mapping[str, Any]) -> list[Violation]:
                 )
             )
         elif isinstance(choice, str):
-            if choice not in ("auto", "none", "required"):
+            if choice not in TOOL_CHOICE_MODES:
                 out.append(
                     _violation(
                         "tool_choice_names_a_tool",
