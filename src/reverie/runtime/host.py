@@ -163,7 +163,7 @@ class StorePrompt:
                 body = "\n\n".join(s.text for s in result.snippets)
                 messages.append(Message(role="user", content=f"[context from hooks]\n{body}"))
         # Memory is data, never instructions: enveloped blocks in a user-role message (§12).
-        if self.memory is not None:
+        if self.memory is not None and plan.include_memory:
             remembered = await self.memory.message(state.transcript_seq)
             if remembered is not None:
                 messages.append(remembered)
