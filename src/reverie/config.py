@@ -562,7 +562,7 @@ def resolve_model_spec(
     """Turn a model spec into a :class:`Model`: ``scripted:FILE.json`` or a registry spec.
 
     Args:
-        spec: ``scripted:path.json`` (:mod:`reverie.cli.scripted_file`) or any spec
+        spec: ``scripted:path.json`` (:mod:`reverie.testing.scripted_file`) or any spec
             :func:`reverie.models.registry.resolve_model` accepts.
         config: Supplies the ``[models.NAME]`` endpoints.
         base_dir: Where a relative ``scripted:`` path starts (default: the current directory).
@@ -570,7 +570,7 @@ def resolve_model_spec(
     Raises:
         ConfigError: The spec is malformed, names an unknown provider, or its script is invalid.
     """
-    from reverie.cli.scripted_file import SCRIPTED_PREFIX, load_scripted_model
+    from reverie.testing.scripted_file import SCRIPTED_PREFIX, load_scripted_model
 
     text = spec.strip()
     if text.startswith(SCRIPTED_PREFIX):
