@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reverie.core.messages import ToolCall
+from reverie.core.messages import Role, ToolCall
 
 InputKind = Literal["steering", "follow_up", "cancel", "gate_resolved", "graceful_stop"]
 """User-facing inputs (``steering``, ``follow_up``) and control inputs (the rest)."""
@@ -17,7 +17,7 @@ USER_INPUT_KINDS: frozenset[str] = frozenset({"steering", "follow_up"})
 class NewItem:
     """A transcript item to append (the store assigns ``ref`` and ``seq``)."""
 
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Role
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
@@ -36,7 +36,7 @@ class TranscriptItem:
     """Monotonic per thread."""
     thread_id: str
     run_id: str | None
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Role
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.core.transcript import placed
+from reverie.core.vocabulary import GateDecision
 from reverie.errors import (
     ConflictError,
     GateResolvedError,
@@ -419,7 +420,7 @@ class MemoryStore(MemoryDocuments):
         return None
 
     async def resolve_gate(
-        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+        self, ref: str, status: GateDecision, *, reason: str | None, now: float
     ) -> GateRecord:
         gate = await self.get_gate(ref)
         if gate.status != "pending":

@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.core.transcript import placed
+from reverie.core.vocabulary import GateDecision
 from reverie.errors import (
     ConflictError,
     GateResolvedError,
@@ -646,7 +647,7 @@ def gate_for_call(d: Dialect, run_id: str, call_id: str) -> Op[GateRecord | None
 
 
 def resolve_gate(
-    d: Dialect, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+    d: Dialect, ref: str, status: GateDecision, *, reason: str | None, now: float
 ) -> Op[GateRecord]:
     """Resolve a pending gate once: one conditional UPDATE wins."""
     [row] = yield [

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from reverie.core.scope import Scope
+from reverie.core.vocabulary import GateDecision
 from reverie.store import sql_ops as ops
 from reverie.store.base import (
     CheckpointKind,
@@ -297,7 +298,7 @@ class SQLStore(OpRunner):
         )
 
     async def resolve_gate(
-        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+        self, ref: str, status: GateDecision, *, reason: str | None, now: float
     ) -> GateRecord:
         """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
         return await self._write_op(

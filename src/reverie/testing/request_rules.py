@@ -46,7 +46,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from reverie.core.messages import ModelRequest
+from reverie.core.messages import TOOL_CHOICE_MODES, ModelRequest
 from reverie.testing.conversation_rules import Rule, Violation
 
 __all__ = ["check_anthropic_request", "check_model_request", "check_openai_request"]
@@ -69,7 +69,7 @@ def check_model_request(request: ModelRequest) -> list[Violation]:
     a tool named by ``tool_choice`` is one of the tools offered. (A request without tools sends
     no ``tool_choice`` on either wire.)"""
     choice = request.tool_choice
-    if not request.tools or choice in ("auto", "none", "required"):
+    if not request.tools or choice in TOOL_CHOICE_MODES:
         return []
     if choice in {t.name for t in request.tools}:
         return []
@@ -114,7 +114,7 @@ def check_openai_request(body: Mapping[str, Any]) -> list[Violation]:
                 )
             )
         elif isinstance(choice, str):
-            if choice not in ("auto", "none", "required"):
+            if choice not in TOOL_CHOICE_MODES:
                 out.append(
                     _violation(
                         "tool_choice_names_a_tool",
