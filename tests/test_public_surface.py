@@ -106,3 +106,11 @@ def test_agent_output_type_and_run_result_output_are_public_fields() -> None:
         "gate",
         "output",
     }
+
+
+async def test_a_runtime_offers_the_runs_and_gates_query_views() -> None:
+    from reverie.runtime.queries import Gates, Runs
+
+    async with reverie.Runtime.open(":memory:") as rt:
+        assert isinstance(rt.runs, Runs) and isinstance(rt.gates, Gates)
+        assert await rt.runs.list() == [] and await rt.gates.list() == []

@@ -211,7 +211,7 @@ class Interleavings(RuleBasedStateMachine):
             if not wrapper.dead:
                 continue
             old = self.rts[i]
-            dead_owner = old._owner
+            dead_owner = old._leases.owner
             if self.backend == "memory":
                 old._opened = False  # the store is shared with the other runtime: leave it open
             self.w.run(_close_quietly(old))

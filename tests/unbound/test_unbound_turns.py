@@ -228,7 +228,7 @@ async def test_ephemeral_agent_is_forgotten_when_its_run_ends(rt: Runtime, scope
     )
     await asyncio.sleep(0)
     assert r.status == "completed"
-    assert not [name for name in rt._agents if name.startswith("unbound:")]
+    assert not [name for name in rt._directory if name.startswith("unbound:")]
     assert (await rt.get_result(r.run_id)).text == "ok"
 
 

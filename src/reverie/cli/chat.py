@@ -182,7 +182,7 @@ class _Chat:
         error, exit 2, otherwise)."""
         if self.thread_id is None:
             return
-        self.thread_id = await resolve_thread_id(self.rt.store, self.thread_id, scope=self.scope)
+        self.thread_id = await resolve_thread_id(self.rt.runs, self.thread_id, scope=self.scope)
 
     def repl(self) -> int:
         """Read messages until ``/exit``, EOF or Ctrl-C at the prompt; returns the exit code."""
@@ -402,7 +402,7 @@ class _Chat:
 
         if call_id not in self._calls:
             with contextlib.suppress(ReverieError):  # display only: never fail a turn over it
-                for item in await self.rt.store.thread_items(thread_id, last=50):
+                for item in await self.rt.runs.thread_items(thread_id, last=50):
                     for call in item.tool_calls:
                         self._calls[call.id] = call.arguments
         arguments = self._calls.get(call_id)

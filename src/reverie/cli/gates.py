@@ -81,7 +81,7 @@ def list_gates(
         cfg = load(config)
         wanted = _STATUS[status]
         async with open_session(cfg, store) as session:
-            gates = await session.rt.store.list_gates(status=wanted)
+            gates = await session.rt.gates.list(status=wanted)
         if as_json:
             print_json([gate_payload(g) for g in gates])
         else:
@@ -104,8 +104,8 @@ def _resolve(
     async def main() -> int:
         cfg = load(config)
         async with open_session(cfg, store, hooks=True, memory=True) as session:
-            gate = await session.rt.store.get_gate(await resolve_gate_ref(session.rt.store, ref))
-            run = await session.rt.store.get_run(gate.run_id)
+            gate = await session.rt.gates.get(await resolve_gate_ref(session.rt.gates, ref))
+            run = await session.rt.runs.get(gate.run_id)
             for agent in agents_with_model(cfg, run.agent_name, model):
                 await session.add_agent(agent)
             try:

@@ -10,7 +10,7 @@ Every command that takes one resolves it here, once, before it acts:
 
 The lookup is limited to a scope when one is given: ``run`` and ``chat`` look threads up in
 their ``--tenant``/``--user`` scope; the ``runs`` and ``gates`` commands pass ``None``, because
-the CLI is an operator's tool with direct access to the store (``runs list`` shows every scope).
+the CLI is an operator's tool that sees every scope's records (``runs list`` shows every scope).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from reverie.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
     from reverie.core.scope import Scope
-    from reverie.store.base import Store
+    from reverie.runtime.queries import Gates, Runs
 
 __all__ = [
     "SCAN_LIMIT",
@@ -68,7 +68,7 @@ def _scope_note(scope: Scope | None) -> str:
     return f" for {scope.tenant}/{scope.user}" if scope is not None else ""
 
 
-async def resolve_run_id(store: Store, text: str, *, scope: Scope | None = None) -> str:
+async def resolve_run_id(runs: Runs, text: str, *, scope: Scope | None = None) -> str:
     """The run id ``text`` names: the whole id, or the one run whose id starts with it.
 
     Raises:
@@ -77,16 +77,16 @@ async def resolve_run_id(store: Store, text: str, *, scope: Scope | None = None)
     """
 
     async def exact(key: str) -> tuple[str, Scope]:
-        run = await store.get_run(key)
+        run = await runs.get(key)
         return run.run_id, run.scope
 
     async def every() -> list[str]:
-        return [run.run_id for run in await store.list_runs(scope=scope, limit=SCAN_LIMIT)]
+        return [run.run_id for run in await runs.list(scope=scope, limit=SCAN_LIMIT)]
 
     return await _resolve("run", "run_", "reverie runs list", text, scope, exact, every)
 
 
-async def resolve_gate_ref(store: Store, text: str, *, scope: Scope | None = None) -> str:
+async def resolve_gate_ref(gates: Gates, text: str, *, scope: Scope | None = None) -> str:
     """The gate ref ``text`` names: the whole ref, or the one gate whose ref starts with it.
 
     Raises:
@@ -95,11 +95,11 @@ async def resolve_gate_ref(store: Store, text: str, *, scope: Scope | None = Non
     """
 
     async def exact(key: str) -> tuple[str, Scope]:
-        gate = await store.get_gate(key)
+        gate = await gates.get(key)
         return gate.ref, gate.scope
 
     async def every() -> list[str]:
-        return [gate.ref for gate in await store.list_gates(scope=scope, status=None)]
+        return [gate.ref for gate in await gates.list(scope=scope, status=None)]
 
     return await _resolve("gate", "gate_", "reverie gates list", text, scope, exact, every)
 
@@ -132,7 +132,7 @@ async def _resolve(
     return found[0]
 
 
-async def resolve_thread_id(store: Store, text: str, *, scope: Scope | None = None) -> str:
+async def resolve_thread_id(runs: Runs, text: str, *, scope: Scope | None = None) -> str:
     """The thread id ``text`` names: the whole id, or the one thread of the scope's runs whose
     id starts with it.
 
@@ -144,14 +144,14 @@ async def resolve_thread_id(store: Store, text: str, *, scope: Scope | None = No
     if not text:
         raise UsageError("a thread id is empty")
     try:
-        thread = await store.get_thread(text)
+        thread = await runs.thread(text)
     except NotFoundError:
         pass
     else:
         if _in_scope(thread.scope, scope):
             return thread.thread_id
-    runs = await store.list_runs(scope=scope, limit=SCAN_LIMIT)
-    threads = list(dict.fromkeys(run.thread_id for run in runs))  # newest first, once each
+    listed = await runs.list(scope=scope, limit=SCAN_LIMIT)
+    threads = list(dict.fromkeys(run.thread_id for run in listed))  # newest first, once each
     found = _matching(threads, text, "thr_")
     if not found:
         raise NotFoundError(f"no thread {text!r}{_scope_note(scope)} (see: reverie runs list)")

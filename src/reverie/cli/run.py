@@ -165,7 +165,7 @@ def run_command(
         async with open_session(cfg, store, agents=[chosen], hooks=True, memory=True) as session:
             thread_id = None
             if thread is not None:
-                thread_id = await resolve_thread_id(session.rt.store, thread, scope=scope)
+                thread_id = await resolve_thread_id(session.rt.runs, thread, scope=scope)
             handle = await session.rt.start(
                 session.agent(chosen.name),  # with the tools of its MCP servers
                 content,

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 if TYPE_CHECKING:
-    from reverie.store.base import RunRecord, Store
+    from reverie.runtime.queries import Runs
+    from reverie.store.base import RunRecord
 
 _MAX_DEPTH = 16
 """Deeper descendants are not listed (a tree that deep is a bug worth seeing elsewhere)."""
@@ -22,14 +23,12 @@ class RunNode:
     children: list[RunNode] = field(default_factory=list)
 
 
-async def load_tree(store: Store, run: RunRecord, *, depth: int = 0) -> RunNode:
+async def load_tree(runs: Runs, run: RunRecord, *, depth: int = 0) -> RunNode:
     """``run`` with its descendants, read from the store."""
-    from reverie.runtime.subagents import children_of
-
     node = RunNode(run=run)
     if depth < _MAX_DEPTH:
-        for child in await children_of(store, run):
-            node.children.append(await load_tree(store, child, depth=depth + 1))
+        for child in await runs.children(run):
+            node.children.append(await load_tree(runs, child, depth=depth + 1))
     return node
 
 

@@ -93,7 +93,7 @@ def list_runs(
         cfg = load(config)
         async with open_session(cfg, store) as session:
             owner = _scope(tenant, user)
-            runs = await session.rt.store.list_runs(
+            runs = await session.rt.runs.list(
                 scope=owner,
                 # --tenant alone lists the whole tenant (every user), as docs/cli.md says.
                 tenant=tenant if user is None else None,
@@ -121,15 +121,15 @@ def show(
     async def main() -> int:
         cfg = load(config)
         async with open_session(cfg, store) as session:
-            st = session.rt.store
-            run = await st.get_run(await resolve_run_id(st, run_id))
-            items = [i for i in await st.thread_items(run.thread_id) if i.run_id == run.run_id]
+            runs = session.rt.runs
+            run = await runs.get(await resolve_run_id(runs, run_id))
+            items = [i for i in await runs.thread_items(run.thread_id) if i.run_id == run.run_id]
             gate = None
             if run.exit is not None and dict(run.exit).get("status") == "blocked":
-                gate = await st.get_gate(str(dict(run.exit)["gate_ref"]))
+                gate = await session.rt.gates.get(str(dict(run.exit)["gate_ref"]))
             from reverie.cli.run_tree import load_tree
 
-            tree = await load_tree(st, run)
+            tree = await load_tree(runs, run)
         show_run(run, items, gate, as_json=as_json, tree=tree)
         return ExitCode.OK
 
@@ -155,7 +155,7 @@ def resume(
         cfg = load(config)
 
         async with open_session(cfg, store, hooks=True, memory=True) as session:
-            run = await session.rt.store.get_run(await resolve_run_id(session.rt.store, run_id))
+            run = await session.rt.runs.get(await resolve_run_id(session.rt.runs, run_id))
             if run.status in TERMINAL_STATUSES:
                 # Nothing to continue, so no agent is needed: show the stored result.
                 if not as_json:
@@ -201,8 +201,8 @@ def cancel(
 
         nonlocal resolved
         async with open_session(cfg, store, hooks=True) as session:
-            resolved = await resolve_run_id(session.rt.store, run_id)
-            before = await session.rt.store.get_run(resolved)
+            resolved = await resolve_run_id(session.rt.runs, run_id)
+            before = await session.rt.runs.get(resolved)
             if before.status in TERMINAL_STATUSES - {"cancelled"}:
                 return report(
                     before.status,
@@ -218,7 +218,7 @@ def cancel(
                     f"cancel requested: the worker running {resolved} will stop it",
                     ExitCode.OK,
                 )
-            after = await session.rt.store.get_run(resolved)
+            after = await session.rt.runs.get(resolved)
         code = ExitCode.OK if after.status == "cancelled" else ExitCode.FAILED
         return report(after.status, f"run {resolved} is {after.status}", code)
 

@@ -40,7 +40,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from reverie.core.exits import Cancelled, Completed, Failed, LoopExit
@@ -75,10 +76,20 @@ from reverie.store.base import RunRecord, Store
 from reverie.store.documents import DocumentStore, MemoryPassRecord
 
 if TYPE_CHECKING:
+    from reverie.runtime.after_turn import AfterTurnWork
     from reverie.runtime.agent import Agent
-    from reverie.runtime.runtime import Runtime
+    from reverie.runtime.agents import AgentDirectory
+    from reverie.runtime.telemetry import Telemetry
+    from reverie.runtime.unbound import UnboundTurnService
 
-__all__ = ["PASS_FINISHER", "PASS_TOOLSET", "Curator", "curator_for", "record_pass"]
+__all__ = [
+    "PASS_FINISHER",
+    "PASS_TOOLSET",
+    "CurationHost",
+    "Curator",
+    "curator_for",
+    "record_pass",
+]
 
 PASS_TOOLSET: Final = "memory_curation"
 """The first-party toolset of a pass: the manifest's memory tools behind a :class:`PassGuard`."""
@@ -93,13 +104,29 @@ REPORT_CONTRACT = OutputContract.json_schema(REPORT_NAME, REPORT_SCHEMA)
 """The output contract of every pass."""
 
 
+@dataclass(frozen=True, slots=True)
+class CurationHost:
+    """What curation uses of its runtime, and nothing else."""
+
+    store: Store
+    unbound: UnboundTurnService
+    """Runs the passes (unbound structured turns)."""
+    agents: AgentDirectory
+    """The agent whose turn made a pass due lends its model."""
+    telemetry: Telemetry
+    after_turn: AfterTurnWork
+    """Drained before waiting for passes: a turn's hook may still be submitting one."""
+    spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+    """The runtime's task spawner (it owns and awaits the task on close)."""
+
+
 class Curator:
     """Curation for one runtime: the after-turn counter and the passes it submits.
 
     Build it with :func:`curator_for`; the runtime calls :meth:`open` once it is open.
 
     Args:
-        runtime: The runtime whose unbound service runs the passes.
+        host: What curation uses of its runtime (its unbound service runs the passes).
         service: The runtime's memory service (provider and memory tools).
         op: The provider's ``after_turn`` scheduled op.
         interval: Every Nth completed turn of an owner (``None``: no hook, on demand only).
@@ -110,7 +137,7 @@ class Curator:
 
     def __init__(
         self,
-        runtime: Runtime,
+        host: CurationHost,
         service: MemoryService,
         op: ScheduledOp,
         *,
@@ -118,7 +145,7 @@ class Curator:
         model: Model | str | None = None,
         max_owners: int = DEFAULT_MAX_OWNERS,
     ) -> None:
-        self._rt = runtime
+        self._host = host
         self._service = service
         self.op = op
         self.interval = interval
@@ -131,11 +158,11 @@ class Curator:
         self._inflight: dict[str, asyncio.Future[MemoryPassRecord]] = {}
         # Enough rows to find N turns among some failed, unbound and scheduled runs.
         self._history_rows = min(4 * self.counter.interval + 16, 1_000)
-        runtime.unbound.register_toolset(PASS_TOOLSET, self._pass_tools)
+        host.unbound.register_toolset(PASS_TOOLSET, self._pass_tools)
 
     async def _pass_tools(self, run: RunRecord, names: Sequence[str]) -> list[Any]:
         """The guarded tools of one pass run (in any process, on every segment)."""
-        store = self._rt.store
+        store = self._host.store
 
         async def transcript() -> list[Any]:
             return [r for r in await store.thread_items(run.thread_id) if r.run_id == run.run_id]
@@ -172,7 +199,7 @@ class Curator:
                 return
             if not await self._due(ctx):
                 return
-            store = self._rt.store
+            store = self._host.store
             # The turn's own scope, and every other scope of the owner (another agent or
             # project) whose MEMORY.md changed since that scope's last pass.
             scopes = [ctx.scope]
@@ -185,8 +212,8 @@ class Curator:
                 scopes += [s for s in changed if s != ctx.scope][: MAX_SCOPES_PER_PASS - 1]
             agent: Agent | None = None
             if self.model is None:
-                run = await self._rt.store.get_run(ctx.run_id)
-                agent = self._rt._agents.get(run.agent_name)
+                run = await self._host.store.get_run(ctx.run_id)
+                agent = self._host.agents.named(run.agent_name)
                 if agent is None:
                     log.debug("curation: agent of run %s is not registered; no pass", ctx.run_id)
                     return
@@ -202,7 +229,7 @@ class Curator:
     async def _due(self, ctx: AfterTurnContext) -> bool:
         """Count the turn; whether a pass is due. In the store when it keeps memory (one
         atomic increment: exact across processes and workers), else in this process."""
-        store = self._rt.store
+        store = self._host.store
         owner = Scope(tenant=ctx.scope.tenant, user=ctx.scope.user)
         if isinstance(store, DocumentStore):
             return await store.count_turn(owner, self.counter.interval)
@@ -218,7 +245,7 @@ class Curator:
         from the store (newest first, bounded), for an owner this process has not counted."""
         owner = Scope(tenant=ctx.scope.tenant, user=ctx.scope.user)
         prefix = pass_prefix(owner)
-        runs = await self._rt.store.list_runs(scope=owner, limit=self._history_rows)
+        runs = await self._host.store.list_runs(scope=owner, limit=self._history_rows)
         turns = 0
         for run in runs:
             if (run.idempotency_key or "").startswith(prefix):
@@ -268,10 +295,10 @@ class Curator:
         done.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         self._inflight[key] = done
         spec = self.op.pass_
-        span = self._rt._telemetry.curation_pass(key)
+        span = self._host.telemetry.curation_pass(key)
         try:
             with span.current():  # the pass's run is the span's child
-                run_id = await self._rt.unbound.submit(
+                run_id = await self._host.unbound.submit(
                     system_prompt=self._load_prompt(),
                     messages=[PASS_OPENING],
                     tools=list(spec.tools),
@@ -292,7 +319,7 @@ class Curator:
             else:
                 done.cancel()
             raise
-        self._rt._spawn(self._finish(key, run_id, done, span))
+        self._host.spawn(self._finish(key, run_id, done, span))
         return done
 
     async def _finish(
@@ -300,9 +327,9 @@ class Curator:
     ) -> None:
         """Wait for the pass's run and hand its record (kept by the finisher) to waiters."""
         try:
-            result = await self._rt.unbound.result(run_id)
-            run = await self._rt.store.get_run(run_id)
-            record = await record_pass(self._rt.store, run, result.exit)
+            result = await self._host.unbound.result(run_id)
+            run = await self._host.store.get_run(run_id)
+            record = await record_pass(self._host.store, run, result.exit)
             log.debug("curation: pass %s ended %s", key, result.status)
             span.end(status=result.status)
             if not done.done():
@@ -341,7 +368,7 @@ class Curator:
         Cancelling the wait (e.g. ``asyncio.timeout``) never cancels a pass: ``asyncio.wait``
         leaves what it waits for alone.
         """
-        await self._rt._after_turn.drain()  # a turn's hook may still be submitting a pass
+        await self._host.after_turn.drain()  # a turn's hook may still be submitting a pass
         pending = list(self._inflight.values())
         if not pending:
             return []
@@ -382,7 +409,7 @@ async def record_pass(store: Store, run: RunRecord, exit_: LoopExit) -> MemoryPa
 
 
 def curator_for(
-    runtime: Runtime,
+    host: CurationHost,
     service: MemoryService | None,
     *,
     interval: object = None,
@@ -400,8 +427,8 @@ def curator_for(
             ``model`` is not a valid model spec.
     """
     # Any runtime can end a pass another process started (recover): it keeps its record.
-    runtime.unbound.register_finisher(
-        PASS_FINISHER, lambda run, exit_: _finished(runtime.store, run, exit_)
+    host.unbound.register_finisher(
+        PASS_FINISHER, lambda run, exit_: _finished(host.store, run, exit_)
     )
     checked = check_interval(interval)
     provider = service.provider if service is not None else None
@@ -412,7 +439,7 @@ def curator_for(
         from reverie.models.registry import resolve_model
 
         resolve_model(model)  # a bad spec fails Runtime.open; the spec itself is what passes keep
-    return Curator(runtime, service, op, interval=checked, model=model)
+    return Curator(host, service, op, interval=checked, model=model)
 
 
 async def _finished(store: Store, run: RunRecord, exit_: LoopExit) -> None:

@@ -32,7 +32,7 @@ import contextvars
 import logging
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from reverie.core.events import RunFinished, event_from_dict
 from reverie.core.scope import Scope
@@ -41,6 +41,7 @@ from reverie.memory.curation import pass_prefix
 from reverie.runtime.event_log import follow_events, last_seq, run_settled
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import RunHandle
+from reverie.runtime.ports import Runner
 from reverie.runtime.result import RunResult
 from reverie.store.base import RunRecord
 from reverie.store.run_events import RunEventLog
@@ -48,7 +49,6 @@ from reverie.store.run_events import RunEventLog
 if TYPE_CHECKING:
     import procrastinate
 
-    from reverie.runtime.runtime import Runtime
 
 log = logging.getLogger("reverie.dispatch")
 
@@ -113,7 +113,7 @@ def advanced_by_a_job(run_id: str) -> bool:
     return _ADVANCING.get() == run_id
 
 
-async def _advance_here(rt: Runtime, run_id: str) -> RunResult:
+async def _advance_here(rt: Runner, run_id: str) -> RunResult:
     token = _ADVANCING.set(run_id)
     try:
         return await rt.resume(run_id)
@@ -152,7 +152,7 @@ async def ensure_queue_schema(url: str) -> None:
                 await conn.execute(SchemaManager.get_schema())
 
 
-async def wait_settled(rt: Runtime, run_id: str) -> RunResult:
+async def wait_settled(rt: Runner, run_id: str) -> RunResult:
     """Poll the store (20 ms, doubling to 500 ms) until the run ends or blocks; its result."""
     delay = _POLL_FIRST_S
     while not await run_settled(rt.store, await rt.store.get_run(run_id)):
@@ -204,7 +204,7 @@ class QueueDispatcher:
 
     async def dispatch(
         self,
-        rt: Runtime,
+        rt: Runner,
         run: RunRecord,
         spawn: Callable[[Any], asyncio.Task[None]],
         *,
@@ -226,7 +226,7 @@ class QueueDispatcher:
 
 
 def watching_handle(
-    rt: Runtime, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]], *, start: int = 0
+    rt: Runner, run: RunRecord, spawn: Callable[[Any], asyncio.Task[None]], *, start: int = 0
 ) -> RunHandle:
     """A handle on a run another process advances: its result and events come from the store.
 
@@ -266,8 +266,15 @@ def watching_handle(
     return RunHandle(rt, run.run_id, run.thread_id, bus, done)
 
 
+class QueueWorker(Runner, Protocol):
+    """The runtime a worker advances jobs with: a :class:`Runner` whose background work (a
+    curation pass a turn makes due) goes to the worker's queue while :func:`serve_jobs` runs."""
+
+    _background_queue: QueueDispatcher | None
+
+
 async def serve_jobs(
-    rt: Runtime,
+    rt: QueueWorker,
     url: str,
     *,
     concurrency: int = 4,

@@ -13,7 +13,7 @@ from reverie.runtime.events import EventBus
 from reverie.runtime.result import RunResult
 
 if TYPE_CHECKING:
-    from reverie.runtime.runtime import Runtime
+    from reverie.runtime.ports import RunControl
 
 GracefulStopReason = HostStopReason
 
@@ -23,7 +23,7 @@ class RunHandle:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: RunControl,
         run_id: str,
         thread_id: str,
         bus: EventBus,

@@ -9,7 +9,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 
-from reverie.store.base import Store
+from reverie.store.base import RunRecord, Store
 
 LEASE_TTL_S = 30.0
 """A worker renews its lease every third of this; a dead worker's runs are free after it."""
@@ -78,3 +78,48 @@ async def heartbeat(store: Store, run_id: str, fence: int, *, ttl_s: float) -> A
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+
+
+def lease_live(run: RunRecord, now: float | None = None) -> bool:
+    """Whether ``run``'s lease is unexpired and its owner is not a dead process of this host."""
+    now = time.time() if now is None else now
+    expires = run.lease_expires_at
+    return bool(expires and expires > now) and not owner_gone(run.lease_owner)
+
+
+class Leases:
+    """One runtime's leases: taking a run (over a dead owner's lease), renewing, releasing.
+
+    ``owner`` is set when the runtime opens; until then each take uses a fresh owner.
+    """
+
+    def __init__(self, store: Store, *, ttl_s: float) -> None:
+        self._store = store
+        self.ttl_s = ttl_s
+        self.owner: str | None = None
+
+    def held_elsewhere(self, run: RunRecord, now: float | None = None) -> bool:
+        """Whether a live worker other than this runtime holds ``run``'s lease."""
+        return lease_live(run, now) and run.lease_owner != self.owner
+
+    async def take(self, run: RunRecord) -> int:
+        """Lease ``run`` for this runtime (taking over a dead owner's lease); its fence.
+
+        Raises:
+            RunBusy: A live worker holds it.
+        """
+        return await self._store.acquire_lease(
+            run.run_id,
+            self.owner or new_owner(),
+            ttl_s=self.ttl_s,
+            now=time.time(),
+            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
+        )
+
+    def heartbeat(self, run_id: str, fence: int) -> contextlib.AbstractAsyncContextManager[None]:
+        """Renew the lease while the body runs (see :func:`heartbeat`)."""
+        return heartbeat(self._store, run_id, fence, ttl_s=self.ttl_s)
+
+    async def release(self, run_id: str, fence: int) -> None:
+        """Give the lease up."""
+        await self._store.release_lease(run_id, fence)

@@ -6,18 +6,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
 
 from reverie.core.canonical import digest
 from reverie.core.content import ContentPart, UserContent
-from reverie.core.events import RunStarted
-from reverie.core.exits import Cancelled, Failed
+from reverie.core.exits import Cancelled
 from reverie.core.ids import new_id
-from reverie.core.limits import Limits
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
@@ -25,50 +22,36 @@ from reverie.errors import (
     ConfigError,
     ConflictError,
     GateResolvedError,
-    LeaseLost,
     NotFoundError,
     RunBusy,
     RunEndedError,
     ThreadBusy,
-    TranscriptConflict,
-    UnknownAgentError,
     UsageError,
 )
 from reverie.hooks import HookDispatcher, HookRegistry
 from reverie.loop.compaction import PINNED_META
 from reverie.loop.control import CancelToken
-from reverie.loop.executor import LoopConfig, run_loop
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
-from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.memory.provider import MemoryProvider
-from reverie.memory.service import RunMemory, RuntimeMemory, memory_service
+from reverie.memory.service import RuntimeMemory, memory_service
 from reverie.models.base import Model
 from reverie.runtime import subagents
 from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
+from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
-from reverie.runtime.compaction import run_policy
-from reverie.runtime.curation import curator_for
+from reverie.runtime.curation import CurationHost, curator_for
 from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
-from reverie.runtime.event_hooks import EventHookTap
 from reverie.runtime.event_log import record_events
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
-from reverie.runtime.host import (
-    BusEvents,
-    RunContext,
-    RunHost,
-    StoreCheckpoints,
-    StoreInputs,
-    StorePrompt,
-    StoreTranscript,
-    StreamingModel,
-    ToolPort,
-)
-from reverie.runtime.leases import LEASE_TTL_S, heartbeat, new_owner, owner_gone
-from reverie.runtime.output import family_for, typed_model, typed_result, typed_tools
+from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
+from reverie.runtime.output import family_for, typed_result
+from reverie.runtime.ports import ThreadPolicy
+from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
-from reverie.runtime.resume import crash_resume, load_state, usage_so_far
+from reverie.runtime.resume import usage_so_far
+from reverie.runtime.segment import ActiveSegment, SegmentRunner
 from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.runtime.user_input import input_payload, is_user_content, opening_items
@@ -78,19 +61,7 @@ from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
 
-ThreadPolicy = Literal["reject", "enqueue", "interrupt"]
-"""What starting a run on a thread with an active run does (see :meth:`Runtime.start`)."""
 THREAD_POLICIES: tuple[str, ...] = ("reject", "enqueue", "interrupt")
-_RUN_AGENTS_MAX = 10_000
-
-
-@dataclass(slots=True, kw_only=True)
-class _Active:
-    token: CancelToken
-    bus: EventBus
-    done: asyncio.Future[RunResult]
-    task: asyncio.Task[None] | None = None
-    thread_id: str = ""
 
 
 class Runtime:
@@ -123,11 +94,22 @@ class Runtime:
             raise UsageError(f"thread_policy must be one of {', '.join(THREAD_POLICIES)}")
         self._thread_policy: ThreadPolicy = thread_policy
         self.store = store
+        self.runs = Runs(store)
+        """Read stored runs, threads and events: ``await rt.runs.get(run_id, scope=scope)``."""
+        self.gates = Gates(store)
+        """Read stored approval gates: ``await rt.gates.list(scope=scope)``."""
         self._telemetry = Telemetry(tracer_provider=tracer_provider, trace_content=trace_content)
         self.hooks = HookRegistry()
         """Register hooks here: ``rt.hooks.register("before_capability", fn, name=...)``."""
         self._dispatcher = HookDispatcher(self.hooks)
-        self.unbound = UnboundTurnService(self)
+        self._families = LoopFamilyRegistry(
+            families if families is not None else default_families()
+        )
+        self._directory = AgentDirectory()
+        self._active: dict[str, ActiveSegment] = {}
+        self.unbound = UnboundTurnService(
+            self, agents=self._directory, families=self._families, active=self._active.get
+        )
         """Unbound turns: no conversation, no reply target (DESIGN §14)."""
         self._after_turn = AfterTurnWork()
         self._applier = ExitApplier(
@@ -135,24 +117,13 @@ class Runtime:
             self._dispatcher,
             before_terminal=self.unbound.before_terminal,
             after_turn=self._after_turn,
-            output_of=lambda run, value: typed_result(self._known_agent(run), value),
+            output_of=lambda run, value: typed_result(self._directory.known(run), value),
         )
-        self._families = LoopFamilyRegistry(
-            families if families is not None else default_families()
-        )
-        self._agents: dict[str, Agent] = {}
-        self._run_agents: OrderedDict[str, Agent] = OrderedDict()
-        """Run id → the agent object that started it (bounded; see ``_agent_for``)."""
-        self._models: dict[str, dict[str, Model]] = {}
-        self._summary_models: dict[str, Model] = {}
-        """Compaction's summary models, resolved once per spec."""
-        """Agent name → its model specs, resolved (built once per registration)."""
         for agent in agents:
             self.register(agent)
-        self._active: dict[str, _Active] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_concurrent_runs)
-        self._lease_ttl_s = lease_ttl_s
+        self._leases = Leases(store, ttl_s=lease_ttl_s)
         from reverie.models.pricing import PriceTable
 
         # Built-in prices, with the caller's (a PriceTable, or {model: Price | mapping}) on top.
@@ -161,17 +132,38 @@ class Runtime:
         else:
             self._prices = PriceTable.default().merged(prices or {})
         self._opened = False
-        self._owner: str | None = None
         self._queue: QueueDispatcher | None = None  # set by open(..., dispatch="queue")
         # Set by a worker (dispatch.serve_jobs): the queue its own background work goes to.
         self._background_queue: QueueDispatcher | None = None
         self._memory = memory_service(memory, budget_bytes=memory_budget_bytes)
         # Checked here, so a bad curation setting fails Runtime.open, not a later turn.
+        curation = CurationHost(
+            store=store,
+            unbound=self.unbound,
+            agents=self._directory,
+            telemetry=self._telemetry,
+            after_turn=self._after_turn,
+            spawn=self._spawn,
+        )
         self._curator = curator_for(
-            self, self._memory, interval=curation_interval_turns, model=curation_model
+            curation, self._memory, interval=curation_interval_turns, model=curation_model
         )
         self.memory = RuntimeMemory(self._memory, store, self._curator)
         """Read, write and search memory: ``await rt.memory.read(scope, "MEMORY.md")``."""
+        self._segments = SegmentRunner(
+            store=store,
+            hooks=self.hooks,
+            dispatcher=self._dispatcher,
+            agents=self._directory,
+            unbound=self.unbound,
+            families=self._families,
+            leases=self._leases,
+            applier=self._applier,
+            telemetry=self._telemetry,
+            memory=self._memory,
+            prices=self._prices,
+            runner=self,
+        )
 
     # ------------------------------------------------------------------------------ lifecycle
     @classmethod
@@ -263,7 +255,7 @@ class Runtime:
                 await self.store.close()
                 raise
         self._opened = True
-        self._owner = new_owner()
+        self._leases.owner = new_owner()
 
     async def aclose(self) -> None:
         """Stop local work (runs stay durable and can be resumed) and close the store."""
@@ -298,59 +290,11 @@ class Runtime:
     # ------------------------------------------------------------------------------ agents
     def register(self, agent: Agent) -> None:
         """Make an agent known to this process (needed to resume, approve or recover its runs)."""
-        self._agents[agent.name] = agent
-        self._models.pop(agent.name, None)
+        self._directory.register(agent)
 
     def unregister(self, agent: Agent) -> None:
         """Forget ``agent`` (a no-op when its name now belongs to another agent)."""
-        if self._agents.get(agent.name) is agent:
-            del self._agents[agent.name]
-            self._models.pop(agent.name, None)
-        for run_id in [r for r, a in self._run_agents.items() if a is agent]:
-            del self._run_agents[run_id]
-
-    def _agent_for(self, run: RunRecord) -> Agent:
-        """The agent that advances ``run``: the one that started it, if it started here.
-
-        Runs are keyed by agent identity within a process (a second ``Agent`` registered under
-        the same name never advances the first one's runs) and by name across processes.
-        """
-        started = self._run_agents.get(run.run_id)
-        agent = started if started is not None else self._agent(run.agent_name)
-        return subagents.with_run_limits(agent, run)  # a child run keeps its narrowed limits
-
-    def _image_cap(self, run: RunRecord) -> int:
-        """``Limits.max_image_bytes`` of the run's agent (the default for one not known here)."""
-        agent = self._run_agents.get(run.run_id) or self._agents.get(run.agent_name)
-        return (agent.limits if agent is not None else Limits()).max_image_bytes
-
-    def _remember_agent(self, run_id: str, agent: Agent) -> None:
-        self._run_agents[run_id] = agent
-        while len(self._run_agents) > _RUN_AGENTS_MAX:
-            self._run_agents.popitem(last=False)  # oldest first; the name lookup remains
-
-    def _known_agent(self, run: RunRecord) -> Agent | None:
-        return self._run_agents.get(run.run_id) or self._agents.get(run.agent_name)
-
-    def _agent(self, name: str) -> Agent:
-        try:
-            return self._agents[name]
-        except KeyError:
-            raise UnknownAgentError(name) from None
-
-    def _model_chain(self, agent: Agent) -> tuple[Model, ...]:
-        """The agent's models, specs resolved: the primary, then the fallbacks."""
-        from reverie.models.registry import resolve_model
-
-        resolved = self._models.setdefault(agent.name, {})
-        chain: list[Model] = []
-        for entry in agent.models:
-            if isinstance(entry, str):
-                if entry not in resolved:
-                    resolved[entry] = resolve_model(entry)
-                entry = resolved[entry]
-            chain.append(entry)
-        return tuple(chain)
+        self._directory.unregister(agent)
 
     # ------------------------------------------------------------------------------ runs
     async def run(
@@ -419,7 +363,7 @@ class Runtime:
         active = self._active.get(run_id)
         if active is not None and active.task is not None:
             await asyncio.wait({active.task})
-        deadline = time.monotonic() + 3 * self._lease_ttl_s
+        deadline = time.monotonic() + 3 * self._leases.ttl_s
         delay = 0.02
         while (await self.store.get_run(run_id)).status not in TERMINAL_STATUSES:
             if time.monotonic() > deadline:
@@ -472,20 +416,20 @@ class Runtime:
             raise UsageError("scope must be a reverie.Scope set by the host")
         if profile == "interactive" and has_actor:
             await self._after_turn.settle(scope)  # the owner's last turn is recorded first
-        if self._agents.get(agent.name) is not agent:
+        if self._directory.named(agent.name) is not agent:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
         family_id = profile if profile.startswith("unbound") else family_for(agent, self._families)
-        if agent.limits.max_usd is not None:
-            for model_name in (m.name for m in self._model_chain(agent)):
-                if self._prices.price_for(model_name) is None:
-                    # A USD budget we cannot measure is no budget at all: refuse to start.
-                    raise ConfigError(
-                        f"agent {agent.name!r} sets Limits(max_usd=...) but no price is "
-                        f"configured for model {model_name!r}. Fix: add it to [prices] in "
-                        f"reverie.toml or pass Runtime.open(..., prices={{{model_name!r}: "
-                        "Price(...)})"
-                    )
+        budgeted = agent.limits.max_usd is not None
+        if budgeted and (unpriced := self._directory.unpriced(agent, self._prices)):
+            # A USD budget we cannot measure is no budget at all: refuse to start.
+            model_name = unpriced[0]
+            raise ConfigError(
+                f"agent {agent.name!r} sets Limits(max_usd=...) but no price is "
+                f"configured for model {model_name!r}. Fix: add it to [prices] in "
+                f"reverie.toml or pass Runtime.open(..., prices={{{model_name!r}: "
+                "Price(...)})"
+            )
         self._families.get(family_id)  # unknown family: a typed error now, not later
         max_image_bytes = agent.limits.max_image_bytes
         items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
@@ -527,7 +471,7 @@ class Runtime:
                     return joined
         if run.run_id != minted:
             return await self._existing(run, scope)
-        self._remember_agent(run.run_id, agent)
+        self._directory.remember(run.run_id, agent)
         if pin:
             items = [
                 replace(i, meta={**i.meta, PINNED_META: True}) if i.role == "user" else i
@@ -563,7 +507,7 @@ class Runtime:
         active = self._active.get(run.run_id)
         if active is None:
             loop = asyncio.get_running_loop()
-            active = _Active(
+            active = ActiveSegment(
                 token=CancelToken(),
                 bus=EventBus(),
                 done=loop.create_future(),
@@ -584,10 +528,10 @@ class Runtime:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _drive(self, run_id: str, active: _Active, *, resumed: bool) -> None:
+    async def _drive(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> None:
         try:
             async with self._slots:
-                result = await self._advance(run_id, active, resumed=resumed)
+                result = await self._segments.advance(run_id, active, resumed=resumed)
             if not active.done.done():
                 active.done.set_result(result)
         except BaseException as exc:
@@ -605,149 +549,7 @@ class Runtime:
             done = active.done
             ended = done.done() and not done.cancelled() and done.exception() is None
             if ended and done.result().status in TERMINAL_STATUSES:
-                self._run_agents.pop(run_id, None)  # nothing of it will be resumed
-
-    async def _advance(self, run_id: str, active: _Active, *, resumed: bool) -> RunResult:
-        """Lease the run, load its checkpoint, run the loop, apply the exit."""
-        run = await self.store.get_run(run_id)
-        if run.profile.startswith("unbound"):
-            # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
-            agent: Agent | Failed = await self.unbound.agent_for(run)
-        else:
-            agent = self._agent_for(run)
-        # The agent's own hooks apply to its runs only, on top of the runtime's.
-        dispatcher = (
-            HookDispatcher(self.hooks.extended(agent.hooks))
-            if isinstance(agent, Agent) and agent.hooks
-            else self._dispatcher
-        )
-        # Every event of the segment, run_started to run_finished, reaches `event` hooks.
-        tap = EventHookTap(dispatcher, scope=run.scope, run_id=run_id, bus=active.bus)
-        active.bus.tap(tap)
-        try:
-            try:
-                return await self._advance_leased(
-                    run, agent, dispatcher, tap, active, resumed=resumed
-                )
-            except TranscriptConflict:
-                # Another writer appended to the thread under a step (none of the step was
-                # written): resume from the last checkpoint, which reads the thread again.
-                log.warning("run %s: the thread moved under a step; resuming", run_id)
-                return await self._advance_leased(run, agent, dispatcher, tap, active, resumed=True)
-        finally:
-            await tap.drain()
-            active.bus.untap(tap)
-
-    async def _advance_leased(
-        self,
-        run: RunRecord,
-        agent: Agent | Failed,
-        dispatcher: HookDispatcher,
-        tap: EventHookTap,
-        active: _Active,
-        *,
-        resumed: bool,
-    ) -> RunResult:
-        run_id = run.run_id
-        owner = self._owner or new_owner()
-        fence = await self.store.acquire_lease(
-            run_id,
-            owner,
-            ttl_s=self._lease_ttl_s,
-            now=time.time(),
-            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
-        )
-        segment = self._telemetry.segment(run, resumed=resumed)
-        try:
-            # Another worker may have finished the run while we waited for the lease.
-            run = await self.store.get_run(run_id)
-            if run.status in TERMINAL_STATUSES:
-                return await self._applier.result_of(run)
-            if isinstance(agent, Failed):
-                return await self._applier.apply(run, agent, fence=fence, bus=active.bus)
-            # Still "running": the worker that advanced it died mid-segment (a crash resume).
-            crashed = resumed and run.status == "running"
-            run = await self.store.set_run_status(run_id, "running", fence=fence)
-            await self.store.unseal_inputs(run_id)
-            family = self._families.get(run.family_id)
-            active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
-            loaded = await load_state(self.store, run, family)
-            if not isinstance(loaded, LoopExecutionState):
-                return await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
-            state = loaded
-            if crashed:
-                limited = crash_resume(state, agent.limits)
-                if not isinstance(limited, LoopExecutionState):
-                    return await self._applier.apply(run, limited, fence=fence, bus=active.bus)
-                state = limited
-                # Durable at once: a worker that dies again before its next checkpoint must
-                # still have used up this resume.
-                cp = await self.store.load_checkpoint(run_id)
-                if cp is not None:
-                    payload = encode_checkpoint(state, family_digest=family.identity.digest)
-                    await self.store.save_checkpoint(run_id, cp.kind, payload, fence=fence)
-            ctx = RunContext(
-                run_id=run_id,
-                thread_id=run.thread_id,
-                scope=run.scope,
-                fence=fence,
-                store=self.store,
-                hooks=dispatcher,
-                bus=active.bus,
-                token=active.token,
-                family_digest=family.identity.digest,
-                poisoned=tap.poisoned,
-                gated=dict(state.host_state.get("gated_tools", {})),
-            )
-            tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
-            models = [typed_model(agent, m) for m in self._model_chain(agent)]
-            compaction = run_policy(agent.compaction, models, self._summary_models)
-            host = RunHost(
-                run_id=run_id,
-                token=active.token,
-                prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
-                model=StreamingModel(ctx, models, self._prices),
-                capabilities=ToolPort(ctx, self._tools_of(agent, run)),
-                transcript=StoreTranscript(ctx),
-                checkpoints=StoreCheckpoints(ctx),
-                inputs=StoreInputs(ctx),
-                events=BusEvents(ctx),
-            )
-            traced = segment.instrument(host, state)
-            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
-            async with heartbeat(self.store, run_id, fence, ttl_s=self._lease_ttl_s):
-                try:
-                    exit_, _ = await run_loop(traced, family, state, config)
-                except (LeaseLost, TranscriptConflict):
-                    raise
-                except Exception as exc:  # a bug below the loop: recorded, never a crash
-                    log.exception("run %s: unexpected error in the loop", run_id)
-                    exit_ = Failed(
-                        kind="driver_bug",
-                        safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
-                    )
-            await ctx.drain_observers()
-            return segment.finished(
-                await self._applier.apply(run, exit_, fence=fence, bus=active.bus, hooks=dispatcher)
-            )
-        finally:
-            segment.close()
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self.store.release_lease(run_id, fence))
-
-    def _run_memory(self, run: RunRecord) -> RunMemory | None:
-        # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.
-        if self._memory is None or run.profile.startswith("unbound"):
-            return None
-        return self._memory.for_run(
-            scope=run.scope, thread_id=run.thread_id, run_id=run.run_id, store=self.store
-        )
-
-    def _tools_of(self, agent: Agent, run: RunRecord) -> list[Any]:
-        tools = subagents.bind(self, agent, run, agent.tools)
-        if self._memory is not None and not run.profile.startswith("unbound"):
-            tools += self._memory.tools(tools)
-        return tools + typed_tools(agent)
+                self._directory.forget_run(run_id)  # nothing of it will be resumed
 
     # ------------------------------------------------------------------------------ inputs
     async def send_input(
@@ -766,7 +568,7 @@ class Runtime:
             # No conversation to steer: refused up front, never accepted and then dropped.
             raise UsageError(f"run {run_id} is an unbound turn: it takes no steering or follow-ups")
         input_id = input_id or new_id("in")
-        payload = input_payload(text, max_image_bytes=self._image_cap(run))
+        payload = input_payload(text, max_image_bytes=self._directory.image_cap(run))
         await self.store.enqueue_input(run_id, kind, payload, input_id=input_id)
         return input_id
 
@@ -800,13 +602,7 @@ class Runtime:
             return None
         # Nobody advances it (blocked, queued, or its worker died): end it now under a lease.
         try:
-            fence = await self.store.acquire_lease(
-                run_id,
-                self._owner or new_owner(),
-                ttl_s=self._lease_ttl_s,
-                now=time.time(),
-                take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
-            )
+            fence = await self._leases.take(run)
         except RunBusy:
             # A worker took it in the meantime: leave the request in its queue.
             with contextlib.suppress(RunEndedError):
@@ -827,17 +623,11 @@ class Runtime:
                 run, Cancelled(reason=reason, usage=usage), fence=fence
             )
         finally:
-            await self.store.release_lease(run_id, fence)
+            await self._leases.release(run_id, fence)
 
     def _advanced_elsewhere(self, run: RunRecord) -> bool:
         """Whether a live worker other than this runtime holds the run's lease."""
-        live = bool(run.lease_expires_at and run.lease_expires_at > time.time())
-        return (
-            live
-            and run.status in ("running", "queued")
-            and run.lease_owner != self._owner
-            and not owner_gone(run.lease_owner)
-        )
+        return run.status in ("running", "queued") and self._leases.held_elsewhere(run)
 
     # ------------------------------------------------------------------------------ gates
     async def approve(self, ref: str) -> RunResult:
@@ -861,7 +651,7 @@ class Runtime:
         run = await self.store.get_run(gate.run_id)
         # A subagent's gate: resuming its root run resumes the child inside the parent's call.
         root = await subagents.root_of(self.store, run)
-        self._agent_for(root)  # unknown agent: typed error before anything changes
+        self._directory.for_run(root)  # unknown agent: typed error before anything changes
         await self.store.resolve_gate(ref, status, reason=reason, now=time.time())
         with contextlib.suppress(RunEndedError):
             await self.store.enqueue_input(
@@ -876,8 +666,8 @@ class Runtime:
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             return await self._applier.result_of(run)
-        if not self.unbound.knows(run) and run.run_id not in self._run_agents:
-            self._agent(run.agent_name)  # the typed error naming the agent
+        if not self.unbound.knows(run) and not self._directory.started_here(run.run_id):
+            self._directory.get(run.agent_name)  # the typed error naming the agent
         # A segment of this run still advancing (or still closing) here: let it finish first,
         # then decide from what it left in the store.
         while (active := self._active.get(run_id)) is not None:
@@ -890,8 +680,7 @@ class Runtime:
         blocked = run.status == "blocked" and not run.cancel_requested
         if blocked and await self._waits_for_a_person(run):
             return await self._applier.result_of(run)  # still waiting for a person
-        leased = bool(run.lease_expires_at and run.lease_expires_at > time.time())
-        if leased and not owner_gone(run.lease_owner) and run.lease_owner != self._owner:
+        if self._leases.held_elsewhere(run):
             raise RunBusy(f"run {run_id} is leased by a live worker")
         with self._telemetry.span("resume_run", {"reverie.run.id": run_id}):
             handle = await self._dispatch(run, resumed=True)
@@ -909,8 +698,7 @@ class Runtime:
         # A blocked run whose gate was resolved (or that was cancelled) by a caller that died
         # before resuming it would otherwise stay blocked for good.
         for run in await self.store.list_runs(statuses=["blocked"], limit=10_000):
-            leased = bool(run.lease_expires_at and run.lease_expires_at > now)
-            if leased and not owner_gone(run.lease_owner):
+            if lease_live(run, now):
                 continue
             if run.cancel_requested or not await self._waits_for_a_person(run):
                 candidates.append(run)

@@ -37,7 +37,7 @@ import contextlib
 import dataclasses
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from reverie.capabilities.context import ToolContext
@@ -61,8 +61,11 @@ from reverie.store.base import ACTIVE_STATUSES, TERMINAL_STATUSES, RunRecord, St
 
 if TYPE_CHECKING:
     from reverie.runtime.agent import Agent
+    from reverie.runtime.ports import Runner
     from reverie.runtime.result import RunResult
-    from reverie.runtime.runtime import Runtime
+
+Unpriced = Callable[["Agent"], Sequence[str]]
+"""The models of an agent with no price (what a spend limit cannot measure)."""
 
 log = logging.getLogger("reverie.runtime.subagents")
 
@@ -162,9 +165,15 @@ class _BoundSubagent:
     """A :class:`SubagentTool` bound to one run of a runtime: its calls start child runs."""
 
     def __init__(
-        self, runtime: Runtime, tool: SubagentTool, parent: RunRecord, parent_limits: Limits
+        self,
+        runtime: Runner,
+        unpriced: Unpriced,
+        tool: SubagentTool,
+        parent: RunRecord,
+        parent_limits: Limits,
     ) -> None:
         self._rt = runtime
+        self._unpriced = unpriced
         self._tool = tool
         self._parent = parent
         self._parent_limits = parent_limits
@@ -184,23 +193,38 @@ class _BoundSubagent:
                 + (f" (unexpected: {', '.join(extra)})" if extra else ""),
             )
         return await _run_child(
-            self._rt, self._tool, self._parent, self._parent_limits, text, ctx.call_id
+            self._rt,
+            self._unpriced,
+            self._tool,
+            self._parent,
+            self._parent_limits,
+            text,
+            ctx.call_id,
         )
 
 
-def bind(runtime: Runtime, agent: Agent, run: RunRecord, tools: Sequence[Any]) -> list[Any]:
-    """``tools`` with each :class:`SubagentTool` bound to ``run`` (the others as they are)."""
+def bind(
+    runtime: Runner, agent: Agent, run: RunRecord, tools: Sequence[Any], *, unpriced: Unpriced
+) -> list[Any]:
+    """``tools`` with each :class:`SubagentTool` bound to ``run`` (the others as they are).
+
+    ``unpriced(agent)`` names the agent's models without a price (a child under a spend limit
+    is refused when there is one).
+    """
     if not any(isinstance(t, SubagentTool) for t in tools):
         return list(tools)
     return [
-        _BoundSubagent(runtime, t, run, agent.limits) if isinstance(t, SubagentTool) else t
+        _BoundSubagent(runtime, unpriced, t, run, agent.limits)
+        if isinstance(t, SubagentTool)
+        else t
         for t in tools
     ]
 
 
 # ---------------------------------------------------------------------------------- the call
 async def _run_child(
-    rt: Runtime,
+    rt: Runner,
+    unpriced_of: Unpriced,
     tool: SubagentTool,
     parent: RunRecord,
     parent_limits: Limits,
@@ -219,8 +243,7 @@ async def _run_child(
         )
     limits = await child_limits(rt.store, parent, parent_limits, agent.limits, call)
     if limits.max_usd is not None:
-        chain = rt._model_chain(agent)
-        unpriced = [m.name for m in chain if rt._prices.price_for(m.name) is None]
+        unpriced = unpriced_of(agent)
         if unpriced:
             model_name = unpriced[0]
             # The parent's spend limit reaches the child: unmeasurable spend is refused.
@@ -260,7 +283,7 @@ async def _run_child(
     return outcome_of(name, result, max_bytes=tool.max_output_bytes)
 
 
-async def _follow_cancel(rt: Runtime, parent_id: str, thread_id: str, child_id: str | None) -> None:
+async def _follow_cancel(rt: Runner, parent_id: str, thread_id: str, child_id: str | None) -> None:
     """The call was cancelled: if its run is being cancelled (not shut down), so is the child."""
     try:
         if not (await rt.store.get_run(parent_id)).cancel_requested:
@@ -436,7 +459,7 @@ async def children_of(
     )
 
 
-async def cancel_children(rt: Runtime, run: RunRecord) -> None:
+async def cancel_children(rt: Runner, run: RunRecord) -> None:
     """Cancel every active child of ``run`` (and theirs): cancellation follows the parent."""
     for child in await children_of(rt.store, run, statuses=ACTIVE_STATUSES):
         try:

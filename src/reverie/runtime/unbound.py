@@ -47,8 +47,11 @@ from reverie.runtime.unbound_spec import META_KEY, UnboundSpec
 from reverie.store.base import TERMINAL_STATUSES, RunRecord
 
 if TYPE_CHECKING:
+    from reverie.loop.family import LoopFamilyRegistry
     from reverie.models.base import Model
-    from reverie.runtime.runtime import Runtime
+    from reverie.runtime.agents import AgentDirectory
+    from reverie.runtime.ports import Runner
+    from reverie.runtime.segment import ActiveSegment
 
 log = logging.getLogger("reverie.runtime.unbound")
 
@@ -87,8 +90,19 @@ class UnboundTurnService:
         result = await rt.unbound.result(run_id)     # result.output: the validated JSON
     """
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(
+        self,
+        runtime: Runner,
+        *,
+        agents: AgentDirectory,
+        families: LoopFamilyRegistry,
+        active: Callable[[str], ActiveSegment | None],
+    ) -> None:
         self._rt = runtime
+        self._agents = agents
+        self._families = families
+        self._active = active
+        """The segment of a run this runtime advances now, if any."""
         self._models: dict[str, Model] = {}
         self._submitting = asyncio.Lock()
         """Keyed submissions one at a time in this process, so a repeat joins the first."""
@@ -182,7 +196,7 @@ class UnboundTurnService:
         profile = contract.profile
         chosen = agent.model if agent is not None else model
         resolved = self._model(chosen)
-        cap = rt._families.get(profile).budget.iteration_limit(_FAMILY_CAP_PROBE)
+        cap = self._families.get(profile).budget.iteration_limit(_FAMILY_CAP_PROBE)
         spec = UnboundSpec(
             system_prompt=system_prompt,
             contract=contract,
@@ -234,7 +248,7 @@ class UnboundTurnService:
                         meta=stored,
                     )
         except BaseException:
-            if self._live.get(name) is live and name not in rt._agents:
+            if self._live.get(name) is live and name not in self._agents:
                 del self._live[name]
             raise
         self._retire_when_done(handle.run_id, ephemeral)
@@ -244,7 +258,7 @@ class UnboundTurnService:
     def knows(self, run: RunRecord) -> bool:
         """Whether this process can advance ``run``: its agent is registered, or it is an
         unbound run that keeps its spec (which any process can rebuild, or fail cleanly)."""
-        return run.agent_name in self._rt._agents or UnboundSpec.from_meta(run.meta) is not None
+        return run.agent_name in self._agents or UnboundSpec.from_meta(run.meta) is not None
 
     async def agent_for(self, run: RunRecord) -> Agent | Failed:
         """The agent that advances a segment of ``run``.
@@ -259,9 +273,9 @@ class UnboundTurnService:
         """
         spec = UnboundSpec.from_meta(run.meta)
         if spec is None:
-            return self._rt._agent(run.agent_name)
+            return self._agents.get(run.agent_name)
         live = self._live.get(run.agent_name)
-        lender = self._rt._agents.get(spec.lender) if spec.lender is not None else None
+        lender = self._agents.named(spec.lender) if spec.lender is not None else None
         if live is not None:
             model: tuple[Model, ...] = live.model
             hooks = live.hooks
@@ -356,7 +370,7 @@ class UnboundTurnService:
         ephemeral agent (submit the same key again to re-create it).
         """
         rt = self._rt
-        active = rt._active.get(run_id)
+        active = self._active(run_id)
         if active is not None:
             return await asyncio.shield(active.done)
         run = await rt.store.get_run(run_id)
@@ -417,12 +431,11 @@ class UnboundTurnService:
     def _retire_when_done(self, run_id: str, agent: Agent) -> None:
         """Forget the ephemeral agent and what only this process had, once its run segment
         ends (bounded registry)."""
-        rt = self._rt
-        active = rt._active.get(run_id)
+        active = self._active(run_id)
 
         def forget() -> None:
-            rt.unregister(agent)
-            if agent.name not in rt._agents:
+            self._agents.unregister(agent)
+            if agent.name not in self._agents:
                 self._live.pop(agent.name, None)
 
         if active is None:

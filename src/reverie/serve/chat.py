@@ -365,7 +365,7 @@ class ChatRoutes:
             meta=keyed.meta if keyed else None,
         )
         if keyed is not None:
-            keyed.check(await rt.store.get_run(run_id))
+            keyed.check(await rt.runs.get(run_id))
         created = int(time.time())
         headers = {"x-reverie-run-id": run_id}
         if body.stream:

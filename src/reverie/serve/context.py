@@ -26,7 +26,6 @@ __all__ = [
     "SSE_PING_S",
     "ServeContext",
     "TaskOwner",
-    "same_owner",
 ]
 
 log = logging.getLogger("reverie.serve")
@@ -44,11 +43,6 @@ DISCONNECT_REASON = "client disconnected"
 """The cancel reason of a streamed turn whose client went away."""
 
 T = TypeVar("T")
-
-
-def same_owner(a: Scope, b: Scope) -> bool:
-    """Runs, threads and gates belong to a tenant and user (as the runtime compares them)."""
-    return (a.tenant, a.user) == (b.tenant, b.user)
 
 
 class TaskOwner:
@@ -147,19 +141,13 @@ class ServeContext:
     async def owned_run(self, owner: Scope, run_id: str) -> RunRecord:
         """The run if it belongs to ``owner``; another owner's run is 404, as a missing one."""
         try:
-            run = await self.rt.store.get_run(run_id)
+            return await self.rt.runs.get(run_id, scope=owner)
         except NotFoundError:
-            run = None
-        if run is None or not same_owner(run.scope, owner):
-            raise APIError(404, f"run {run_id} not found", code="run_not_found")
-        return run
+            raise APIError(404, f"run {run_id} not found", code="run_not_found") from None
 
     async def owned_gate(self, owner: Scope, ref: str) -> GateRecord:
         """The gate if it belongs to ``owner``; otherwise 404."""
         try:
-            gate = await self.rt.store.get_gate(ref)
+            return await self.rt.gates.get(ref, scope=owner)
         except NotFoundError:
-            gate = None
-        if gate is None or not same_owner(gate.scope, owner):
-            raise APIError(404, f"gate {ref} not found", code="gate_not_found")
-        return gate
+            raise APIError(404, f"gate {ref} not found", code="gate_not_found") from None

@@ -344,7 +344,7 @@ class ResponseRoutes:
                 param=param,
                 retryable=True,
             )
-        tail = await self.ctx.rt.store.thread_items(run.thread_id, last=1)
+        tail = await self.ctx.rt.runs.thread_items(run.thread_id, last=1)
         if tail and tail[-1].run_id != run.run_id:
             raise APIError(
                 409,
@@ -385,7 +385,7 @@ class ResponseRoutes:
                 param="previous_response_id",
             ) from None
         if keyed is not None:
-            keyed.check(await rt.store.get_run(run_id))
+            keyed.check(await rt.runs.get(run_id))
         shape = _Shape(
             run_id=run_id,
             model=body.model,

@@ -22,7 +22,6 @@ from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
 from reverie.core.vocabulary import RUN_STATUSES, GateDecision
 from reverie.errors import NotFoundError
-from reverie.runtime.event_log import follow_events
 from reverie.runtime.result import RunResult
 from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import owner_of
@@ -40,7 +39,6 @@ from reverie.serve.views import (
     settled,
 )
 from reverie.store.base import TERMINAL_STATUSES, GateStatus
-from reverie.store.run_events import RunEventLog
 
 __all__ = ["RunRoutes"]
 
@@ -108,7 +106,7 @@ class RunRoutes:
                 code="thread_not_found",
                 param="thread_id",
             ) from None
-        run = await self.ctx.rt.store.get_run(handle.run_id)
+        run = await self.ctx.rt.runs.get(handle.run_id)
         if keyed is not None:
             keyed.check(run)
         return JSONResponse(
@@ -131,9 +129,7 @@ class RunRoutes:
                 code="invalid_request",
                 param="status",
             )
-        runs = await self.ctx.rt.store.list_runs(
-            scope=owner, statuses=statuses or None, limit=limit
-        )
+        runs = await self.ctx.rt.runs.list(scope=owner, statuses=statuses or None, limit=limit)
         # Each item is the run as GET /v1/runs/{id} shows it (text, exit, usage, gate).
         return JSONResponse(listing([await run_detail(self.ctx.rt, r) for r in runs]))
 
@@ -150,7 +146,7 @@ class RunRoutes:
         another process streams live too.
         """
         run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
-        if not isinstance(self.ctx.rt.store, RunEventLog):
+        if not self.ctx.rt.runs.keeps_events:
             return self.ctx.event_stream(self._events(run.run_id))
         after = _last_event_id(request)
         return self.ctx.event_stream(self._stored_events(run.run_id, after))
@@ -158,7 +154,7 @@ class RunRoutes:
     async def _stored_events(
         self, run_id: str, after_seq: int | None
     ) -> AsyncIterator[ServerSentEvent]:
-        async for seq, data in follow_events(self.ctx.rt.store, run_id, after_seq=after_seq):
+        async for seq, data in self.ctx.rt.runs.events(run_id, after_seq=after_seq):
             text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
             yield ServerSentEvent(data=text, id=None if seq is None else str(seq))
 
@@ -174,7 +170,7 @@ class RunRoutes:
                     if event.kind == "run_finished":
                         return
                 # The segment ended without announcing it (stopped): read what it left.
-            run = await rt.store.get_run(run_id)
+            run = await rt.runs.get(run_id)
             if settled(run) and rt.attach(run_id) is None:
                 yield ServerSentEvent(data=event_json(finished_event(run)))
                 return
@@ -212,7 +208,7 @@ class RunRoutes:
                 code="run_ended",
             )
         await self.ctx.rt.cancel(run.run_id, reason="cancelled over HTTP")
-        run = await self.ctx.rt.store.get_run(run.run_id)
+        run = await self.ctx.rt.runs.get(run.run_id)
         return JSONResponse(
             {"run_id": run.run_id, "status": run.status, "cancel_requested": True},
             status_code=202,
@@ -230,7 +226,7 @@ class RunRoutes:
                 code="invalid_request",
                 param="status",
             )
-        gates = await self.ctx.rt.store.list_gates(scope=owner, status=_GATE_STATUSES[wanted])
+        gates = await self.ctx.rt.gates.list(scope=owner, status=_GATE_STATUSES[wanted])
         return JSONResponse(listing([gate_view(g) for g in gates[: _limit(request)]]))
 
     async def approve(self, request: Request) -> Response:
@@ -255,7 +251,7 @@ class RunRoutes:
         ctx, rt = self.ctx, self.ctx.rt
         gate = await ctx.owned_gate(owner, ref)
         async with ctx.resolving:
-            gate = await rt.store.get_gate(ref)
+            gate = await rt.gates.get(ref)
             if gate.status != "pending":
                 raise APIError(409, f"gate {ref} was already {gate.status}", code="gate_resolved")
             earlier = rt.attach(gate.run_id)
@@ -271,10 +267,8 @@ class RunRoutes:
             failure = task.exception() if task.done() and not task.cancelled() else None
             if failure is not None:
                 raise failure  # a typed error: the handlers map it (GateResolvedError → 409)
-        run = await rt.store.get_run(gate.run_id)
-        return JSONResponse(
-            {"gate": gate_view(await rt.store.get_gate(ref)), "run": run_summary(run)}
-        )
+        run = await rt.runs.get(gate.run_id)
+        return JSONResponse({"gate": gate_view(await rt.gates.get(ref)), "run": run_summary(run)})
 
 
 async def _launched(rt: Runtime, run_id: str, task: asyncio.Task[RunResult]) -> None:

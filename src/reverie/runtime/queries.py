@@ -1,0 +1,138 @@
+"""Read-only views of stored runs and gates: ``rt.runs`` and ``rt.gates``.
+
+The command line and the HTTP server read runs, gates and transcripts through these instead of
+the store, so what a surface may see is decided in one place: given a ``scope``, a record of
+another owner (tenant and user) answers as a missing one, :class:`~reverie.errors.NotFoundError`.
+Without a scope every owner's records are visible (the operator's view, as ``reverie runs list``).
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+from reverie.errors import NotFoundError, UsageError
+from reverie.runtime.event_log import StoredEvent, follow_events
+from reverie.runtime.subagents import children_of
+from reverie.store.run_events import RunEventLog
+
+if TYPE_CHECKING:
+    from reverie.core.scope import Scope
+    from reverie.store.base import (
+        GateRecord,
+        GateStatus,
+        RunRecord,
+        Store,
+        ThreadRecord,
+        TranscriptItem,
+    )
+
+__all__ = ["Gates", "Runs"]
+
+
+def _owned(record_scope: Scope, scope: Scope | None) -> bool:
+    return scope is None or (record_scope.tenant, record_scope.user) == (scope.tenant, scope.user)
+
+
+class Runs:
+    """Stored runs, their threads and events: ``await rt.runs.get(run_id, scope=scope)``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def get(self, run_id: str, *, scope: Scope | None = None) -> RunRecord:
+        """The run ``run_id``.
+
+        Raises:
+            NotFoundError: No such run, or (with ``scope``) it belongs to another owner.
+        """
+        run = await self._store.get_run(run_id)
+        if not _owned(run.scope, scope):
+            raise NotFoundError(f"run {run_id} not found")
+        return run
+
+    async def list(
+        self,
+        *,
+        scope: Scope | None = None,
+        tenant: str | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int = 100,
+    ) -> builtins.list[RunRecord]:
+        """Runs, newest first: ``scope``'s (its tenant and user), ``tenant``'s, or everyone's."""
+        return await self._store.list_runs(
+            scope=scope, tenant=tenant, statuses=statuses, limit=limit
+        )
+
+    async def children(self, run: RunRecord) -> builtins.list[RunRecord]:
+        """The runs ``run``'s subagent calls started, oldest first (docs/subagents.md)."""
+        return await children_of(self._store, run)
+
+    async def thread(self, thread_id: str, *, scope: Scope | None = None) -> ThreadRecord:
+        """The thread ``thread_id``.
+
+        Raises:
+            NotFoundError: No such thread, or (with ``scope``) it belongs to another owner.
+        """
+        thread = await self._store.get_thread(thread_id)
+        if not _owned(thread.scope, scope):
+            raise NotFoundError(f"thread {thread_id} not found")
+        return thread
+
+    async def thread_items(
+        self, thread_id: str, *, last: int | None = None, scope: Scope | None = None
+    ) -> builtins.list[TranscriptItem]:
+        """The thread's transcript in order (its ``last`` rows when given).
+
+        Raises:
+            NotFoundError: With ``scope``: no such thread, or it belongs to another owner.
+        """
+        if scope is not None:
+            await self.thread(thread_id, scope=scope)
+        return await self._store.thread_items(thread_id, last=last)
+
+    @property
+    def keeps_events(self) -> bool:
+        """Whether the store keeps run events, so :meth:`events` can replay and follow them."""
+        return isinstance(self._store, RunEventLog)
+
+    async def events(
+        self, run_id: str, *, after_seq: int | None = None, scope: Scope | None = None
+    ) -> AsyncIterator[StoredEvent]:
+        """The run's stored events after ``after_seq`` as ``(seq, event)``, then new ones live,
+        until the run settles (from the start of its latest segment when ``after_seq`` is None).
+
+        Raises:
+            UsageError: The store keeps no run events (see :attr:`keeps_events`).
+            NotFoundError: No such run, or (with ``scope``) it belongs to another owner.
+        """
+        if not self.keeps_events:
+            raise UsageError("this store keeps no run events; follow a live run with attach()")
+        await self.get(run_id, scope=scope)
+        async for seq, data in follow_events(self._store, run_id, after_seq=after_seq):
+            yield seq, data
+
+
+class Gates:
+    """Stored approval gates: ``await rt.gates.list(scope=scope)``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def get(self, ref: str, *, scope: Scope | None = None) -> GateRecord:
+        """The gate ``ref``.
+
+        Raises:
+            NotFoundError: No such gate, or (with ``scope``) it belongs to another owner.
+        """
+        gate = await self._store.get_gate(ref)
+        if not _owned(gate.scope, scope):
+            raise NotFoundError(f"gate {ref} not found")
+        return gate
+
+    async def list(
+        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+    ) -> builtins.list[GateRecord]:
+        """Gates, newest first: pending ones unless ``status`` says otherwise (``None``: all)."""
+        return await self._store.list_gates(scope=scope, status=status)

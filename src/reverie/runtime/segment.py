@@ -1,0 +1,241 @@
+"""The segment runner: one segment of a run, from taking its lease to applying its exit.
+
+A segment leases the run, loads its state (the checkpoint, or the thread's head for a new run),
+builds the :class:`~reverie.runtime.host.RunHost` (prompt, models, tools, transcript,
+checkpoints, inputs, events), runs the loop under a renewed lease and applies the exit the loop
+returned. :class:`~reverie.runtime.runtime.Runtime` launches segments; this module holds what
+one of them does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from reverie.core.events import RunStarted
+from reverie.core.exits import Failed
+from reverie.core.vocabulary import is_unbound_profile
+from reverie.errors import LeaseLost, TranscriptConflict
+from reverie.hooks import HookDispatcher, HookRegistry
+from reverie.loop.control import CancelToken
+from reverie.loop.executor import LoopConfig, run_loop
+from reverie.loop.family import LoopFamilyRegistry
+from reverie.loop.state import LoopExecutionState, encode_checkpoint
+from reverie.memory.service import MemoryService, RunMemory
+from reverie.runtime import subagents
+from reverie.runtime.agent import Agent
+from reverie.runtime.agents import AgentDirectory
+from reverie.runtime.applier import ExitApplier
+from reverie.runtime.compaction import run_policy
+from reverie.runtime.event_hooks import EventHookTap
+from reverie.runtime.events import EventBus
+from reverie.runtime.host import (
+    BusEvents,
+    RunContext,
+    RunHost,
+    StoreCheckpoints,
+    StoreInputs,
+    StorePrompt,
+    StoreTranscript,
+    StreamingModel,
+    ToolPort,
+)
+from reverie.runtime.leases import Leases
+from reverie.runtime.output import typed_model, typed_tools
+from reverie.runtime.result import RunResult
+from reverie.runtime.resume import crash_resume, load_state
+from reverie.runtime.telemetry import Telemetry
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+
+if TYPE_CHECKING:
+    from reverie.models.pricing import PriceTable
+    from reverie.runtime.ports import Runner
+    from reverie.runtime.unbound import UnboundTurnService
+
+__all__ = ["ActiveSegment", "SegmentRunner"]
+
+log = logging.getLogger("reverie.runtime")
+
+
+@dataclass(slots=True, kw_only=True)
+class ActiveSegment:
+    """A segment this runtime advances now: its cancel token, events and result."""
+
+    token: CancelToken
+    bus: EventBus
+    done: asyncio.Future[RunResult]
+    task: asyncio.Task[None] | None = None
+    thread_id: str = ""
+
+
+class SegmentRunner:
+    """Advances one segment of a run (see the module docstring); one per runtime."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        hooks: HookRegistry,
+        dispatcher: HookDispatcher,
+        agents: AgentDirectory,
+        unbound: UnboundTurnService,
+        families: LoopFamilyRegistry,
+        leases: Leases,
+        applier: ExitApplier,
+        telemetry: Telemetry,
+        memory: MemoryService | None,
+        prices: PriceTable,
+        runner: Runner,
+    ) -> None:
+        self._store = store
+        self._hooks = hooks
+        self._dispatcher = dispatcher
+        self._agents = agents
+        self._unbound = unbound
+        self._families = families
+        self._leases = leases
+        self._applier = applier
+        self._telemetry = telemetry
+        self._memory = memory
+        self._prices = prices
+        self._runner = runner
+        """What a subagent call of a segment starts and resumes its child run through."""
+
+    async def advance(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> RunResult:
+        """Lease the run, load its checkpoint, run the loop, apply the exit."""
+        run = await self._store.get_run(run_id)
+        if is_unbound_profile(run.profile):
+            # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
+            agent: Agent | Failed = await self._unbound.agent_for(run)
+        else:
+            agent = self._agents.for_run(run)
+        # The agent's own hooks apply to its runs only, on top of the runtime's.
+        dispatcher = (
+            HookDispatcher(self._hooks.extended(agent.hooks))
+            if isinstance(agent, Agent) and agent.hooks
+            else self._dispatcher
+        )
+        # Every event of the segment, run_started to run_finished, reaches `event` hooks.
+        tap = EventHookTap(dispatcher, scope=run.scope, run_id=run_id, bus=active.bus)
+        active.bus.tap(tap)
+        try:
+            try:
+                return await self._leased(run, agent, dispatcher, tap, active, resumed=resumed)
+            except TranscriptConflict:
+                # Another writer appended to the thread under a step (none of the step was
+                # written): resume from the last checkpoint, which reads the thread again.
+                log.warning("run %s: the thread moved under a step; resuming", run_id)
+                return await self._leased(run, agent, dispatcher, tap, active, resumed=True)
+        finally:
+            await tap.drain()
+            active.bus.untap(tap)
+
+    async def _leased(
+        self,
+        run: RunRecord,
+        agent: Agent | Failed,
+        dispatcher: HookDispatcher,
+        tap: EventHookTap,
+        active: ActiveSegment,
+        *,
+        resumed: bool,
+    ) -> RunResult:
+        run_id = run.run_id
+        fence = await self._leases.take(run)
+        segment = self._telemetry.segment(run, resumed=resumed)
+        try:
+            # Another worker may have finished the run while we waited for the lease.
+            run = await self._store.get_run(run_id)
+            if run.status in TERMINAL_STATUSES:
+                return await self._applier.result_of(run)
+            if isinstance(agent, Failed):
+                return await self._applier.apply(run, agent, fence=fence, bus=active.bus)
+            # Still "running": the worker that advanced it died mid-segment (a crash resume).
+            crashed = resumed and run.status == "running"
+            run = await self._store.set_run_status(run_id, "running", fence=fence)
+            await self._store.unseal_inputs(run_id)
+            family = self._families.get(run.family_id)
+            active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
+            loaded = await load_state(self._store, run, family)
+            if not isinstance(loaded, LoopExecutionState):
+                return await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
+            state = loaded
+            if crashed:
+                limited = crash_resume(state, agent.limits)
+                if not isinstance(limited, LoopExecutionState):
+                    return await self._applier.apply(run, limited, fence=fence, bus=active.bus)
+                state = limited
+                # Durable at once: a worker that dies again before its next checkpoint must
+                # still have used up this resume.
+                cp = await self._store.load_checkpoint(run_id)
+                if cp is not None:
+                    payload = encode_checkpoint(state, family_digest=family.identity.digest)
+                    await self._store.save_checkpoint(run_id, cp.kind, payload, fence=fence)
+            ctx = RunContext(
+                run_id=run_id,
+                thread_id=run.thread_id,
+                scope=run.scope,
+                fence=fence,
+                store=self._store,
+                hooks=dispatcher,
+                bus=active.bus,
+                token=active.token,
+                family_digest=family.identity.digest,
+                poisoned=tap.poisoned,
+                gated=dict(state.host_state.get("gated_tools", {})),
+            )
+            tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
+            models = [typed_model(agent, m) for m in self._agents.model_chain(agent)]
+            compaction = run_policy(agent.compaction, models, self._agents.summary_models)
+            host = RunHost(
+                run_id=run_id,
+                token=active.token,
+                prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
+                model=StreamingModel(ctx, models, self._prices),
+                capabilities=ToolPort(ctx, self._tools_of(agent, run)),
+                transcript=StoreTranscript(ctx),
+                checkpoints=StoreCheckpoints(ctx),
+                inputs=StoreInputs(ctx),
+                events=BusEvents(ctx),
+            )
+            traced = segment.instrument(host, state)
+            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
+            async with self._leases.heartbeat(run_id, fence):
+                try:
+                    exit_, _ = await run_loop(traced, family, state, config)
+                except (LeaseLost, TranscriptConflict):
+                    raise
+                except Exception as exc:  # a bug below the loop: recorded, never a crash
+                    log.exception("run %s: unexpected error in the loop", run_id)
+                    exit_ = Failed(
+                        kind="driver_bug",
+                        safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
+                    )
+            await ctx.drain_observers()
+            return segment.finished(
+                await self._applier.apply(run, exit_, fence=fence, bus=active.bus, hooks=dispatcher)
+            )
+        finally:
+            segment.close()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._leases.release(run_id, fence))
+
+    def _run_memory(self, run: RunRecord) -> RunMemory | None:
+        # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.
+        if self._memory is None or is_unbound_profile(run.profile):
+            return None
+        return self._memory.for_run(
+            scope=run.scope, thread_id=run.thread_id, run_id=run.run_id, store=self._store
+        )
+
+    def _tools_of(self, agent: Agent, run: RunRecord) -> list[Any]:
+        tools = subagents.bind(self._runner, agent, run, agent.tools, unpriced=self._unpriced)
+        if self._memory is not None and not is_unbound_profile(run.profile):
+            tools += self._memory.tools(tools)
+        return tools + typed_tools(agent)
+
+    def _unpriced(self, agent: Agent) -> list[str]:
+        return self._agents.unpriced(agent, self._prices)
