@@ -7,7 +7,9 @@ ideal wall time is (steps + 1) x latency. The runs are started concurrently (``R
 gathered, as ``runs`` clients would) and the clock covers start to the last result. Every run
 must complete having made all its model calls (``steps + 1``); one that made fewer fails the
 benchmark. Printed: wall time and its ratio to the ideal for a bare asyncio loop doing the same
-waits, the in-memory store and durable SQLite, and the ratio to each target.
+waits, the in-memory store and durable SQLite, and the ratio to each target; for reverie also
+the process's CPU time and the part of it spent in the garbage collector (steadier than wall
+time on a loaded machine).
 
 ``--gc default`` keeps Python's collector settings; ``--gc server`` applies what ``reverie
 serve`` and ``reverie worker`` do after start-up (``gc.freeze()`` and the server thresholds,
@@ -38,6 +40,26 @@ async def bump(n: int) -> int:
     return n + 1
 
 
+class GcClock:
+    """CPU time spent in the cyclic garbage collector (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._started
+            self.collections += 1
+
+
+GC_CLOCK = GcClock()
+
+
 class Counted:
     """The benchmark's model: ``latency`` per answer, ``steps`` tool calls, then a reply."""
 
@@ -65,7 +87,11 @@ async def bare(runs: int, steps: int, latency: float) -> float:
     return time.perf_counter() - start
 
 
-async def reverie_runs(runs: int, steps: int, latency: float, url: str) -> float:
+Figures = tuple[float, float, float]
+"""Wall seconds, CPU seconds of the process, CPU seconds in the garbage collector."""
+
+
+async def reverie_runs(runs: int, steps: int, latency: float, url: str) -> Figures:
     model = Counted(steps, latency)
     agent = Agent(
         name="bench",
@@ -74,12 +100,14 @@ async def reverie_runs(runs: int, steps: int, latency: float, url: str) -> float
         limits=Limits(max_iterations=steps + 5),
     )
     async with Runtime.open(url, max_concurrent_runs=runs) as rt:
+        cpu, in_gc = time.process_time(), GC_CLOCK.seconds
         start = time.perf_counter()
         handles = await asyncio.gather(
             *(rt.start(agent, "go", scope=Scope(tenant="b", user=f"u{i}")) for i in range(runs))
         )
         results = await asyncio.gather(*(h.result() for h in handles))
         elapsed = time.perf_counter() - start
+        cpu, in_gc = time.process_time() - cpu, GC_CLOCK.seconds - in_gc
     short = [r for r in results if r.status != "completed" or r.usage.model_calls != steps + 1]
     if short or model.calls != runs * (steps + 1):
         raise SystemExit(
@@ -87,14 +115,14 @@ async def reverie_runs(runs: int, steps: int, latency: float, url: str) -> float
             f"model calls each; the model was called {model.calls} times, "
             f"not {runs * (steps + 1)}"
         )
-    return elapsed
+    return elapsed, cpu, in_gc
 
 
 async def measure(runs: int, steps: int, latency_ms: float, gc_mode: str) -> None:
     latency = latency_ms / 1000
     ideal = (steps + 1) * latency
-    rows = [("bare asyncio", await bare(runs, steps, latency))]
-    rows.append(("reverie in-memory", await reverie_runs(runs, steps, latency, ":memory:")))
+    b = await bare(runs, steps, latency)
+    rows = [("reverie in-memory", await reverie_runs(runs, steps, latency, ":memory:"))]
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'c.db'}"
         rows.append(("reverie SQLite", await reverie_runs(runs, steps, latency, url)))
@@ -102,10 +130,15 @@ async def measure(runs: int, steps: int, latency_ms: float, gc_mode: str) -> Non
         f"{runs} runs x {steps} tool steps, model latency {latency_ms:.0f} ms "
         f"(ideal wall {ideal * 1e3:.0f} ms), gc {gc_mode} {gc.get_threshold()}"
     )
-    for label, value in rows:
+    print(f"  {'bare asyncio':<18} {b * 1e3:9.0f} ms   {b / ideal:6.1f}x ideal")
+    for label, (wall, cpu, in_gc) in rows:
         target = TARGETS_S.get(label) if (runs, steps, latency_ms) == (1000, 5, 20) else None
-        vs = f"   {value / target:5.2f}x target {target:.1f} s" if target else ""
-        print(f"  {label:<18} {value * 1e3:9.0f} ms   {value / ideal:6.1f}x ideal{vs}")
+        vs = f"   {wall / target:5.2f}x target {target:.1f} s" if target else ""
+        print(
+            f"  {label:<18} {wall * 1e3:9.0f} ms   {wall / ideal:6.1f}x ideal{vs}\n"
+            f"  {'':<18} cpu {cpu * 1e3:.0f} ms, of which gc {in_gc * 1e3:.0f} ms "
+            f"({in_gc / cpu:.0%})"
+        )
 
 
 async def main(runs: int, steps: int, latency_ms: float, gc_mode: str) -> None:

@@ -23,14 +23,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the `reverie mcp-memory` command lives in the memory layer and reads reverie.toml "
         "for the store URL; it belongs in reverie.cli"
     ),
-    ("reverie.config", "reverie.cli.scripted_file"): (
-        "`scripted:` model specs are parsed by the CLI's scripted-file reader; that reader "
-        "belongs below the configuration (next to reverie.testing)"
-    ),
-    ("reverie.cli.scripted_file", "reverie.testing.scripted"): (
-        "the same reader builds a ScriptedModel; once it moves out of reverie.cli this is "
-        "a downward import"
-    ),
 }
 
 

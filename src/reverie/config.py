@@ -62,7 +62,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
@@ -71,6 +71,7 @@ from reverie.capabilities.tool import Capability
 from reverie.core.limits import Limits
 from reverie.core.scope import Scope
 from reverie.core.tomlfile import parse_toml
+from reverie.core.vocabulary import OnLimit, ThreadPolicy
 from reverie.errors import ConfigError, MissingExtraError, UsageError
 from reverie.hooks.manifest import (
     read_hook_specs,
@@ -153,7 +154,7 @@ class StoreConfig(_Section):
 class RuntimeSection(_Section):
     """``[runtime]``: defaults of the runtime every command opens."""
 
-    thread_policy: Literal["reject", "enqueue", "interrupt"] = "reject"
+    thread_policy: ThreadPolicy = "reject"
     """What a run started on a thread with a running or blocked run does (docs/durability.md):
     refuse (``ThreadBusy``), become its follow-up, or cancel it first."""
 
@@ -228,7 +229,7 @@ class AgentConfig(_Section):
     tools: list[str] = Field(default_factory=list)
     """``"package.module:attribute"`` references, imported when the file is loaded."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    on_limit: Literal["finalize", "fail"] = "finalize"
+    on_limit: OnLimit = "finalize"
     mcp_servers: list[str] = Field(default_factory=list)
     """Names of ``[mcp.servers.NAME]`` whose tools this agent gets (after its own)."""
     output_type: str | None = None
@@ -561,7 +562,7 @@ def resolve_model_spec(
     """Turn a model spec into a :class:`Model`: ``scripted:FILE.json`` or a registry spec.
 
     Args:
-        spec: ``scripted:path.json`` (:mod:`reverie.cli.scripted_file`) or any spec
+        spec: ``scripted:path.json`` (:mod:`reverie.testing.scripted_file`) or any spec
             :func:`reverie.models.registry.resolve_model` accepts.
         config: Supplies the ``[models.NAME]`` endpoints.
         base_dir: Where a relative ``scripted:`` path starts (default: the current directory).
@@ -569,7 +570,7 @@ def resolve_model_spec(
     Raises:
         ConfigError: The spec is malformed, names an unknown provider, or its script is invalid.
     """
-    from reverie.cli.scripted_file import SCRIPTED_PREFIX, load_scripted_model
+    from reverie.testing.scripted_file import SCRIPTED_PREFIX, load_scripted_model
 
     text = spec.strip()
     if text.startswith(SCRIPTED_PREFIX):

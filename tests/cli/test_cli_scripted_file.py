@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from reverie.cli.scripted_file import load_scripted_model, step_index
 from reverie.core.messages import Message, ModelRequest, ModelResponse, ToolCall, ToolCallPart
 from reverie.errors import ConfigError, ModelError
 from reverie.models.base import complete
+from reverie.testing.scripted_file import load_scripted_model, step_index
 
 
 def _request(*roles: str) -> ModelRequest:

@@ -9,7 +9,7 @@ import pytest
 from reverie.errors import UnknownFamilyError, UsageError
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
 from reverie.loop.state import LoopExecutionState, state_from_dict, state_to_dict
-from reverie.loop.strategies import DefaultRecovery, RepetitionStop
+from reverie.loop.strategies import DefaultRecovery, RepetitionStop, WindowContext
 
 
 def test_registry_rejects_duplicate_family_ids() -> None:
@@ -68,3 +68,26 @@ def test_checkpoint_size_does_not_grow_with_iterations() -> None:
         LoopExecutionState(iteration=2000, transcript_seq=4000), family_digest="d"
     )
     assert len(big) - len(small) < 16
+
+
+def test_a_checkpoint_carrying_the_retired_strategy_slots_still_decodes() -> None:
+    state = LoopExecutionState(
+        iteration=2, model_state={"index": 1}, stop_state={"reprompts": 1}, host_state={"h": 1}
+    )
+    old = state_to_dict(state)
+    # A reverie.loop.state/2 payload from before the slots of stateless strategies were retired.
+    retired = ["context_state", "capability_state", "input_state", "batch_state"]
+    retired += ["recovery_state", "gate_state", "budget_state"]
+    old["slots"] = {**{name: {} for name in retired}, **old["slots"]}
+    assert state_from_dict(old) == state
+    assert set(state_to_dict(state)["slots"]) == {"model_state", "stop_state", "host_state"}
+
+
+def test_leaving_memory_out_of_the_context_is_part_of_the_family_digest() -> None:
+    default = LoopFamily(id="f")
+    # The default's description is unchanged, so existing checkpoints keep their digest.
+    assert WindowContext().describe() == {"window": 100}
+    assert LoopFamily(id="f", context=WindowContext()).identity.digest == default.identity.digest
+    without = LoopFamily(id="f", context=WindowContext(include_memory=False))
+    assert without.identity.digest != default.identity.digest
+    assert not WindowContext(include_memory=False).plan(LoopExecutionState()).include_memory

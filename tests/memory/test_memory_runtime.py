@@ -14,6 +14,8 @@ from reverie.core.envelope import is_enveloped
 from reverie.core.messages import Message, ModelRequest, ModelResponse
 from reverie.core.scope import Scope
 from reverie.errors import ConflictError, UsageError
+from reverie.loop.family import LoopFamily
+from reverie.loop.strategies import WindowContext
 from reverie.memory import (
     EMPTY,
     LaneResult,
@@ -320,3 +322,17 @@ async def test_agent_tool_with_a_memory_tool_name_wins() -> None:
     names = [t.name for t in model.requests[0].tools or ()]
     assert names.count("memory_search") == 1
     assert tool_results(model.requests[1]) == ["agent's own"]
+
+
+async def test_a_context_plan_without_memory_leaves_memory_out_of_the_prompts() -> None:
+    quiet = LoopFamily(id="no_memory", context=WindowContext(include_memory=False))
+    model = ScriptedModel([call("memory_read", path="MEMORY.md"), reply("done")])
+    async with Runtime.open(":memory:", memory=NativeMemory(), families=[quiet]) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", "Ana is vegetarian.", expected_version=0)
+        result = await rt.run(
+            Agent(name="assistant", model=model, family="no_memory"), "plan dinner", scope=ANA
+        )
+    assert result.status == "completed" and len(model.requests) == 2
+    assert all(memory_message(request) is None for request in model.requests)
+    # The memory tools still work: the document reaches the model as a tool result.
+    assert any("Ana is vegetarian." in text for text in tool_results(model.requests[1]))

@@ -546,7 +546,7 @@ class Crash(BaseException):
 
 
 class CrashAfterSummaryRow:
-    """A MemoryStore that dies right after the first summary row is appended."""
+    """A store that dies right after the step commit that writes the first summary row."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -554,17 +554,17 @@ class CrashAfterSummaryRow:
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._inner, name)
-        if name != "append_items":
+        if name != "commit_step":
             return target
 
-        async def append_items(*args: Any, **kwargs: Any) -> Any:
-            rows = await target(*args, **kwargs)
-            if self.armed and any("summary_of" in r.meta for r in rows):
+        async def commit_step(run_id: str, step: Any, **kwargs: Any) -> Any:
+            receipt = await target(run_id, step, **kwargs)
+            if self.armed and any("summary_of" in r.meta for r in step.items):
                 self.armed = False
                 raise Crash("after the summary row")
-            return rows
+            return receipt
 
-        return append_items
+        return commit_step
 
 
 async def resume_after_crash(
@@ -614,8 +614,9 @@ async def test_a_crash_during_compaction_resumes_to_a_valid_transcript_with_one_
         assert crashed["done"]
     else:
         assert not store.armed  # it died right after writing a summary row
-        # That row was past the last checkpoint: superseded, and the resume summarised again.
-        assert sum(1 for q in model.requests if is_summary_request(q)) == 2
+        # The row was written with its BeforeModel checkpoint (one step commit): the resume
+        # continues from that checkpoint and uses the summary, with no second summary call.
+        assert sum(1 for q in model.requests if is_summary_request(q)) == 1
     assert result.status == "completed" and result.text == "fetched 6 pages"
     live = summaries(rows)
     assert live, "the resume compacted again"

@@ -221,8 +221,12 @@ def test_an_image_needs_an_http_url_or_image_bytes() -> None:
         Image(data=b"not an image")
     with pytest.raises(UsageError, match="exactly one"):
         Image()
-    with pytest.raises(UsageError, match="media_type"):
+    with pytest.raises(UsageError, match="not image/tiff"):
         Image(data=png(), media_type="image/tiff")
+    with pytest.raises(UsageError, match="'image/tiff' is not supported"):
+        Image(data=b"II*\x00 tiff bytes", media_type="image/tiff")
+    with pytest.raises(UsageError, match="holds image/png bytes, not image/jpeg"):
+        Image(data=png(), media_type="image/jpeg")
 
 
 async def test_a_message_part_that_is_not_text_or_an_image_is_a_usage_error() -> None:

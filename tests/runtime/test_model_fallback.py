@@ -209,6 +209,43 @@ async def test_the_fallback_request_to_anthropic_is_made_from_the_same_transcrip
     assert set(r.usage.by_model) == {"openai:gpt-test", "anthropic:claude-test"}
 
 
+async def test_the_fallback_request_to_openai_is_made_from_the_same_transcript(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-123")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    anthropic_script = [
+        FakeReply(tool_calls=(FakeToolCall("add", {"a": 2, "b": 3}, id="toolu_1"),)),
+        FakeError(401),  # a bad key is `unavailable`: the next model at once
+    ]
+    async with (
+        FakeAnthropicServer(anthropic_script) as ant,
+        FakeOpenAIServer([FakeReply("Five.")]) as oai,
+    ):
+        agent = Agent(
+            name="calc",
+            instructions="You add numbers.",
+            model=[
+                AnthropicModel("claude-test", base_url=ant.base_url),
+                OpenAIChatModel("gpt-test", base_url=oai.base_url),
+            ],
+            tools=[add],
+        )
+        async with Runtime.open(":memory:") as rt:
+            r = await rt.run(agent, "2+3?", scope=SCOPE)
+    assert r.status == "completed" and r.text == "Five."
+    assert len(ant.requests) == 2 and len(oai.requests) == 1
+    assert oai.violations == []
+    messages = oai.requests[0]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
+    assert messages[0]["content"] == "You add numbers."
+    [tool_call] = messages[2]["tool_calls"]
+    assert tool_call["id"] == "toolu_1"
+    assert tool_call["function"]["name"] == "add"
+    assert json.loads(tool_call["function"]["arguments"]) == {"a": 2, "b": 3}
+    assert messages[3]["tool_call_id"] == "toolu_1" and messages[3]["content"] == "5"
+
+
 # ---------------------------------------------------------------------------------- usage
 async def test_usage_and_price_are_counted_per_model() -> None:
     # The primary answers once (1M input tokens at $2/Mtok), then is unavailable; the fallback

@@ -556,3 +556,58 @@ async def test_a_waves_second_subagent_call_gets_only_what_the_first_child_left(
     assert first.meta[LIMITS_KEY]["max_model_calls"] == 5
     assert second.meta[LIMITS_KEY]["max_model_calls"] == 4
     assert r.usage.model_calls == 2 + 1 + 1
+
+
+async def test_a_subagent_tool_goes_over_the_anthropic_wire_with_its_schema_and_the_childs_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reverie.models.anthropic import AnthropicModel
+    from reverie.testing import FakeAnthropicServer
+    from reverie.testing.fake_openai import FakeReply, FakeToolCall
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    script = [
+        FakeReply(tool_calls=(FakeToolCall("research", {"input": "capital?"}, id="toolu_r1"),)),
+        FakeReply("Paris"),  # the child's model call
+        FakeReply("The researcher says Paris."),
+    ]
+    async with FakeAnthropicServer(script) as srv:
+        child = Agent(
+            name="researcher",
+            model=AnthropicModel("claude-child", base_url=srv.base_url),
+            instructions="You research.",
+        )
+        parent = Agent(
+            name="lead",
+            model=AnthropicModel("claude-lead", base_url=srv.base_url),
+            tools=[child.as_tool(name="research", description="Ask the researcher.")],
+        )
+        async with Runtime.open(":memory:") as rt:
+            r = await rt.run(parent, "capital?", scope=SCOPE)
+    assert r.status == "completed" and r.text == "The researcher says Paris."
+    first, child_request, last = srv.requests
+    [offered] = first["tools"]
+    assert offered["name"] == "research" and offered["description"] == "Ask the researcher."
+    assert offered["input_schema"]["required"] == ["input"]
+    assert child_request["model"] == "claude-child"
+    assert child_request["system"] == "You research."
+    assert child_request["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "capital?"}]}
+    ]
+    assert last["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_r1",
+                    "name": "research",
+                    "input": {"input": "capital?"},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_r1", "content": "Paris"}],
+        },
+    ]

@@ -157,3 +157,14 @@ async def test_anthropic_tool_choice_any_without_tools_is_refused(
                 tool_choice={"type": "any"},
             )
         await client.close()
+
+
+async def test_scripted_model_refuses_a_tool_choice_naming_a_tool_not_offered() -> None:
+    from reverie.testing import ScriptedModel, reply
+    from reverie.testing.conversation_rules import ConversationRuleError
+
+    model = ScriptedModel([reply("never")])
+    with pytest.raises(ConversationRuleError, match="tool_choice_names_a_tool"):
+        await ask(model, ModelRequest(messages=HI, tools=(ADD,), tool_choice="subtract"))
+    assert model.remaining == 1
+    assert (await ask(model, ModelRequest(messages=HI, tools=(ADD,), tool_choice="add"))).text

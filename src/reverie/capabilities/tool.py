@@ -20,7 +20,7 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set as AbstractSet
-from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
 
 from reverie.capabilities.context import ToolContext
 from reverie.capabilities.output import DEFAULT_MAX_OUTPUT_BYTES, render_output
@@ -34,6 +34,7 @@ from reverie.core.capability import (
     CallOutcome,
     CapabilityDescriptor,
 )
+from reverie.core.vocabulary import as_gate_kind
 from reverie.errors import ApprovalRequired, CapabilityError, RetryTool, UsageError
 
 P = ParamSpec("P")
@@ -44,12 +45,6 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """Names every provider accepts (OpenAI's limit is the tightest)."""
 
 DEFAULT_TIMEOUT_S = 60.0
-
-_GATE_KINDS: dict[str, Literal["approval", "auth", "resource"]] = {
-    "approval": "approval",
-    "auth": "auth",
-    "resource": "resource",
-}
 
 
 @runtime_checkable
@@ -345,7 +340,7 @@ def outcome_from_exception(exc: Exception) -> CallOutcome:
     if isinstance(exc, CapabilityError):
         return CallFailed(error_kind=exc.kind, message=str(exc))
     if isinstance(exc, ApprovalRequired):
-        return CallGated(gate_kind=_GATE_KINDS.get(exc.kind, "approval"), reason=exc.reason)
+        return CallGated(gate_kind=as_gate_kind(exc.kind), reason=exc.reason)
     if isinstance(exc, RetryTool):
         return CallFailed(
             error_kind="transient", message=str(exc) or "the tool asked to be retried"

@@ -1,7 +1,7 @@
 """The ``reverie`` command line (Typer + Rich): see :mod:`reverie.cli.app` and ``docs/cli.md``.
 
-Only :func:`main` lives here and it imports the commands when called, so ``import
-reverie.cli.scripted_file`` stays light.
+Only :func:`main` lives here and it imports the commands when called, so importing one module
+of the package stays light.
 """
 
 from __future__ import annotations

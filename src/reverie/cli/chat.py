@@ -105,7 +105,9 @@ def format_call(tool: str, arguments: Mapping[str, Any] | None) -> str:
     return f"{tool}({', '.join(parts)})"
 
 
-Decision = tuple[Literal["approve", "deny"], str]
+Verdict = Literal["approve", "deny"]
+"""A person's answer to a gate, as typed in the chat."""
+Decision = tuple[Verdict, str]
 
 
 def parse_answer(answer: str) -> Decision:
@@ -300,9 +302,7 @@ class _Chat:
         self._replied = False
         return await self._guarded(work(), known)
 
-    async def _resolve(
-        self, gate: Gate, run_id: str, decision: Literal["approve", "deny"], reason: str
-    ) -> RunResult:
+    async def _resolve(self, gate: Gate, run_id: str, decision: Verdict, reason: str) -> RunResult:
         known: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         known.set_result(run_id)
 

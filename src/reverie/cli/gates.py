@@ -9,7 +9,7 @@ the agent is checked before anything changes.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -28,6 +28,7 @@ from reverie.cli.common import (
 from reverie.cli.ids import resolve_gate_ref
 from reverie.cli.render import gate_payload, print_json, show_gates, show_result
 from reverie.cli.runs import ModelOption
+from reverie.core.vocabulary import GateDecision
 from reverie.errors import UnknownAgentError
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def list_gates(
 
 def _resolve(
     ref: str,
-    decision: Literal["approved", "denied"],
+    decision: GateDecision,
     reason: str,
     *,
     model: str | None,

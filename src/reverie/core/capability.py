@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from reverie.core.exits import Usage
+from reverie.core.vocabulary import GateKind
 from reverie.errors import ToolErrorKind
 
 Effect = Literal["read", "network", "write", "spawn", "use_secret", "dispatch"]
 """What a tool may do to the world."""
 
-KNOWN_EFFECTS: frozenset[str] = frozenset(
-    {"read", "network", "write", "spawn", "use_secret", "dispatch"}
-)
+KNOWN_EFFECTS: frozenset[str] = frozenset(get_args(Effect))
 PARALLEL_SAFE_EFFECTS: frozenset[str] = frozenset({"read", "use_secret"})
 
 ConcurrencyHint = Literal["safe_for_parallel", "exclusive"]
@@ -94,7 +93,7 @@ class CallGated:
     """The call needs approval, authorisation or a resource before it may run."""
 
     kind: Literal["gated"] = "gated"
-    gate_kind: Literal["approval", "auth", "resource"] = "approval"
+    gate_kind: GateKind = "approval"
     reason: str = "approval required"
     ref: str | None = None
     """An existing gate the call waits on (a subagent's): the run blocks on it, opening none."""

@@ -29,6 +29,7 @@ from reverie.errors import ImageTooLarge, UsageError
 __all__ = [
     "IMAGE_MEDIA_TYPES",
     "MAX_IMAGE_URL_CHARS",
+    "PARTS_META_KEY",
     "ContentPart",
     "Image",
     "Text",
@@ -41,6 +42,7 @@ __all__ = [
     "parts_from_meta",
     "parts_meta",
     "render_text",
+    "sniff_media_type",
     "user_parts",
 ]
 
@@ -76,7 +78,7 @@ class Image:
     Raises:
         UsageError: neither or both of ``url`` and ``data``; a URL that is not ``http(s)`` or is
             longer than :data:`MAX_IMAGE_URL_CHARS`; bytes that are not PNG, JPEG, GIF or WebP
-            (or a ``media_type`` that is not one of those).
+            (or a ``media_type`` that is not one of those, or not the one the bytes are).
     """
 
     url: str | None = None
@@ -97,7 +99,11 @@ class Image:
             raise UsageError("Image(data=...) takes bytes")
         data = bytes(self.data)
         object.__setattr__(self, "data", data)
-        media_type = self.media_type or sniff_media_type(data)
+        sniffed = sniff_media_type(data)
+        media_type = self.media_type or sniffed
+        if sniffed is not None and media_type != sniffed:
+            # The providers check the bytes against the type: refuse now, not at the API.
+            raise UsageError(f"Image(data=...) holds {sniffed} bytes, not {media_type}")
         if media_type is None:
             raise UsageError(
                 "Image(data=...) is not a PNG, JPEG, GIF or WebP image (pass media_type= if "

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from reverie.core.vocabulary import OnLimit
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted:
@@ -139,7 +141,7 @@ class LimitReached:
     run_id: str
     reason: str
     """``max_iterations``, ``no_progress``, ``host``, or a budget kind."""
-    action: Literal["finalize", "fail"]
+    action: OnLimit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

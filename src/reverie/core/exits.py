@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal, get_args
+
+from reverie.core.vocabulary import ExitStatus
 
 FailureKind = Literal[
     "iteration_limit",
@@ -31,11 +33,16 @@ FailureKind = Literal[
 ``not_resumable``: an unbound run another process cannot rebuild (its model or tools existed
 only in the process that submitted it); ``images_unsupported``: the model refused the images of
 the conversation (it has no vision, or speaks a text-only protocol)."""
+FAILURE_KINDS: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
 
-GracefulReason = Literal[
-    "no_progress", "max_iterations", "host", "capability_call_limit", "wall_clock_limit"
-]
-"""Why the finalizer runs. The first three are the host-requestable ones."""
+HostStopReason = Literal["no_progress", "max_iterations", "host"]
+"""The graceful-stop reasons a host may request (``RunHandle.stop``, a ``graceful_stop``
+input, a stop strategy's ``GracefulStop``)."""
+HOST_STOP_REASONS: Final[tuple[HostStopReason, ...]] = get_args(HostStopReason)
+
+GracefulReason = Literal[HostStopReason, "capability_call_limit", "wall_clock_limit"]
+"""Why the finalizer runs: a host-requestable reason, or a budget that ran out."""
+GRACEFUL_REASONS: Final[tuple[GracefulReason, ...]] = get_args(GracefulReason)
 
 COMPLETION_KINDS_WITHOUT_REPLY: frozenset[str] = frozenset({"structured"})
 """Completion kinds whose result is not a text reply (structured output carries JSON)."""
@@ -118,7 +125,7 @@ class Usage:
 class Completed:
     """The run produced its answer."""
 
-    status: ClassVar[str] = "completed"
+    status: ClassVar[ExitStatus] = "completed"
     kind: str = "reply"
     """``reply``, ``graceful_summary`` or ``structured``."""
     reply_refs: tuple[str, ...] = ()
@@ -131,7 +138,7 @@ class Completed:
 class Blocked:
     """The run waits for a gate to be resolved."""
 
-    status: ClassVar[str] = "blocked"
+    status: ClassVar[ExitStatus] = "blocked"
     kind: str = "approval"
     gate_ref: str
     usage: Usage = field(default_factory=Usage)
@@ -142,7 +149,7 @@ class Blocked:
 class Cancelled:
     """The run was cancelled."""
 
-    status: ClassVar[str] = "cancelled"
+    status: ClassVar[ExitStatus] = "cancelled"
     reason: str = "cancelled"
     usage: Usage = field(default_factory=Usage)
 
@@ -151,7 +158,7 @@ class Cancelled:
 class Failed:
     """The run failed; ``safe_summary`` holds no secrets and no memory content."""
 
-    status: ClassVar[str] = "failed"
+    status: ClassVar[ExitStatus] = "failed"
     kind: FailureKind
     safe_summary: str
     usage: Usage = field(default_factory=Usage)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal, get_args
 
 from reverie.core.content import ContentPart
 
@@ -80,7 +80,10 @@ class ModelSettings:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
-ToolChoice = Literal["auto", "none", "required"] | str
+ToolChoiceMode = Literal["auto", "none", "required"]
+"""The tool choices that name no tool."""
+TOOL_CHOICE_MODES: Final[tuple[ToolChoiceMode, ...]] = get_args(ToolChoiceMode)
+ToolChoice = ToolChoiceMode | str
 """``auto``/``none``/``required``, or the name of one tool to force."""
 
 

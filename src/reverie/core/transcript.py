@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reverie.core.messages import ToolCall
+from reverie.core.messages import Role, ToolCall
 
 InputKind = Literal["steering", "follow_up", "cancel", "gate_resolved", "graceful_stop"]
 """User-facing inputs (``steering``, ``follow_up``) and control inputs (the rest)."""
@@ -17,7 +17,7 @@ USER_INPUT_KINDS: frozenset[str] = frozenset({"steering", "follow_up"})
 class NewItem:
     """A transcript item to append (the store assigns ``ref`` and ``seq``)."""
 
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Role
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
@@ -36,7 +36,7 @@ class TranscriptItem:
     """Monotonic per thread."""
     thread_id: str
     run_id: str | None
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Role
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
@@ -45,6 +45,34 @@ class TranscriptItem:
     meta: Mapping[str, Any] = field(default_factory=dict)
     superseded: bool = False
     """Set when a crash left this row past the run's last checkpoint (it is not replayed)."""
+
+
+def placed(
+    item: NewItem,
+    *,
+    ref: str,
+    seq: int,
+    thread_id: str,
+    run_id: str | None,
+    content: str | None = None,
+) -> TranscriptItem:
+    """``item`` as the row it becomes at ``seq`` of a thread.
+
+    ``content`` replaces the item's text when the store holds it otherwise.
+    """
+    return TranscriptItem(
+        ref=ref,
+        seq=seq,
+        thread_id=thread_id,
+        run_id=run_id,
+        role=item.role,
+        content=item.content if content is None else content,
+        tool_calls=item.tool_calls,
+        tool_call_id=item.tool_call_id,
+        name=item.name,
+        input_id=item.input_id,
+        meta=dict(item.meta),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

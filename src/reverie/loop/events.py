@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from reverie.core.capability import CallFailed, CallOutcome
 from reverie.core.events import (
@@ -17,6 +17,7 @@ from reverie.core.events import (
     ToolStarted,
 )
 from reverie.core.transcript import InputRecord
+from reverie.core.vocabulary import OnLimit
 
 if TYPE_CHECKING:
     from reverie.loop.ports import LoopHost
@@ -37,7 +38,7 @@ def emit_input(host: LoopHost, rec: InputRecord) -> None:
     host.events.emit(InputDelivered(run_id=host.run_id, input_id=rec.input_id, input_kind=rec.kind))
 
 
-def emit_limit(host: LoopHost, reason: str, action: Literal["finalize", "fail"]) -> None:
+def emit_limit(host: LoopHost, reason: str, action: OnLimit) -> None:
     """A safety net or budget fired; ``reason`` names which one."""
     host.events.emit(LimitReached(run_id=host.run_id, reason=reason, action=action))
 

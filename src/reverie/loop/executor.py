@@ -12,11 +12,13 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal, NoReturn, TypeVar
+from typing import NoReturn, TypeVar
 
 from reverie.core.capability import Surface
 from reverie.core.content import parts_entry
 from reverie.core.exits import (
+    FAILURE_KINDS,
+    HOST_STOP_REASONS,
     Blocked,
     Cancelled as CancelledExit,
     Completed,
@@ -29,6 +31,7 @@ from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
+from reverie.core.vocabulary import OnLimit
 from reverie.errors import ModelError, ModelOutputTooLarge
 from reverie.loop.compaction import (
     CompactionPolicy,
@@ -55,7 +58,6 @@ from reverie.loop.state import BudgetLedger, Completion, LoopExecutionState
 from reverie.loop.strategies import Abort, Finish, GracefulStop, NoProgress, Reprompt, Retry
 from reverie.loop.wave import WaveRunner, admit_wave, unique_call_ids
 
-OnLimit = Literal["finalize", "fail"]
 T = TypeVar("T")
 Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
 
@@ -331,7 +333,7 @@ class _Executor:
                 self.host.token.cancel(str(rec.payload.get("reason") or "cancelled"))
             elif rec.kind == "graceful_stop":
                 reason = rec.payload.get("reason", "host")
-                if reason not in ("no_progress", "max_iterations", "host"):
+                if reason not in HOST_STOP_REASONS:
                     reason = "host"
                 if s.graceful_stop is None:
                     self._limit_reached(s, reason)
@@ -865,9 +867,10 @@ def _detail(decision: Abort) -> str:
 
 
 def _as_failure_kind(kind: str) -> FailureKind:
-    from typing import get_args
-
-    return kind if kind in get_args(FailureKind) else "driver_bug"  # type: ignore[return-value]
+    for known in FAILURE_KINDS:
+        if kind == known:
+            return known
+    return "driver_bug"
 
 
 __all__ = ["BudgetLedger", "LoopConfig", "OnLimit", "run_loop"]

@@ -7,7 +7,7 @@ import re
 
 from reverie.core.exits import FailureKind, GracefulReason
 
-FINALIZER_PROMPTS: dict[str, str] = {
+FINALIZER_PROMPTS: dict[GracefulReason, str] = {
     "max_iterations": (
         "You have reached the maximum number of steps for this task. Do not call any tools. "
         "Using only the evidence already gathered above, give your best final answer now, and "
@@ -33,7 +33,7 @@ FINALIZER_PROMPTS: dict[str, str] = {
 }
 """Host-authored wording, specific to each reason."""
 
-REASON_FAILURE_KIND: dict[str, FailureKind] = {
+REASON_FAILURE_KIND: dict[GracefulReason, FailureKind] = {
     "max_iterations": "iteration_limit",
     "no_progress": "no_progress_detected",
     "host": "host_stop",

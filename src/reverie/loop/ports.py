@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from reverie.core.capability import CallGated, CallOutcome, CapabilityDescriptor, Surface
 from reverie.core.events import RunEvent
 from reverie.core.messages import ModelRequest, ModelResponse, ToolCall
 from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
+from reverie.core.vocabulary import CheckpointKind as CheckpointKind
 from reverie.loop.control import CancelToken
 from reverie.loop.state import LoopExecutionState
 from reverie.loop.strategies import ContextPlan
-
-CheckpointKind = Literal["BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -131,16 +131,12 @@ class LoopExecutionState:
     pending_wave: PendingWave | None = None
     completion: Completion | None = None
     """Set when a stop strategy finished the run (``Finish``); ``None`` for a plain reply."""
-    # One slot per strategy: a strategy reads and returns only its own.
-    context_state: Mapping[str, Any] = field(default_factory=dict)
-    capability_state: Mapping[str, Any] = field(default_factory=dict)
+    # A slot for each strategy whose protocol returns state (a strategy reads and returns only
+    # its own); the other strategies are pure functions of the state and need none.
     model_state: Mapping[str, Any] = field(default_factory=dict)
-    input_state: Mapping[str, Any] = field(default_factory=dict)
-    batch_state: Mapping[str, Any] = field(default_factory=dict)
-    recovery_state: Mapping[str, Any] = field(default_factory=dict)
-    gate_state: Mapping[str, Any] = field(default_factory=dict)
+    """The model strategy's: which model to call, and the ones given up on."""
     stop_state: Mapping[str, Any] = field(default_factory=dict)
-    budget_state: Mapping[str, Any] = field(default_factory=dict)
+    """The stop strategy's (e.g. how many reprompts a contract used)."""
     host_state: Mapping[str, Any] = field(default_factory=dict)
     """Owned by the host (e.g. poisoned hooks); the loop never reads it."""
 
@@ -183,18 +179,20 @@ class LoopExecutionState:
         return replace(self, graceful_stop=reason)
 
 
-_SLOTS: tuple[str, ...] = (
-    "context_state",
-    "capability_state",
-    "model_state",
-    "input_state",
-    "batch_state",
-    "recovery_state",
-    "gate_state",
-    "stop_state",
-    "budget_state",
-    "host_state",
+_SLOTS: tuple[str, ...] = ("model_state", "stop_state", "host_state")
+_RETIRED_SLOTS: frozenset[str] = frozenset(
+    {
+        "context_state",
+        "capability_state",
+        "input_state",
+        "batch_state",
+        "recovery_state",
+        "gate_state",
+        "budget_state",
+    }
 )
+"""Slots of strategies that never had state: no code wrote them, so an old payload carries
+them empty (or not at all); they are read past."""
 
 
 def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
@@ -294,7 +292,7 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
             refs=tuple(done["refs"]),
             reason=None if done.get("reason") is None else str(done["reason"]),
         ),
-        **{name: dict(value) for name, value in slots.items()},
+        **{name: dict(value) for name, value in slots.items() if name not in _RETIRED_SLOTS},
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from reverie.core.capability import CallGated, Surface
+from reverie.core.exits import HostStopReason
 from reverie.core.messages import ToolCall
 from reverie.loop.state import LoopExecutionState, WavePolicy
 
@@ -76,7 +77,7 @@ class GracefulStop:
     """Stop gracefully through the finalizer."""
 
     kind: Literal["graceful_stop"] = "graceful_stop"
-    reason: Literal["no_progress", "max_iterations", "host"]
+    reason: HostStopReason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +131,8 @@ class ContextPlan:
     window: int | None
     """Last N transcript items (``None`` = all)."""
     include_memory: bool = True
+    """Whether the prompt carries the run's memory context (the standing document and recalled
+    snippets); ``False`` leaves it out of this tick's prompt. Memory tools are unaffected."""
 
 
 # ---------------------------------------------------------------------------------- protocols
@@ -277,17 +280,23 @@ class BudgetStrategy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class WindowContext:
-    """Default context: the last ``window`` items plus pinned system/context."""
+    """Default context: the last ``window`` items plus pinned system/context, and the run's
+    memory context unless ``include_memory`` is false."""
 
     window: int | None = 100
+    include_memory: bool = True
 
     def plan(self, state: LoopExecutionState) -> ContextPlan:
         """Same window every tick."""
-        return ContextPlan(window=self.window)
+        return ContextPlan(window=self.window, include_memory=self.include_memory)
 
     def describe(self) -> Mapping[str, Any]:
         """Configuration for the digest."""
-        return {"window": self.window}
+        # The default is left out: the digests of existing families (and their checkpoints)
+        # stay what they were.
+        if self.include_memory:
+            return {"window": self.window}
+        return {"window": self.window, "include_memory": False}
 
 
 @dataclass(frozen=True, slots=True)

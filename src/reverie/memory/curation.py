@@ -32,7 +32,7 @@ from reverie.core.transcript import TranscriptItem
 from reverie.errors import CapabilityError, ConfigError
 from reverie.memory.manifest import PassSpec, ScheduledOp, check_prompt_path
 from reverie.memory.provider import MemoryProvider
-from reverie.memory.tools import BUDGET_REFUSAL
+from reverie.memory.tools import BUDGET_REFUSAL, WriteMode
 from reverie.store.documents import MemoryPassRecord
 
 __all__ = [
@@ -106,9 +106,6 @@ PASS_OPENING: Final = (
 
 WriteOutcome = Literal["none", "written", "patched", "conflict", "refused", "unknown"]
 """What a pass's one write came to, as the host saw it (``unknown``: interrupted while it ran)."""
-
-WriteMode = Literal["replace", "append", "patch"]
-"""How a ``memory_write`` call would change its document."""
 
 
 def check_interval(value: object, *, key: str = "curation_interval_turns") -> int | None:

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -59,9 +59,9 @@ __all__ = [
 ]
 
 Lane = Literal["profile_read", "long_term", "short_term", "record_interaction"]
-LANES: Final[tuple[Lane, ...]] = ("profile_read", "long_term", "short_term", "record_interaction")
+LANES: Final[tuple[Lane, ...]] = get_args(Lane)
 MemoryToolName = Literal["memory_read", "memory_write", "memory_search"]
-MEMORY_TOOLS: Final[tuple[MemoryToolName, ...]] = ("memory_read", "memory_write", "memory_search")
+MEMORY_TOOLS: Final[tuple[MemoryToolName, ...]] = get_args(MemoryToolName)
 MAX_PASS_MODEL_CALLS: Final = 16
 TRIGGERS: Final[tuple[str, ...]] = ("after_turn",)
 """The closed vocabulary of scheduled-op triggers."""

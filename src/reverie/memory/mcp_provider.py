@@ -39,7 +39,14 @@ from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.errors import CapabilityError, UsageError
 from reverie.memory.manifest import MemoryManifest, bundled_manifest
-from reverie.memory.provider import EMPTY, LaneResult, MemorySnippet, Snippets, Unavailable
+from reverie.memory.provider import (
+    EMPTY,
+    SESSION_ROLES,
+    LaneResult,
+    MemorySnippet,
+    Snippets,
+    Unavailable,
+)
 from reverie.memory.sanitize import truncate_utf8, utf8_len
 from reverie.store.base import Store
 
@@ -386,7 +393,7 @@ class MCPMemory:
         payload = [
             {"role": m.role, "content": truncate_utf8(m.content, _MAX_RECORD_MESSAGE_BYTES)}
             for m in messages
-            if m.role in ("user", "assistant") and m.content.strip()
+            if m.role in SESSION_ROLES and m.content.strip()
         ]
         if not payload:
             return

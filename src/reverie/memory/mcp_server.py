@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from pydantic import BaseModel, Field
 
@@ -38,6 +38,7 @@ from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.errors import ConfigError, MissingExtraError, ReverieError, UsageError
 from reverie.memory.native import NativeMemory
+from reverie.memory.provider import SessionRole
 from reverie.store.base import Store
 from reverie.store.documents import DocumentStore
 
@@ -60,7 +61,7 @@ ASGIApp = Callable[
 class SessionMessage(BaseModel):
     """One message of a recorded session."""
 
-    role: Literal["user", "assistant"]
+    role: SessionRole
     content: str = Field(max_length=200_000)
 
 

@@ -27,6 +27,7 @@ from reverie.errors import ConfigError, UsageError
 from reverie.memory.manifest import MemoryManifest, bundled_manifest
 from reverie.memory.provider import (
     EMPTY,
+    SESSION_ROLES,
     LaneResult,
     MemorySnippet,
     Snippets,
@@ -54,7 +55,7 @@ def format_interaction(messages: Sequence[Message], *, max_bytes: int) -> str:
     lines = [
         f"{m.role}: {m.content.strip()}"
         for m in messages
-        if m.role in ("user", "assistant") and m.content.strip()
+        if m.role in SESSION_ROLES and m.content.strip()
     ]
     return truncate_utf8(clean("\n".join(lines)), max_bytes)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, cast, get_args, runtime_checkable
 
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
@@ -37,15 +37,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EMPTY",
+    "SESSION_ROLES",
     "DocumentProvider",
     "Empty",
     "LaneResult",
     "MemoryProvider",
     "MemorySnippet",
+    "SessionRole",
     "Snippets",
     "Unavailable",
     "document_provider",
 ]
+
+SessionRole = Literal["user", "assistant"]
+"""The roles of the messages a session hands to memory: the conversation, not the tools."""
+SESSION_ROLES: Final[tuple[SessionRole, ...]] = get_args(SessionRole)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -30,6 +30,7 @@ from reverie.memory.curation import CurationRunner
 from reverie.memory.manifest import Lane
 from reverie.memory.native import STANDING_DOCUMENT
 from reverie.memory.provider import (
+    SESSION_ROLES,
     LaneResult,
     MemoryProvider,
     Snippets,
@@ -156,7 +157,7 @@ class MemoryService:
                 Message(role=r.role, content=r.content)
                 for r in rows
                 if r.run_id == ctx.run_id
-                and r.role in ("user", "assistant")
+                and r.role in SESSION_ROLES
                 and r.content
                 # A compaction summary is the model's digest of the turn, not a message of it.
                 and "summary_of" not in r.meta

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from reverie.core.content import ContentPart, Text, has_images
 from reverie.core.messages import (
+    TOOL_CHOICE_MODES,
     Message,
     ModelEvent,
     ModelRequest,
@@ -366,7 +367,7 @@ def _has_images(request: ModelRequest) -> bool:
 
 
 def _tool_choice(choice: str) -> str | dict[str, Any]:
-    if choice in ("auto", "none", "required"):
+    if choice in TOOL_CHOICE_MODES:
         return choice
     return {"type": "function", "function": {"name": choice}}
 

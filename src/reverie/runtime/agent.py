@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from reverie.core.limits import Limits
+from reverie.core.vocabulary import ON_LIMITS, OnLimit
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
 from reverie.loop.finish import STRUCTURED_RESULT_TOOL
@@ -30,7 +31,7 @@ class Agent:
     tools: Sequence[Any] = ()
     """``@tool`` functions and other capabilities (anything with ``descriptor`` and ``invoke``)."""
     limits: Limits = field(default_factory=Limits)
-    on_limit: Literal["finalize", "fail"] = "finalize"
+    on_limit: OnLimit = "finalize"
     family: str = "default"
     """Loop family id for interactive runs."""
     hooks: Sequence[AgentHook] = ()
@@ -48,7 +49,7 @@ class Agent:
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
             raise UsageError("Agent needs a non-empty name")
-        if self.on_limit not in ("finalize", "fail"):
+        if self.on_limit not in ON_LIMITS:
             raise UsageError("Agent.on_limit must be 'finalize' or 'fail'")
         if isinstance(self.model, list | tuple):
             if not self.model:

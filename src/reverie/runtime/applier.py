@@ -122,7 +122,7 @@ class ExitApplier:
     ) -> RunResult:
         """Validate, write the status, announce it, fire ``after_turn``; return the result."""
         exit_ = await self.validate(run, exit_)
-        status: RunStatus = exit_.status  # type: ignore[assignment]
+        status: RunStatus = exit_.status
         if status in ("failed", "cancelled"):
             # Transcript well-formedness: no call of this run is left without a result. (A
             # completed run answered all of its calls before its final answer.)
@@ -225,7 +225,7 @@ class ExitApplier:
             gate = Gate(ref=g.ref, kind=g.kind, tool=g.tool, arguments=dict(g.arguments))
         usage = exit_.usage
         return RunResult(
-            status=exit_.status,  # type: ignore[arg-type]
+            status=exit_.status,
             text=text,
             exit=exit_,
             run_id=run.run_id,

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from reverie.core.content import UserContent
 from reverie.core.events import RunEvent
+from reverie.core.exits import HostStopReason
 from reverie.runtime.events import EventBus
 from reverie.runtime.result import RunResult
 
 if TYPE_CHECKING:
     from reverie.runtime.ports import RunControl
 
-GracefulStopReason = Literal["no_progress", "max_iterations", "host"]
+GracefulStopReason = HostStopReason
 
 
 class RunHandle:

@@ -14,20 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from reverie.capabilities import ToolContext
-from reverie.core.canonical import NotCanonicalizable, check_json_value, digest
+from reverie.core.canonical import digest
 from reverie.core.capability import (
-    CallCancelled,
-    CallCompleted,
-    CallDenied,
-    CallFailed,
     CallGated,
-    CallInterrupted,
     CallOutcome,
     CapabilityDescriptor,
     Surface,
-    outcome_from_dict,
-    outcome_to_dict,
 )
 from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
 from reverie.core.ids import new_id
@@ -44,8 +36,6 @@ from reverie.core.scope import Scope
 from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
 from reverie.errors import ModelError, ModelOutputTooLarge, TranscriptConflict
 from reverie.hooks import (
-    CapabilityHookContext,
-    CapabilityResultContext,
     CheckpointHookContext,
     HookDispatcher,
     HookFailure,
@@ -59,9 +49,10 @@ from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
 from reverie.loop.state import LoopExecutionState, encode_checkpoint
 from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
+from reverie.runtime import tool_steps as steps
 from reverie.runtime.events import EventBus
 from reverie.runtime.window import SegmentTranscript, to_message
-from reverie.store.base import GateRecord, JournalWrite, StepWrite, Store
+from reverie.store.base import GateRecord, StepWrite, Store
 
 if TYPE_CHECKING:
     from reverie.memory.service import RunMemory
@@ -83,19 +74,6 @@ def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def descriptor_digest(d: CapabilityDescriptor) -> str:
-    """Identity of a tool's definition as the model and the approver saw it."""
-    return digest(
-        {
-            "name": d.name,
-            "description": d.description,
-            "parameters": dict(d.parameters),
-            "effects": sorted(d.effects or ()),
-            "idempotent": d.idempotent,
-        }
-    )
 
 
 def surface_of(tools: Sequence[Any]) -> Surface:
@@ -185,7 +163,7 @@ class StorePrompt:
                 body = "\n\n".join(s.text for s in result.snippets)
                 messages.append(Message(role="user", content=f"[context from hooks]\n{body}"))
         # Memory is data, never instructions: enveloped blocks in a user-role message (§12).
-        if self.memory is not None:
+        if self.memory is not None and plan.include_memory:
             remembered = await self.memory.message(state.transcript_seq)
             if remembered is not None:
                 messages.append(remembered)
@@ -213,15 +191,6 @@ class StorePrompt:
         return PromptBundle(
             request=ModelRequest(messages=tuple(messages), tools=tools), rows=tuple(rows)
         )
-
-
-def repeatable(descriptor: CapabilityDescriptor) -> bool:
-    """Whether running the call again after a crash is harmless: idempotent, or declared pure.
-
-    Such a call needs no ``started`` record, and its outcome is written with the next step
-    commit instead of at once (a crash before that runs it again).
-    """
-    return descriptor.idempotent or descriptor.effects == frozenset()
 
 
 class StreamingModel:
@@ -313,147 +282,32 @@ class ToolPort:
         key: str,
         replay: bool = True,
     ) -> CallOutcome:
+        """Run one call through its steps (``reverie.runtime.tool_steps``); the first answer wins.
+
+        ``replay`` is false for a wave that never ran before (no journal or gate to read);
+        the journal is read only on a call's first attempt (a retry follows a failure this
+        segment saw itself).
+        """
         ctx = self.ctx
-        if replay and (descriptor is None or call.name not in self.tools):
-            # A gated call whose tool is gone since approval was asked: denied, never re-routed.
-            gone = await ctx.store.gate_for_call(ctx.run_id, key)
-            if gone is not None:
-                return await self._deny_changed(key, f"the tool {call.name} is no longer available")
-        if descriptor is None or call.name not in self.tools:
-            # The loop answers calls to tools it did not offer itself (naming only the visible
-            # ones); this port cannot tell which are visible, so it names none.
-            return CallFailed(error_kind="input_invalid", message=f"unknown tool {call.name!r}")
-        if call.arguments_error is not None:
-            return CallFailed(
-                error_kind="input_invalid",
-                message=f"the arguments of {call.name} could not be parsed: "
-                f"{call.arguments_error}. Send a JSON object matching the tool's schema.",
-            )
-        try:
-            check_json_value(dict(call.arguments))
-        except NotCanonicalizable as exc:
-            return CallFailed(error_kind="input_invalid", message=f"invalid arguments: {exc}")
-
-        # Side-effect journal: a resumed wave never runs a finished call again, and never
-        # re-runs a started-but-unfinished call unless its tool is idempotent.
+        admitted = await steps.preflight(ctx, self.tools, call, descriptor, key=key, replay=replay)
+        if not isinstance(admitted, steps.Admitted):
+            return admitted
+        descriptor = admitted.descriptor
         if attempt == 0 and replay:
-            entry = (await ctx.store.journal_get(ctx.run_id, [key])).get(key)
-            if entry is not None and entry.state == "finished" and entry.outcome is not None:
-                recorded = outcome_from_dict(entry.outcome)
-                if not isinstance(recorded, CallCancelled):
-                    return recorded
-                if not repeatable(descriptor):
-                    # Cancelled mid-flight (a shutdown, not a cancel of the run): its effect may
-                    # have happened, so a non-idempotent call is not run again.
-                    interrupted = CallInterrupted()
-                    await ctx.store.journal_finished(
-                        ctx.run_id, key, outcome_to_dict(interrupted), fence=ctx.fence
-                    )
-                    return interrupted
-            elif entry is not None and entry.state == "started" and not repeatable(descriptor):
-                interrupted = CallInterrupted()
-                await ctx.store.journal_finished(
-                    ctx.run_id, key, outcome_to_dict(interrupted), fence=ctx.fence
-                )
-                return interrupted
-
-        gate = await ctx.store.gate_for_call(ctx.run_id, key) if replay else None
-        approved = gate is not None and gate.status == "approved"
-        if approved and ctx.gated.get(key, descriptor_digest(descriptor)) != descriptor_digest(
-            descriptor
-        ):
-            # Approval was given for the tool as it was; a changed definition is not approved.
-            return await self._deny_changed(
-                key, f"the tool {call.name} changed after approval was requested"
-            )
-        if gate is not None and gate.status == "denied":
-            denied = CallDenied(reason=f"a person denied this call: {gate.reason or 'no reason'}")
-            await ctx.store.journal_finished(
-                ctx.run_id, key, outcome_to_dict(denied), fence=ctx.fence
-            )
-            return denied
-        if gate is not None and gate.status == "pending":
-            return CallGated(gate_kind=gate.kind, reason="waiting for approval")
-
-        if ctx.hooked("before_capability"):
-            verdict = await ctx.hooks.gate(
-                CapabilityHookContext(
-                    tool=call.name,
-                    arguments=dict(call.arguments),
-                    scope=ctx.scope,
-                    run_id=ctx.run_id,
-                    call_id=key,
-                ),
-                poisoned=ctx.poisoned,
-            )
-            ctx.record_hook_failures(verdict.failures, verdict.newly_poisoned)
-            if verdict.decision == "deny":
-                return CallDenied(reason=verdict.reason_for_model or "denied by policy")
-            if not approved and verdict.decision == "pause_auth":
-                ctx.gated[key] = descriptor_digest(descriptor)
-                return CallGated(gate_kind="auth", reason=verdict.reason or "authorisation needed")
-            if not approved and verdict.decision == "pause_approval":
-                ctx.gated[key] = descriptor_digest(descriptor)
-                return CallGated(reason=verdict.reason or "approval required")
-        if not approved and descriptor.requires_approval(call.arguments):
-            ctx.gated[key] = descriptor_digest(descriptor)
-            return CallGated(reason=f"{call.name} needs approval")
-
-        again = repeatable(descriptor)
-        if not again:
-            # Durable before the call runs: a resume never runs it a second time.
-            await ctx.store.journal_started(ctx.run_id, key, call.name, fence=ctx.fence)
-        tool = self.tools[call.name]
-        try:
-            outcome: CallOutcome = await tool.invoke(
-                call.arguments,
-                ToolContext(run_id=ctx.run_id, call_id=key, scope=ctx.scope, tool_name=call.name),
-            )
-        except asyncio.CancelledError:
-            if not again:
-                # Recorded as cancelled; shielded so the record survives the cancellation.
-                await asyncio.shield(
-                    ctx.store.journal_finished(
-                        ctx.run_id, key, outcome_to_dict(CallCancelled()), fence=ctx.fence
-                    )
-                )
-            raise
-        if isinstance(outcome, CallGated):
-            ctx.gated[key] = descriptor_digest(descriptor)
-        elif again:
-            ctx.segment.journal.append(
-                JournalWrite(
-                    call_id=key, tool=call.name, state="finished", outcome=outcome_to_dict(outcome)
-                )
-            )
-        else:
-            # A call that must not run twice: its outcome is durable the moment it returns.
-            await ctx.store.journal_finished(
-                ctx.run_id, key, outcome_to_dict(outcome), fence=ctx.fence
-            )
-        if not ctx.hooked("after_capability"):
-            return outcome
-        observed = await ctx.hooks.observe(
-            "after_capability",
-            CapabilityResultContext(
-                scope=ctx.scope,
-                run_id=ctx.run_id,
-                call_id=key,
-                tool=call.name,
-                outcome_kind=outcome.kind,
-                output_preview=outcome.output[:200] if isinstance(outcome, CallCompleted) else "",
-            ),
-            poisoned=ctx.poisoned,
-        )
-        ctx.record_hook_failures(observed.failures, observed.newly_poisoned)
+            recorded = await steps.replay_journal(ctx, descriptor, key=key)
+            if recorded is not None:
+                return recorded
+        approved = await steps.read_gate(ctx, call, descriptor, key=key, replay=replay)
+        if not isinstance(approved, bool):
+            return approved
+        held = await steps.before_hooks(ctx, call, descriptor, key=key, approved=approved)
+        if held is None:
+            held = steps.require_approval(ctx, call, descriptor, key=key, approved=approved)
+        if held is not None:
+            return held
+        outcome = await steps.execute_journaled(ctx, call, admitted, key=key)
+        await steps.after_call(ctx, call, outcome, key=key)
         return outcome
-
-    async def _deny_changed(self, key: str, why: str) -> CallOutcome:
-        denied = CallDenied(reason=f"{why}; the call was not run. Ask again if it is still needed")
-        await self.ctx.store.journal_finished(
-            self.ctx.run_id, key, outcome_to_dict(denied), fence=self.ctx.fence
-        )
-        return denied
 
     async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
         if gated.ref is not None:

@@ -9,7 +9,9 @@ directory, the loop families, the task spawner) it is given on its own when it i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from reverie.core.vocabulary import ThreadPolicy
 
 if TYPE_CHECKING:
     from reverie.core.content import ContentPart, UserContent
@@ -22,9 +24,6 @@ if TYPE_CHECKING:
     from reverie.store.base import Store
 
 __all__ = ["RunControl", "Runner", "ThreadPolicy"]
-
-ThreadPolicy = Literal["reject", "enqueue", "interrupt"]
-"""What starting a run on a thread with an active run does (see ``Runtime.start``)."""
 
 
 class RunControl(Protocol):

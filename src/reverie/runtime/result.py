@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from reverie.core.exits import LoopExit, Usage
+from reverie.core.vocabulary import ExitStatus
 
-RunResultStatus = Literal["completed", "blocked", "failed", "cancelled"]
+RunResultStatus = ExitStatus
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import RunStarted
 from reverie.core.exits import Failed
+from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost, TranscriptConflict
 from reverie.hooks import HookDispatcher, HookRegistry
 from reverie.loop.control import CancelToken
@@ -159,7 +160,7 @@ class SegmentRunner:
     async def advance(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit."""
         run = await self._store.get_run(run_id)
-        if run.profile.startswith("unbound"):
+        if is_unbound_profile(run.profile):
             # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
             agent: Agent | Failed = await self._unbound.agent_for(run)
         else:
@@ -277,7 +278,7 @@ class SegmentRunner:
 
     def _run_memory(self, run: RunRecord) -> RunMemory | None:
         # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.
-        if self._memory is None or run.profile.startswith("unbound"):
+        if self._memory is None or is_unbound_profile(run.profile):
             return None
         return self._memory.for_run(
             scope=run.scope, thread_id=run.thread_id, run_id=run.run_id, store=self._store
@@ -285,7 +286,7 @@ class SegmentRunner:
 
     def _tools_of(self, agent: Agent, run: RunRecord) -> list[Any]:
         tools = subagents.bind(self._runner, agent, run, agent.tools, unpriced=self._unpriced)
-        if self._memory is not None and not run.profile.startswith("unbound"):
+        if self._memory is not None and not is_unbound_profile(run.profile):
             tools += self._memory.tools(tools)
         return tools + typed_tools(agent)
 

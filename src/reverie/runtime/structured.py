@@ -34,6 +34,7 @@ from reverie.core.messages import (
     ToolCall,
     ToolCallPart,
 )
+from reverie.core.vocabulary import UnboundProfile
 from reverie.errors import UsageError
 from reverie.loop.finish import STRUCTURED_RESULT_TOOL
 from reverie.models.base import Model
@@ -123,7 +124,7 @@ class OutputContract:
         return self.kind != "assistant_message"
 
     @property
-    def profile(self) -> Literal["unbound", "unbound_structured"]:
+    def profile(self) -> UnboundProfile:
         """The run profile (and loop family) this contract needs."""
         return "unbound_structured" if self.structured else "unbound"
 

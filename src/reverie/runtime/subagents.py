@@ -38,7 +38,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from reverie.capabilities.context import ToolContext
 from reverie.capabilities.output import DEFAULT_MAX_OUTPUT_BYTES, cap_output
@@ -54,6 +54,7 @@ from reverie.core.capability import (
 )
 from reverie.core.exits import Cancelled, Failed, Usage
 from reverie.core.limits import Limits
+from reverie.core.vocabulary import as_gate_kind
 from reverie.errors import NotFoundError, UsageError
 from reverie.loop.state import BudgetLedger, state_from_dict
 from reverie.store.base import ACTIVE_STATUSES, TERMINAL_STATUSES, RunRecord, Store
@@ -95,12 +96,6 @@ INPUT_SCHEMA: Mapping[str, Any] = {
     "additionalProperties": False,
 }
 """The arguments of every subagent tool: one ``input`` string, the child's user message."""
-
-_GATE_KINDS: dict[str, Literal["approval", "auth", "resource"]] = {
-    "approval": "approval",
-    "auth": "auth",
-    "resource": "resource",
-}
 
 
 class SubagentTool:
@@ -310,7 +305,7 @@ def outcome_of(name: str, result: RunResult, *, max_bytes: int) -> CallOutcome:
     if result.status == "blocked" and result.gate is not None:
         gate = result.gate
         return CallGated(
-            gate_kind=_GATE_KINDS.get(gate.kind, "approval"),
+            gate_kind=as_gate_kind(gate.kind),
             reason=f"the {name} agent waits for {gate.kind} of {gate.tool}",
             ref=gate.ref,
         )

@@ -52,6 +52,7 @@ from reverie.core.events import (
 )
 from reverie.core.exits import Blocked, Failed
 from reverie.core.messages import ModelResponse, ToolCall
+from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import (
@@ -284,7 +285,7 @@ class Segment:
                     )
                 )
         # An unbound turn's agent is named per turn: span names stay low-cardinality.
-        agent = "unbound" if run.agent_name.startswith("unbound:") else run.agent_name
+        agent = "unbound" if is_unbound_profile(run.profile) else run.agent_name
         span = tracer.start_span(
             f"invoke_agent {agent}",
             kind=SpanKind.INTERNAL,

@@ -351,11 +351,10 @@ class UnboundTurnService:
         capabilities = list(tools)
         if contract.structured:
             capabilities.append(StructuredResultTool(contract))
+            model = tuple(ContractModel(m, contract) for m in model)
         return Agent(
             name=name,
-            model=tuple(ContractModel(m, contract) for m in model)
-            if contract.structured
-            else model,
+            model=model[0] if len(model) == 1 else model,
             instructions=spec.system_prompt,
             tools=capabilities,
             limits=spec.limits,

@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from reverie.core.limits import Limits
+from reverie.core.vocabulary import OnLimit
 from reverie.runtime.structured import OutputContract
 
 __all__ = ["META_KEY", "UnboundSpec"]
@@ -45,7 +46,7 @@ class UnboundSpec:
     contract: OutputContract
     limits: Limits
     """The run's own limits (the family cap already narrowed by the declared ones)."""
-    on_limit: Literal["finalize", "fail"]
+    on_limit: OnLimit
     model: str | None = None
     """The model spec; ``None`` when the model was an instance (not resumable elsewhere)."""
     tools: tuple[str, ...] = ()

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from reverie.core.content import parts_from_meta
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
-from reverie.core.transcript import NewItem, TranscriptItem
+from reverie.core.transcript import NewItem, TranscriptItem, placed
 from reverie.store.base import JournalWrite, Store
 
 MIN_CAPACITY = 256
@@ -59,19 +59,7 @@ class SegmentTranscript:
             self._head = await self._store.thread_head(self._thread_id)
         first = self._head + 1
         rows = [
-            TranscriptItem(
-                ref=new_id("itm"),
-                seq=seq,
-                thread_id=self._thread_id,
-                run_id=self._run_id,
-                role=item.role,
-                content=item.content,
-                tool_calls=item.tool_calls,
-                tool_call_id=item.tool_call_id,
-                name=item.name,
-                input_id=item.input_id,
-                meta=dict(item.meta),
-            )
+            placed(item, ref=new_id("itm"), seq=seq, thread_id=self._thread_id, run_id=self._run_id)
             for seq, item in enumerate(items, start=first)
         ]
         self._head = first + len(rows) - 1

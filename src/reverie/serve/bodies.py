@@ -9,11 +9,12 @@ on reverie's own API and 400 on the OpenAI-compatible route (as OpenAI answers).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+from reverie.core.vocabulary import ThreadPolicy
 from reverie.serve.errors import APIError
 from reverie.serve.limits import check_depth
 
@@ -43,7 +44,7 @@ class StartRunBody(_Strict):
     """The user's message."""
     thread_id: str | None = Field(default=None, min_length=1)
     """Continue this conversation (one of the caller's); omitted: a new thread."""
-    thread_policy: Literal["reject", "enqueue", "interrupt"] | None = None
+    thread_policy: ThreadPolicy | None = None
     """When the thread has a running or blocked run: 409 (``reject``, the server's default
     unless configured), join it as a follow-up (``enqueue``), or cancel it first
     (``interrupt``)."""

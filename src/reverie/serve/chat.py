@@ -48,6 +48,10 @@ log = logging.getLogger("reverie.serve")
 
 
 # ---------------------------------------------------------------------------------- bodies
+ResponseFormatType = Literal["text", "json_object", "json_schema"]
+"""The ``type`` of a ``response_format`` (chat completions) or ``text.format`` (responses)."""
+
+
 class _Lenient(BaseModel):
     # OpenAI clients send fields we do not use (user, seed, metadata, …): ignore those.
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -92,7 +96,7 @@ class JsonSchemaBody(_Lenient):
 class ResponseFormatBody(_Lenient):
     """``response_format``."""
 
-    type: Literal["text", "json_object", "json_schema"]
+    type: ResponseFormatType
     json_schema: JsonSchemaBody | None = None
 
 

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from reverie.core.exits import Cancelled, Failed, LoopExit
+from reverie.core.exits import Cancelled, Failed, FailureKind, LoopExit
 from reverie.core.redact import mask_urls
 from reverie.errors import (
     ConfigError,
@@ -183,7 +183,7 @@ def from_reverie_error(exc: ReverieError) -> APIError:
     return APIError(500, _GENERIC_500, code=type(exc).__name__)
 
 
-_FAILURE_STATUS: Mapping[str, int] = {
+_FAILURE_STATUS: Mapping[FailureKind, int] = {
     # The model misbehaved or was unreachable: a bad gateway from the caller's point of view.
     "model_error": 502,
     "invalid_model_output": 502,

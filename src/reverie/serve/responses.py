@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +35,7 @@ from starlette.routing import Route
 from reverie.core.content import ContentPart, Text, parse_data_url, render_text
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
+from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import NotFoundError, ReverieError, UsageError
 from reverie.runtime.agent import Agent
 from reverie.runtime.result import RunResult
@@ -42,7 +43,7 @@ from reverie.runtime.structured import OutputContract
 from reverie.runtime.unbound import SERVED_AGENT_META
 from reverie.serve.auth import owner_of
 from reverie.serve.bodies import parse_body
-from reverie.serve.chat import turn_text
+from reverie.serve.chat import ResponseFormatType, turn_text
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, failure_error, from_reverie_error
 from reverie.serve.idempotency import idempotency_of
@@ -63,7 +64,7 @@ class _Lenient(BaseModel):
 class TextFormatBody(_Lenient):
     """``text.format``."""
 
-    type: Literal["text", "json_object", "json_schema"]
+    type: ResponseFormatType
     name: str | None = None
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
@@ -323,7 +324,7 @@ class ResponseRoutes:
             run = await self.ctx.owned_run(owner, run_id)
         except APIError:
             run = None
-        if run is None or not run.profile.startswith("unbound"):
+        if run is None or not is_unbound_profile(run.profile):
             raise APIError(
                 404, f"response {response_id} not found", code="response_not_found", param=param
             )

@@ -12,7 +12,6 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Literal
 
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
@@ -21,6 +20,7 @@ from starlette.routing import Route
 
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
+from reverie.core.vocabulary import RUN_STATUSES, GateDecision
 from reverie.errors import NotFoundError
 from reverie.runtime.result import RunResult
 from reverie.runtime.runtime import Runtime
@@ -52,7 +52,6 @@ LAUNCH_WAIT_S = 10.0
 """Longest a gate resolution waits for the run to resume before answering anyway."""
 
 MAX_LIST = 500
-_RUN_STATUSES = ("queued", "running", "completed", "blocked", "failed", "cancelled")
 _GATE_STATUSES: dict[str, GateStatus | None] = {
     "pending": "pending",
     "approved": "approved",
@@ -122,11 +121,11 @@ class RunRoutes:
         owner = owner_of(request)
         limit = _limit(request)
         statuses = [s for v in request.query_params.getlist("status") for s in v.split(",") if s]
-        unknown = sorted(set(statuses) - set(_RUN_STATUSES))
+        unknown = sorted(set(statuses) - set(RUN_STATUSES))
         if unknown:
             raise APIError(
                 422,
-                f"status: unknown run status {unknown[0][:40]!r}; use {', '.join(_RUN_STATUSES)}",
+                f"status: unknown run status {unknown[0][:40]!r}; use {', '.join(RUN_STATUSES)}",
                 code="invalid_request",
                 param="status",
             )
@@ -242,7 +241,7 @@ class RunRoutes:
         return await self._resolve(owner_of(request), request.path_params["ref"], "denied", reason)
 
     async def _resolve(
-        self, owner: Scope, ref: str, decision: Literal["approved", "denied"], reason: str
+        self, owner: Scope, ref: str, decision: GateDecision, reason: str
     ) -> Response:
         """Resolve the gate once and resume its run in the background.
 

@@ -20,6 +20,16 @@ from reverie.core.transcript import (
     NewItem,
     TranscriptItem,
 )
+from reverie.core.vocabulary import (
+    ACTIVE_STATUSES,
+    CHECKPOINT_KINDS,
+    TERMINAL_STATUSES,
+    CheckpointKind,
+    GateDecision,
+    GateKind,
+    GateStatus,
+    RunStatus,
+)
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -44,13 +54,9 @@ __all__ = [
     "TranscriptItem",
 ]
 
-RunStatus = Literal["queued", "running", "completed", "blocked", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-ACTIVE_STATUSES: tuple[str, ...] = ("queued", "running", "blocked")
-"""Statuses of a thread's active run: a thread holds at most one run in these at a time."""
-CheckpointKind = Literal["BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final"]
-CHECKPOINT_KINDS: tuple[str, ...] = ("BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final")
-GateStatus = Literal["pending", "approved", "denied"]
+
+JournalState = Literal["started", "finished"]
+"""A journal record's state: the call began (its effect may have happened), or it returned."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +109,7 @@ class JournalEntry:
     run_id: str
     call_id: str
     tool: str
-    state: Literal["started", "finished"]
+    state: JournalState
     outcome: Mapping[str, Any] | None = None
 
 
@@ -117,7 +123,7 @@ class GateRecord:
     tool: str
     arguments: Mapping[str, Any]
     """Sanitised arguments (secrets redacted) for the person deciding."""
-    kind: Literal["approval", "auth", "resource"] = "approval"
+    kind: GateKind = "approval"
     status: GateStatus = "pending"
     reason: str | None = None
     scope: Scope
@@ -131,7 +137,7 @@ class JournalWrite:
 
     call_id: str
     tool: str
-    state: Literal["started", "finished"]
+    state: JournalState
     outcome: Mapping[str, Any] | None = None
     """The call's outcome (``finished`` only)."""
 
@@ -371,7 +377,7 @@ class Store(Protocol):
         ...
 
     async def resolve_gate(
-        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+        self, ref: str, status: GateDecision, *, reason: str | None, now: float
     ) -> GateRecord:
         """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
         ...

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
+from reverie.core.transcript import placed
+from reverie.core.vocabulary import GateDecision
 from reverie.errors import (
     ConflictError,
     GateResolvedError,
@@ -107,19 +109,7 @@ class MemoryStore(MemoryDocuments):
         out: list[TranscriptItem] = []
         for item in items:
             seq = len(refs) + 1
-            rec = TranscriptItem(
-                ref=new_id("itm"),
-                seq=seq,
-                thread_id=thread_id,
-                run_id=run_id,
-                role=item.role,
-                content=item.content,
-                tool_calls=item.tool_calls,
-                tool_call_id=item.tool_call_id,
-                name=item.name,
-                input_id=item.input_id,
-                meta=dict(item.meta),
-            )
+            rec = placed(item, ref=new_id("itm"), seq=seq, thread_id=thread_id, run_id=run_id)
             self._items[rec.ref] = rec
             refs.append(rec.ref)
             out.append(rec)
@@ -430,7 +420,7 @@ class MemoryStore(MemoryDocuments):
         return None
 
     async def resolve_gate(
-        self, ref: str, status: Literal["approved", "denied"], *, reason: str | None, now: float
+        self, ref: str, status: GateDecision, *, reason: str | None, now: float
     ) -> GateRecord:
         gate = await self.get_gate(ref)
         if gate.status != "pending":

@@ -1,4 +1,4 @@
-"""The versioned schema of the SQLite store: ordered migrations and the runner.
+"""The versioned schema of the SQLite store (ordered migrations) and the runner of both SQL stores.
 
 The database records every migration it has applied in ``schema_version``. ``open()`` applies
 the missing ones inside one ``BEGIN IMMEDIATE`` transaction, so two processes opening a fresh
@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reverie.errors import StoreError
+from reverie.store.sql_core import SQLITE, Dialect, Exec, Op, Query, drive
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Migration", "migrate", "migrate_op"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,17 +281,55 @@ MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 """The newest schema this build knows; a database recording a higher one is refused."""
 
-_CREATE_VERSION_TABLE = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at REAL NOT NULL
-)
-"""
+
+def migrate_op(d: Dialect, migrations: Sequence[Migration], *, label: str) -> Op[int]:
+    """Bring the schema up to the last of ``migrations``; the version found before.
+
+    Runs inside the caller's transaction, which must hold the database against other
+    migrating processes (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: the dialect's
+    ``schema_lock``, taken first). The version table is created only when missing, so a role
+    without CREATE may open an up-to-date database.
+
+    Raises:
+        StoreError: The database was created by a newer reverie (its version is above the
+            newest of ``migrations``).
+    """
+    newest = migrations[-1].version
+    if d.schema_lock is not None:
+        yield [Exec(d.schema_lock)]
+    [[row]] = yield [Query(d.version_table_missing)]
+    if row["missing"]:
+        yield [
+            Exec(
+                "CREATE TABLE schema_version (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                f" applied_at {d.real} NOT NULL)"
+            )
+        ]
+    [[row]] = yield [Query("SELECT COALESCE(MAX(version), 0) AS found FROM schema_version")]
+    found = int(row["found"])
+    if found > newest:
+        raise StoreError(
+            f"database {label} has schema version {found}, newer than the newest this "
+            f"build of reverie supports ({newest}); upgrade reverie to open it"
+        )
+    for migration in migrations:
+        if migration.version <= found:
+            continue
+        for statement in migration.statements:
+            yield [Exec(statement)]
+        yield [
+            d.exec(
+                "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+                migration.version,
+                migration.name,
+                time.time(),
+            )
+        ]
+    return found
 
 
 def migrate(db: sqlite3.Connection, *, label: str) -> int:
-    """Bring the schema up to :data:`SCHEMA_VERSION` and return the version found before.
+    """Bring the SQLite schema up to :data:`SCHEMA_VERSION` and return the version found before.
 
     ``db`` must be in autocommit mode (``isolation_level=None``) with no open transaction; the
     whole migration is one ``BEGIN IMMEDIATE`` transaction, rolled back on any error. It runs
@@ -306,22 +346,7 @@ def migrate(db: sqlite3.Connection, *, label: str) -> int:
     """
     try:
         db.execute("BEGIN IMMEDIATE")
-        db.execute(_CREATE_VERSION_TABLE)
-        found = int(db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0)
-        if found > SCHEMA_VERSION:
-            raise StoreError(
-                f"database {label} has schema version {found}, newer than the newest this "
-                f"build of reverie supports ({SCHEMA_VERSION}); upgrade reverie to open it"
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= found:
-                continue
-            for statement in migration.statements:
-                db.execute(statement)
-            db.execute(
-                "INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
-                (migration.version, migration.name, time.time()),
-            )
+        found = drive(db, migrate_op(SQLITE, MIGRATIONS, label=label))
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:

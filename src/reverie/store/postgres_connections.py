@@ -26,24 +26,30 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncPipeline
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
-from reverie.core.scope import Scope
-from reverie.errors import ConfigError, ConflictError, LeaseLost, NotFoundError, StoreError
-from reverie.store.postgres_schema import Conn, migrate
+from reverie.errors import ConfigError, ConflictError, StoreError
+from reverie.store.migrations import migrate_op
+from reverie.store.postgres_schema import MIGRATIONS, Conn
 from reverie.store.run_events import EventWaiters
-from reverie.store.sql_core import Many, Op, Query, Statement
+from reverie.store.sql_core import (
+    EVENTS_CHANNEL,
+    POSTGRES,
+    Count,
+    Dialect,
+    Many,
+    Op,
+    Query,
+    Statement,
+)
 
 __all__ = ["EVENTS_CHANNEL", "PostgresConnections"]
-
-EVENTS_CHANNEL = "reverie_run_events"
-"""``NOTIFY`` channel of appended run events; the payload is the run id."""
 
 log = logging.getLogger("reverie.store")
 
@@ -120,14 +126,6 @@ async def one(conn: Conn, sql: str, params: Sequence[Any] = ()) -> DictRow | Non
     return found[0] if found else None
 
 
-async def found(conn: Conn, sql: str, params: Sequence[Any], what: str) -> DictRow:
-    """The first row of one statement, or :class:`NotFoundError` naming ``what``."""
-    row = await one(conn, sql, params)
-    if row is None:
-        raise NotFoundError(f"{what} not found")
-    return row
-
-
 async def execute(conn: Conn, sql: str, params: Sequence[Any] = ()) -> int:
     """Run one statement and return the number of rows it changed."""
     cur = await conn.execute(sql, params)
@@ -145,49 +143,6 @@ async def insert(conn: Conn, table: str, columns: Mapping[str, Any], suffix: str
     return await execute(conn, insert_sql(table, list(columns)) + suffix, list(columns.values()))
 
 
-def where(
-    scope: Scope | None, statuses: Sequence[str] | None, *, tenant: str | None = None
-) -> tuple[str, list[Any]]:
-    """The WHERE clause of the list queries: scope means tenant and user, as in MemoryStore."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if tenant is not None:
-        clauses.append("scope_tenant = %s")
-        params.append(tenant)
-    if scope is not None:
-        clauses.append("scope_tenant = %s AND scope_user = %s")
-        params += [scope.tenant, scope.user]
-    if statuses is not None:
-        clauses.append("status = ANY(%s)")
-        params.append(list(statuses))
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
-def raise_if_stale(run_id: str, fence: int, current: int | None) -> None:
-    """:class:`NotFoundError` if the run is missing, :class:`LeaseLost` if ``fence`` is stale."""
-    if current is None:
-        raise NotFoundError(f"run {run_id} not found")
-    if current != fence:
-        raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {current})")
-
-
-async def lock_fence(conn: Conn, run_id: str, fence: int) -> None:
-    """Inside a transaction: raise unless ``fence`` is current, and keep it current until COMMIT.
-
-    ``FOR SHARE`` conflicts with the ``UPDATE`` of ``acquire_lease``: a takeover waits for
-    this write to commit, or this read waits for the takeover and then sees its fence. So no
-    write carrying an old fence can commit after a new one was handed out.
-    """
-    row = await one(conn, "SELECT fence FROM runs WHERE run_id = %s FOR SHARE", (run_id,))
-    raise_if_stale(run_id, fence, None if row is None else int(row["fence"]))
-
-
-async def read_fence(conn: Conn, run_id: str, fence: int) -> None:
-    """After a fenced one-statement write changed nothing: why (stale, missing, or nothing)."""
-    row = await one(conn, "SELECT fence FROM runs WHERE run_id = %s", (run_id,))
-    raise_if_stale(run_id, fence, None if row is None else int(row["fence"]))
-
-
 # ops (reverie.store.sql_core) ----------------------------------------------------------------
 async def _send(conn: Conn, statement: Statement) -> Any:
     if isinstance(statement, Many):
@@ -198,29 +153,62 @@ async def _send(conn: Conn, statement: Statement) -> Any:
     return await conn.execute(statement.sql, statement.params)
 
 
-async def drive(conn: Conn, op: Op[T]) -> T:
-    """Run ``op`` on ``conn`` (inside the caller's transaction, in pipeline mode or not).
+async def drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None = None) -> T:
+    """Run ``op`` on ``conn`` (inside the caller's transaction, if any).
 
-    In pipeline mode every statement of a batch is sent before any result is read, so a batch
-    costs one round trip; a batch of writes only is sent without waiting at all (its errors
-    surface at the next sync, the ``COMMIT`` at the latest).
+    In ``pipeline`` mode every statement of a batch is sent before any result is read, so a
+    batch costs one round trip, and a batch of writes whose results the op does not need is
+    not waited for at all (its errors surface at the next sync: the ``COMMIT`` at the latest).
     """
     try:
         batch = next(op)
         while True:
             sent = [await _send(conn, statement) for statement in batch]
+            if pipeline is not None and any(isinstance(st, Count) for st in batch):
+                await pipeline.sync()  # a row count is known once the results are in
             results: list[Any] = []
             for statement, cur in zip(batch, sent, strict=True):
-                results.append(await cur.fetchall() if isinstance(statement, Query) else None)
+                if isinstance(statement, Query):
+                    results.append(await cur.fetchall())  # in pipeline mode: one flush
+                elif isinstance(statement, Count):
+                    results.append(cur.rowcount)
+                else:
+                    results.append(None)
             batch = op.send(results)
     except StopIteration as stop:
         result: T = stop.value
         return result
 
 
+async def _rollback(conn: Conn, pipeline: AsyncPipeline) -> None:
+    """Undo the open transaction of a failed op (a connection left in one is closed anyway)."""
+    with contextlib.suppress(psycopg.Error):
+        await conn.execute("ROLLBACK")
+        await pipeline.sync()
+
+
+async def migrate(conn: Conn, *, label: str) -> int:
+    """Bring the schema up to the newest migration and return the version found before.
+
+    One transaction holding a transaction-level advisory lock keyed on the current schema
+    (:func:`reverie.store.migrations.migrate_op`, the runner SQLite uses too): two processes
+    opening a fresh database wait for each other instead of both creating the tables, and a
+    failed migration leaves the database as it was.
+
+    Raises:
+        StoreError: The database was created by a newer reverie.
+        psycopg.Error: The database refused a statement; the caller wraps it.
+    """
+    async with conn.transaction():
+        return await drive(conn, migrate_op(POSTGRES, MIGRATIONS, label=label))
+
+
 # the pool -----------------------------------------------------------------------------------
 class PostgresConnections:
     """Opening, closing and using the store's connections (arguments: see ``PostgresStore``)."""
+
+    dialect: ClassVar[Dialect] = POSTGRES
+    """How the shared SQL (:mod:`reverie.store.sql_ops`) is spelt here."""
 
     def __init__(
         self, url: str, *, max_connections: int = 8, connect_timeout_s: float = 10.0
@@ -351,17 +339,29 @@ class PostgresConnections:
             async with self._connection() as conn, conn.transaction():
                 return await fn(conn)
 
-    async def _run_op(self, action: str, op: Op[T]) -> T:
-        """Run a :mod:`~reverie.store.sql_core` op in one transaction, in pipeline mode."""
-        with self._errors(action):
-            async with self._connection() as conn, conn.pipeline(), conn.transaction():
-                return await drive(conn, op)
+    async def _write_op(self, action: str, make: Callable[[], Op[T]]) -> T:
+        """Run an op (:mod:`reverie.store.sql_ops`) in one transaction, in pipeline mode.
 
-    async def _read_op(self, action: str, op: Op[T]) -> T:
+        ``BEGIN`` and ``COMMIT`` are sent as statements of the pipeline (psycopg's
+        ``transaction()`` would sync at both ends): ``BEGIN`` travels with the op's first
+        batch and ``COMMIT`` with its last, so an op of one batch costs one round trip.
+        """
+        with self._errors(action):
+            async with self._connection() as conn, conn.pipeline() as pipeline:
+                await conn.execute("BEGIN")
+                try:
+                    result = await drive(conn, make(), pipeline)
+                except BaseException:
+                    await _rollback(conn, pipeline)
+                    raise
+                await conn.execute("COMMIT")  # sent, and its outcome read, as the pipeline ends
+            return result
+
+    async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op outside a transaction (each statement its own snapshot)."""
         with self._errors(action):
             async with self._connection() as conn:
-                return await drive(conn, op)
+                return await drive(conn, make())
 
     async def _select(
         self, action: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any] = ()
@@ -371,29 +371,3 @@ class PostgresConnections:
             async with self._connection() as conn:
                 got = await rows(conn, sql, params)
         return [decode(row) for row in got]
-
-    async def _select_one(
-        self, what: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any]
-    ) -> T:
-        """One row, or :class:`NotFoundError` naming ``what``."""
-        got = await self._select(f"read {what}", decode, sql, params)
-        if not got:
-            raise NotFoundError(f"{what} not found")
-        return got[0]
-
-    async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
-        """One write statement (its own transaction); the number of rows it changed."""
-        with self._errors(action):
-            async with self._connection() as conn:
-                return await execute(conn, sql, params)
-
-    async def _fenced(
-        self, action: str, run_id: str, fence: int, sql: str, params: Sequence[Any]
-    ) -> int:
-        """One write statement behind :func:`lock_fence`, in a transaction."""
-
-        async def write(conn: Conn) -> int:
-            await lock_fence(conn, run_id, fence)
-            return await execute(conn, sql, params)
-
-        return await self._transact(action, write)

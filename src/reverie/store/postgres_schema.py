@@ -1,11 +1,9 @@
-"""The schema of :class:`reverie.store.postgres.PostgresStore`: its migrations and row codecs.
+"""The schema of :class:`reverie.store.postgres.PostgresStore`: its migrations (DDL).
 
-Internal to the PostgreSQL backend (imported there as ``schema``):
-
-- the **migrations** of the PostgreSQL schema and :func:`migrate`, which applies them under an
-  advisory lock, so any number of workers may open a fresh database at once;
-- row codecs: record → column dict for an INSERT, row (a dict) → record. They are the only code
-  that knows every column; keep them in step with the latest migration.
+They are applied by the runner both SQL stores share (:func:`reverie.store.migrations.migrate_op`)
+under an advisory lock, so any number of workers may open a fresh database at once (see
+:func:`reverie.store.postgres_connections.migrate`). The row codecs are shared with SQLite
+(:mod:`reverie.store.rows`); keep them in step with the latest migration.
 
 The schema mirrors SQLite's (:mod:`reverie.store.migrations`) table for table and column for
 column, with native types where PostgreSQL has them: flags are ``BOOLEAN``, timestamps
@@ -16,54 +14,16 @@ and turn ``1e100`` into an integer, and nothing queries inside them.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from reverie.errors import StoreError
-from reverie.store.base import (
-    NewItem,
-    TranscriptItem,
-)
-
-# Row codecs shared with the other SQL backend (re-exported: callers use schema.<name>).
-from reverie.store.rows import (
-    Columns as Columns,
-    dumps as dumps,
-    exit_column as exit_column,
-    gate_columns as gate_columns,
-    input_columns as input_columns,
-    row_checkpoint as row_checkpoint,
-    row_gate as row_gate,
-    row_input as row_input,
-    row_item as row_item,
-    row_journal as row_journal,
-    row_run as row_run,
-    row_run_event as row_run_event,
-    row_scope as row_scope,
-    row_thread as row_thread,
-    run_columns as run_columns,
-    run_event_columns as run_event_columns,
-    scope_columns as scope_columns,
-    thread_columns as thread_columns,
-)
+from reverie.store.migrations import Migration
 
 Conn = AsyncConnection[DictRow]
 """A connection of the store: rows come back as dicts keyed by column name."""
 
 
 # migrations ---------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Migration:
-    """One step of the schema (the same versions, and names, as SQLite's)."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-
-
 _SCOPE = """
             scope_tenant     TEXT NOT NULL,
             scope_user       TEXT NOT NULL,
@@ -270,99 +230,3 @@ MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 """The newest schema this build knows; a database recording a higher one is refused."""
-
-_CREATE_VERSION_TABLE = """
-CREATE TABLE schema_version (
-    version    INTEGER PRIMARY KEY,
-    name       TEXT NOT NULL,
-    applied_at DOUBLE PRECISION NOT NULL
-)
-"""
-
-
-async def migrate(conn: Conn, *, label: str) -> int:
-    """Bring the schema up to :data:`SCHEMA_VERSION` and return the version found before.
-
-    One transaction holding a transaction-level advisory lock keyed on the current schema:
-    two processes opening a fresh database wait for each other instead of both creating the
-    tables, and a failed migration leaves the database as it was.
-
-    Raises:
-        StoreError: The database was created by a newer reverie.
-        psycopg.Error: The database refused a statement; the caller wraps it.
-    """
-    async with conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))"
-        )
-        # Created only when missing: a role without CREATE may open an up-to-date database.
-        cur = await conn.execute("SELECT to_regclass('schema_version') IS NULL AS missing")
-        if (await cur.fetchone()) == {"missing": True}:
-            await conn.execute(_CREATE_VERSION_TABLE)
-        cur = await conn.execute("SELECT COALESCE(MAX(version), 0) AS found FROM schema_version")
-        row = await cur.fetchone()
-        found = int(row["found"]) if row is not None else 0
-        if found > SCHEMA_VERSION:
-            raise StoreError(
-                f"database {label} has schema version {found}, newer than the newest this "
-                f"build of reverie supports ({SCHEMA_VERSION}); upgrade reverie to open it"
-            )
-        for migration in MIGRATIONS:
-            if migration.version <= found:
-                continue
-            for statement in migration.statements:
-                await conn.execute(statement)
-            await conn.execute(
-                "INSERT INTO schema_version (version, name, applied_at) VALUES (%s, %s, %s)",
-                (migration.version, migration.name, time.time()),
-            )
-    return found
-
-
-# row codecs ---------------------------------------------------------------------------------
-
-
-def text(value: str) -> str:
-    """Free text as PostgreSQL can hold it: ``TEXT`` refuses NUL, so it becomes U+FFFD.
-
-    JSON columns need no such care (the encoder escapes NUL as ``\\u0000``).
-    """
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
-
-
-def new_item(
-    ref: str, seq: int, thread_id: str, run_id: str | None, item: NewItem
-) -> TranscriptItem:
-    """The record of an appended row, as :func:`row_item` will read it back."""
-    return TranscriptItem(
-        ref=ref,
-        seq=seq,
-        thread_id=thread_id,
-        run_id=run_id,
-        role=item.role,
-        content=text(item.content),
-        tool_calls=item.tool_calls,
-        tool_call_id=item.tool_call_id,
-        name=item.name,
-        input_id=item.input_id,
-        meta=dict(item.meta),
-    )
-
-
-def item_columns(rec: TranscriptItem, *, created_at: float) -> Columns:
-    """Columns of an ``items`` row."""
-    return {
-        "ref": rec.ref,
-        "thread_id": rec.thread_id,
-        "seq": rec.seq,
-        "run_id": rec.run_id,
-        "role": rec.role,
-        "content": rec.content,
-        "tool_calls": dumps([c.to_dict() for c in rec.tool_calls]),
-        "tool_call_id": rec.tool_call_id,
-        "name": rec.name,
-        "input_id": rec.input_id,
-        "meta": dumps(dict(rec.meta)),
-        "superseded": rec.superseded,
-        "created_at": created_at,
-    }

@@ -3,8 +3,9 @@
 :class:`SQLiteConnections` owns the two :class:`~reverie.store.sqlite_writer.ConnectionThread`
 of a store, the writer (group commit) and the ``query_only`` reader, and gives the store methods
 their two ways in: :meth:`~SQLiteConnections._transact` (an operation of the next group
-commit) and :meth:`~SQLiteConnections._read` (one hop to the reader), with the shorthands built
-on them (``_select*``, ``_change``, ``_fenced``).
+commit) and :meth:`~SQLiteConnections._read` (one hop to the reader), the ways the shared ops
+of :mod:`reverie.store.sql_ops` run (``_write_op``, ``_read_op``) and the read shorthands
+(``_select``, ``_select_in``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from sqlite3 import Row
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
-from reverie.errors import ConfigError, NotFoundError, StoreError
+from reverie.errors import ConfigError, StoreError
 from reverie.store import sqlite_schema as schema
 from reverie.store.run_events import EventWaiters
+from reverie.store.sql_core import SQLITE, Dialect, Op, drive
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
 from reverie.store.sqlite_writer import ConnectionThread
 
@@ -33,6 +35,9 @@ _CHUNK = 500
 
 class SQLiteConnections:
     """Opening, closing and using the store's connections (arguments: see ``SQLiteStore``)."""
+
+    dialect: ClassVar[Dialect] = SQLITE
+    """How the shared SQL (:mod:`reverie.store.sql_ops`) is spelt here."""
 
     def __init__(
         self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_s: float = 5.0
@@ -129,6 +134,18 @@ class SQLiteConnections:
         """
         return await self._require(self._writer).transact(action, fn)
 
+    async def _write_op(self, action: str, make: Callable[[], Op[T]]) -> T:
+        """Run an op (:mod:`reverie.store.sql_ops`) as one operation of the next group commit.
+
+        The op is built on the writer thread, each time the writer runs it (a batch may be run
+        twice, the first run rolled back).
+        """
+        return await self._transact(action, lambda db: drive(db, make()))
+
+    async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
+        """Run a read-only op on the reader thread, in one hop."""
+        return await self._read(action, lambda db: drive(db, make()))
+
     async def _read(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the reader thread (autocommit: each statement its own snapshot)."""
         return await self._require(self._reader).call(action, fn)
@@ -139,15 +156,6 @@ class SQLiteConnections:
         """One read statement on the reader connection, decoded row by row."""
         found = await self._read(action, lambda db: schema.rows(db, sql, params))
         return [decode(row) for row in found]
-
-    async def _select_one(
-        self, what: str, decode: Callable[[Row], T], sql: str, params: Sequence[Any]
-    ) -> T:
-        """One row, or :class:`NotFoundError` naming ``what``."""
-        rows = await self._select(f"read {what}", decode, sql, params)
-        if not rows:
-            raise NotFoundError(f"{what} not found")
-        return rows[0]
 
     async def _select_in(
         self,
@@ -174,27 +182,6 @@ class SQLiteConnections:
 
         rows = await self._read(action, query)
         return {row[0]: decode(row) for row in rows}
-
-    # one-statement writes -----------------------------------------------------------------
-    async def _change(self, action: str, sql: str, params: Sequence[Any]) -> int:
-        """One write statement in the next group commit; the number of rows it changed."""
-        return await self._transact(action, lambda db: schema.execute(db, sql, params))
-
-    async def _fenced(
-        self, action: str, sql: str, params: Sequence[Any], run_id: str, fence: int
-    ) -> None:
-        """A compare-and-set statement that carries its fence test (``schema.FENCED``).
-
-        When it changed nothing, the fence is read in the same transaction: a stale one raises
-        :class:`LeaseLost` (a missing run :class:`NotFoundError`); a current one means the
-        write had nothing to change.
-        """
-
-        def write(db: sqlite3.Connection) -> None:
-            if not schema.execute(db, sql, params):
-                schema.check_fence(db, run_id, fence)
-
-        await self._transact(action, write)
 
 
 async def _close_all(*threads: ConnectionThread | None) -> None:

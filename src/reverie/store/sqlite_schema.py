@@ -8,11 +8,9 @@ Internal to the SQLite backend (imported there as ``schema``):
   (:mod:`reverie.store.sqlite_writer`). :func:`db_errors` turns ``sqlite3`` errors into store
   errors.
 - Synchronous statement helpers, called on a connection's thread inside the operations the
-  store hands it, and the fence guard of compare-and-set writes (:data:`FENCED`,
-  :func:`check_fence`).
-- Row codecs: the shared ones live in :mod:`reverie.store.rows` (PostgreSQL uses the same);
-  here only what is SQLite's own (new transcript rows, the decoded-item cache). Keep them in
-  step with the latest migration.
+  store hands it (the store's SQL itself is shared with PostgreSQL: :mod:`reverie.store.sql_ops`).
+- The decoded-item cache (:class:`ItemCache`); the row codecs are shared with PostgreSQL
+  (:mod:`reverie.store.rows`).
 """
 
 from __future__ import annotations
@@ -24,37 +22,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from reverie.core.scope import Scope
-from reverie.errors import ConflictError, LeaseLost, NotFoundError, StoreError
+from reverie.errors import ConflictError, StoreError
 from reverie.store.base import (
-    NewItem,
-    RunRecord,
     TranscriptItem,
 )
 from reverie.store.migrations import migrate
-
-# Row codecs shared with the other SQL backend (re-exported: callers use schema.<name>).
-from reverie.store.rows import (
-    Columns as Columns,
-    dumps as dumps,
-    exit_column as exit_column,
-    gate_columns as gate_columns,
-    input_columns as input_columns,
-    owner_key as owner_key,
-    row_checkpoint as row_checkpoint,
-    row_gate as row_gate,
-    row_input as row_input,
-    row_item as row_item,
-    row_journal as row_journal,
-    row_run as row_run,
-    row_run_event as row_run_event,
-    row_scope as row_scope,
-    row_thread as row_thread,
-    run_columns as run_columns,
-    run_event_columns as run_event_columns,
-    scope_columns as scope_columns,
-    thread_columns as thread_columns,
-)
+from reverie.store.rows import Columns, row_item
 
 SYNCHRONOUS_MODES: frozenset[str] = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 """Accepted values of ``PRAGMA synchronous``."""
@@ -156,24 +129,6 @@ def marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def where(
-    scope: Scope | None, statuses: Sequence[str] | None, *, tenant: str | None = None
-) -> tuple[str, list[Any]]:
-    """The WHERE clause of the list queries: scope means tenant and user, as in MemoryStore."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if tenant is not None:
-        clauses.append("scope_tenant = ?")
-        params.append(tenant)
-    if scope is not None:
-        clauses.append("scope_tenant = ? AND scope_user = ?")
-        params += [scope.tenant, scope.user]
-    if statuses is not None:
-        clauses.append(f"status IN ({marks(len(statuses))})")
-        params += statuses
-    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
-
-
 def rows(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
     """Every row of one statement."""
     found: list[sqlite3.Row] = db.execute(sql, params).fetchall()
@@ -203,81 +158,7 @@ def insert(db: sqlite3.Connection, table: str, rows: Sequence[Columns]) -> None:
         db.executemany(insert_sql(table, list(rows[0])), [tuple(row.values()) for row in rows])
 
 
-def get_run(db: sqlite3.Connection, run_id: str) -> RunRecord:
-    """The run, read on ``db`` (inside a transaction), or :class:`NotFoundError`."""
-    row = one(db, "SELECT * FROM runs WHERE run_id = ?", (run_id,))
-    if row is None:
-        raise NotFoundError(f"run {run_id} not found")
-    return row_run(row)
-
-
-def first_int(row: sqlite3.Row) -> int:
-    """The first column as an int."""
-    return int(row[0])
-
-
-FENCED = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND fence = ?)"
-"""Guard of a one-statement compare-and-set write; parameters ``(run_id, fence)``."""
-
-
-def raise_if_stale(run_id: str, fence: int, current: int | None) -> None:
-    """:class:`NotFoundError` if the run is missing, :class:`LeaseLost` if ``fence`` is stale."""
-    if current is None:
-        raise NotFoundError(f"run {run_id} not found")
-    if current != fence:
-        raise LeaseLost(f"run {run_id}: fencing token {fence} is stale (now {current})")
-
-
-def check_fence(db: sqlite3.Connection, run_id: str, fence: int) -> None:
-    """Raise unless ``fence`` is current: the compare of a compare-and-set transaction.
-
-    Also the check after a fenced one-statement write changed nothing, in the same
-    transaction: a stale fence is why (:class:`LeaseLost`), or a missing run, or nothing
-    (the write had nothing to change).
-    """
-    row = one(db, "SELECT fence FROM runs WHERE run_id = ?", (run_id,))
-    raise_if_stale(run_id, fence, None if row is None else row["fence"])
-
-
 # row codecs ---------------------------------------------------------------------------------
-
-
-def new_item_columns(
-    thread_id: str, run_id: str | None, item: NewItem, *, created_at: float
-) -> Columns:
-    """Columns of a new ``items`` row but ``ref`` and ``seq``, drawn in the write transaction."""
-    return {
-        "thread_id": thread_id,
-        "run_id": run_id,
-        "role": item.role,
-        "content": item.content,
-        "tool_calls": dumps([c.to_dict() for c in item.tool_calls]),
-        "tool_call_id": item.tool_call_id,
-        "name": item.name,
-        "input_id": item.input_id,
-        "meta": dumps(dict(item.meta)),
-        "superseded": 0,
-        "created_at": created_at,
-    }
-
-
-def new_item(
-    ref: str, seq: int, thread_id: str, run_id: str | None, item: NewItem
-) -> TranscriptItem:
-    """The record of an appended row, as :func:`row_item` would decode it."""
-    return TranscriptItem(
-        ref=ref,
-        seq=seq,
-        thread_id=thread_id,
-        run_id=run_id,
-        role=item.role,
-        content=item.content,
-        tool_calls=item.tool_calls,
-        tool_call_id=item.tool_call_id,
-        name=item.name,
-        input_id=item.input_id,
-        meta=dict(item.meta),
-    )
 
 
 class ItemCache:

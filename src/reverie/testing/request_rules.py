@@ -20,6 +20,10 @@ Chat Completions (:func:`check_openai_request`):
     false`` and lists all its properties as ``required``. ``json_object`` needs the word
     "json" somewhere in the messages.
 
+Both apply, on reverie's own :class:`~reverie.core.messages.ModelRequest`, the one rule that does
+not depend on the wire (:func:`check_model_request`, which ``ScriptedModel`` checks): a tool named
+by ``tool_choice`` is one of the tools offered.
+
 Messages API (:func:`check_anthropic_request`):
 
 ``tool_choice_needs_tools``
@@ -42,9 +46,10 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from reverie.core.messages import TOOL_CHOICE_MODES, ModelRequest
 from reverie.testing.conversation_rules import Rule, Violation
 
-__all__ = ["check_anthropic_request", "check_openai_request"]
+__all__ = ["check_anthropic_request", "check_model_request", "check_openai_request"]
 
 _SCHEMA_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _ANTHROPIC_UNSUPPORTED = (
@@ -57,6 +62,24 @@ _ANTHROPIC_UNSUPPORTED = (
     "maxLength",
     "maxItems",
 )
+
+
+def check_model_request(request: ModelRequest) -> list[Violation]:
+    """``tool_choice_names_a_tool`` on reverie's own request (what ``ScriptedModel`` checks):
+    a tool named by ``tool_choice`` is one of the tools offered. (A request without tools sends
+    no ``tool_choice`` on either wire.)"""
+    choice = request.tool_choice
+    if not request.tools or choice in TOOL_CHOICE_MODES:
+        return []
+    if choice in {t.name for t in request.tools}:
+        return []
+    return [
+        _violation(
+            "tool_choice_names_a_tool",
+            "tool_choice",
+            f"tool_choice names {choice[:64]!r}, which is not one of the tools offered",
+        )
+    ]
 
 
 def _violation(rule: Rule, param: str, detail: str) -> Violation:
@@ -91,7 +114,7 @@ def check_openai_request(body: Mapping[str, Any]) -> list[Violation]:
                 )
             )
         elif isinstance(choice, str):
-            if choice not in ("auto", "none", "required"):
+            if choice not in TOOL_CHOICE_MODES:
                 out.append(
                     _violation(
                         "tool_choice_names_a_tool",

@@ -25,6 +25,7 @@ from reverie.core.messages import (
 )
 from reverie.errors import ModelError, ModelErrorKind, UsageError
 from reverie.testing.conversation_rules import ConversationRuleError, Violation, check_messages
+from reverie.testing.request_rules import check_model_request
 
 ScriptFunction = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
 ScriptStep = ModelResponse | ModelError
@@ -82,7 +83,8 @@ class ScriptedModel:
         strict: Refuse a request that breaks the providers' conversation rules (a tool call
             with no result right after it, an orphan or repeated result, a repeated call id
             within one message, an empty assistant message; see
-            :mod:`reverie.testing.conversation_rules`), as OpenAI and Anthropic answer it with
+            :mod:`reverie.testing.conversation_rules`; a ``tool_choice`` naming a tool not
+            offered, :mod:`reverie.testing.request_rules`), as OpenAI and Anthropic answer it with
             HTTP 400: :class:`~reverie.testing.conversation_rules.ConversationRuleError`, a
             ``ModelError`` of kind ``internal`` naming the rule, the message index and the call
             ids, which fails the run. The refused request is still recorded in
@@ -158,7 +160,7 @@ class ScriptedModel:
         """Yield the next scripted response, its text streamed in chunks."""
         self.requests.append(request)
         if self._strict:
-            violations = check_messages(request.messages)
+            violations = check_messages(request.messages) + check_model_request(request)
             if violations:
                 self.violations.extend(violations)
                 raise ConversationRuleError(violations, source=self.name)

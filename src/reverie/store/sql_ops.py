@@ -1,0 +1,720 @@
+"""The ``Store`` protocol's operations for the SQL backends, written once (see :mod:`.sql_core`).
+
+Each function is an op of one store method: the statements it runs, in the dialect it is
+given, and every decision it takes on their results. :class:`reverie.store.sql_store.SQLStore`
+turns them into the methods; each backend only drives them. Under SQLite the writer's
+``BEGIN IMMEDIATE`` transaction holds the database lock, so the row locks of the dialect are
+empty there; under PostgreSQL (READ COMMITTED) a decision rests on rows locked first
+(``{lock}``: ``FOR NO KEY UPDATE`` on rows the op updates or serialises on; ``{share}``:
+``FOR SHARE`` on the run row of a fenced write, which a lease takeover's ``UPDATE`` waits for),
+and what it reads after the lock is read by a later statement, whose snapshot is taken once the
+lock is held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from reverie.core.ids import new_id
+from reverie.core.scope import Scope
+from reverie.core.transcript import placed
+from reverie.core.vocabulary import GateDecision
+from reverie.errors import (
+    ConflictError,
+    GateResolvedError,
+    NotFoundError,
+    RunBusy,
+    RunEndedError,
+    ThreadBusy,
+    TranscriptConflict,
+    UsageError,
+)
+from reverie.store import rows as codec
+from reverie.store.base import (
+    ACTIVE_STATUSES,
+    CheckpointKind,
+    GateRecord,
+    InputKind,
+    InputRecord,
+    JournalEntry,
+    NewItem,
+    RunRecord,
+    RunStatus,
+    StepReceipt,
+    StepWrite,
+    ThreadRecord,
+    TranscriptItem,
+)
+from reverie.store.run_events import RunEventRecord
+from reverie.store.sql_core import (
+    Dialect,
+    Many,
+    Op,
+    Statement,
+    insert_sql,
+    raise_if_stale,
+)
+
+# transcript ---------------------------------------------------------------------------------
+ITEM_COLUMNS = (
+    "ref",
+    "thread_id",
+    "seq",
+    "run_id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "input_id",
+    "meta",
+    "superseded",
+    "created_at",
+)
+"""The columns of an ``items`` row, in the order of :func:`item_row`."""
+
+
+def item_row(d: Dialect, rec: TranscriptItem, *, created_at: float) -> tuple[Any, ...]:
+    """The values of an ``items`` row, in the order of :data:`ITEM_COLUMNS`."""
+    return (
+        rec.ref,
+        rec.thread_id,
+        rec.seq,
+        rec.run_id,
+        rec.role,
+        d.text(rec.content),
+        codec.dumps([c.to_dict() for c in rec.tool_calls]),
+        rec.tool_call_id,
+        rec.name,
+        rec.input_id,
+        codec.dumps(dict(rec.meta)),
+        rec.superseded,
+        created_at,
+    )
+
+
+def new_item(
+    d: Dialect, ref: str, seq: int, thread_id: str, run_id: str | None, item: NewItem
+) -> TranscriptItem:
+    """The record of an appended row, as :func:`reverie.store.rows.row_item` reads it back."""
+    return placed(
+        item, ref=ref, seq=seq, thread_id=thread_id, run_id=run_id, content=d.text(item.content)
+    )
+
+
+def create_thread(d: Dialect, rec: ThreadRecord) -> Op[ThreadRecord]:
+    """Insert the thread unless it exists; the thread as stored."""
+    [inserted] = yield [d.insert("threads", codec.thread_columns(rec), " ON CONFLICT DO NOTHING")]
+    if inserted:
+        return rec
+    [found] = yield [d.query("SELECT * FROM threads WHERE thread_id = ?", rec.thread_id)]
+    return codec.row_thread(found[0])
+
+
+def get_thread(d: Dialect, thread_id: str) -> Op[ThreadRecord]:
+    """The thread, or :class:`NotFoundError`."""
+    [found] = yield [d.query("SELECT * FROM threads WHERE thread_id = ?", thread_id)]
+    if not found:
+        raise NotFoundError(f"thread {thread_id} not found")
+    return codec.row_thread(found[0])
+
+
+_LOCK_THREAD = "SELECT 1 AS found FROM threads WHERE thread_id = ?{lock}"
+_SHARE_FENCE = "SELECT fence FROM runs WHERE run_id = ?{share}"
+_MAX_SEQ = "SELECT COALESCE(MAX(seq), 0) AS head FROM items WHERE thread_id = ?"
+
+
+def append_items(
+    d: Dialect,
+    thread_id: str,
+    run_id: str | None,
+    items: Sequence[NewItem],
+    *,
+    fence: int | None,
+    created_at: float,
+) -> Op[list[TranscriptItem]]:
+    """Append rows after the thread's head (seq drawn under the thread's lock: gap-free)."""
+    fenced = run_id is not None and fence is not None
+    reads = [d.query(_LOCK_THREAD, thread_id)]
+    if fenced:
+        reads.append(d.query(_SHARE_FENCE, run_id))
+    reads.append(d.query(_MAX_SEQ, thread_id))
+    found = yield reads
+    if not found[0]:
+        raise NotFoundError(f"thread {thread_id} not found")
+    if fenced:
+        assert run_id is not None and fence is not None
+        raise_if_stale(run_id, fence, int(found[1][0]["fence"]) if found[1] else None)
+    first = int(found[-1][0]["head"]) + 1
+    # new_id reads os.urandom, which lets go of the GIL: on SQLite's writer thread that only
+    # delays this batch, on the event loop it would wait for the GIL behind these threads.
+    out = [
+        new_item(d, new_id("itm"), seq, thread_id, run_id, item)
+        for seq, item in enumerate(items, start=first)
+    ]
+    if out:
+        rows = [item_row(d, rec, created_at=created_at) for rec in out]
+        yield [Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows)]
+    return out
+
+
+_HEAD = (
+    "SELECT EXISTS (SELECT 1 FROM threads WHERE thread_id = ?) AS found,"
+    " (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) AS head"
+)
+
+
+def thread_head(d: Dialect, thread_id: str) -> Op[int]:
+    """The thread's highest seq, superseded rows included; :class:`NotFoundError` if missing."""
+    [[row]] = yield [d.query(_HEAD, thread_id, thread_id)]
+    if not row["found"]:
+        raise NotFoundError(f"thread {thread_id} not found")
+    return int(row["head"])
+
+
+def supersede_items_after(d: Dialect, thread_id: str, run_id: str, seq: int) -> Op[int]:
+    """Mark rows of the run past ``seq`` superseded; how many."""
+    [count] = yield [
+        d.count(
+            "UPDATE items SET superseded = TRUE"
+            " WHERE thread_id = ? AND run_id = ? AND seq > ? AND NOT superseded",
+            thread_id,
+            run_id,
+            seq,
+        )
+    ]
+    return int(count)
+
+
+# the step commit ----------------------------------------------------------------------------
+_LOCK_RUN = "SELECT fence, cancel_requested FROM runs WHERE run_id = ?{lock}"
+_STEP_TOPS = (
+    "SELECT (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) AS head,"
+    " (SELECT COALESCE(MAX(cursor), 0) FROM inputs WHERE run_id = ?) AS top_cursor"
+)
+_JOURNAL_STARTED = (
+    "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
+    " VALUES (?, ?, ?, 'started', ?, ?) ON CONFLICT (run_id, call_id) DO NOTHING"
+)
+_JOURNAL_FINISHED = (
+    "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
+    " VALUES (?, ?, ?, 'finished', ?, ?) ON CONFLICT (run_id, call_id) DO UPDATE"
+    " SET state = 'finished', outcome = excluded.outcome, updated_at = excluded.updated_at,"
+    " tool = CASE WHEN excluded.tool = '' THEN journal.tool ELSE excluded.tool END"
+)
+_SAVE_CHECKPOINT = (
+    "INSERT INTO checkpoints (run_id, kind, payload, created_at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (run_id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload,"
+    " created_at = excluded.created_at"
+)
+_ACK = "UPDATE inputs SET acked = TRUE WHERE run_id = ? AND cursor <= ? AND NOT acked"
+_SEAL = "UPDATE runs SET inputs_sealed = TRUE WHERE run_id = ?"
+
+
+def _check_items(step: StepWrite, head: int) -> None:
+    if step.after_seq != head:
+        raise TranscriptConflict(
+            f"thread {step.thread_id} ends at seq {head}, not {step.after_seq}"
+        )
+    for expected, item in enumerate(step.items, start=head + 1):
+        if item.seq != expected or item.thread_id != step.thread_id:
+            raise UsageError(f"step item {item.ref} must have seq {expected}")
+
+
+def step_items(run_id: str, step: StepWrite) -> list[TranscriptItem]:
+    """The items a step writes, as they read back (their ``run_id`` is the run's)."""
+    return [
+        item if item.run_id == run_id else dataclasses.replace(item, run_id=run_id)
+        for item in step.items
+    ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreparedStep:
+    """The statements of a step commit, built before its transaction (no lock held yet)."""
+
+    always: list[Statement]
+    """The journal records, then the items: written whenever the checks pass."""
+    guarded: list[Statement]
+    """The checkpoint, the ack and the seal: written only when no input waits."""
+
+
+def prepare_step(d: Dialect, run_id: str, step: StepWrite) -> PreparedStep:
+    """Encode a step's rows (JSON, bytes) into its statements."""
+    now = time.time()
+    always: list[Statement] = []
+    for entry in step.journal:
+        outcome = None if entry.outcome is None else codec.dumps(dict(entry.outcome))
+        sql = _JOURNAL_STARTED if entry.state == "started" else _JOURNAL_FINISHED
+        always.append(d.exec(sql, run_id, entry.call_id, entry.tool, outcome, now))
+    if step.items:
+        rows = [item_row(d, item, created_at=now) for item in step_items(run_id, step)]
+        always.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
+    guarded: list[Statement] = []
+    if step.checkpoint is not None and step.checkpoint_kind is not None:
+        payload = bytes(step.checkpoint)
+        guarded.append(d.exec(_SAVE_CHECKPOINT, run_id, step.checkpoint_kind, payload, now))
+    if step.ack_cursor is not None:
+        guarded.append(d.exec(_ACK, run_id, step.ack_cursor))
+    if step.seal:
+        guarded.append(d.exec(_SEAL, run_id))
+    return PreparedStep(always=always, guarded=guarded)
+
+
+def commit_step(
+    d: Dialect, run_id: str, step: StepWrite, *, fence: int, prepared: PreparedStep
+) -> Op[StepReceipt]:
+    """:meth:`reverie.store.base.Store.commit_step`: every check, then every write."""
+    # The thread, then the run (the order every op locks them in); the tops after both locks.
+    thread, run, [tops] = yield [
+        d.query(_LOCK_THREAD, step.thread_id),
+        d.query(_LOCK_RUN, run_id),
+        d.query(_STEP_TOPS, step.thread_id, run_id),
+    ]
+    if not thread:
+        raise NotFoundError(f"thread {step.thread_id} not found")
+    raise_if_stale(run_id, fence, int(run[0]["fence"]) if run else None)
+    head = int(tops["head"])
+    if step.items:
+        _check_items(step, head)
+    waiting = step.guard_cursor is not None and int(tops["top_cursor"]) > step.guard_cursor
+    writes = prepared.always if waiting else [*prepared.always, *prepared.guarded]
+    if writes:
+        yield writes
+    return StepReceipt(
+        head_seq=head + len(step.items),
+        inputs_waiting=waiting,
+        cancel_requested=bool(run[0]["cancel_requested"]),
+    )
+
+
+# runs and leases ----------------------------------------------------------------------------
+_ACTIVE_RUN = (
+    "SELECT * FROM runs WHERE thread_id = ? AND status IN (?, ?, ?) ORDER BY created_at LIMIT 1"
+)
+_RUN = "SELECT * FROM runs WHERE run_id = ?"
+_RUN_BY_KEY = "SELECT * FROM runs WHERE idempotency_key = ?"
+
+
+def where(
+    d: Dialect, scope: Scope | None, statuses: Sequence[str] | None, *, tenant: str | None = None
+) -> tuple[str, list[Any]]:
+    """The WHERE clause of the list queries: scope means tenant and user, as in MemoryStore."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if tenant is not None:
+        clauses.append("scope_tenant = ?")
+        params.append(tenant)
+    if scope is not None:
+        clauses.append("scope_tenant = ? AND scope_user = ?")
+        params += [scope.tenant, scope.user]
+    if statuses is not None:
+        clause, values = d.any_of("status", statuses)
+        clauses.append(clause)
+        params += values
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def create_run(d: Dialect, run: RunRecord) -> Op[RunRecord]:
+    """Insert a run, or return the run its owner's idempotency key names already."""
+    now = time.time()
+    rec = dataclasses.replace(run, created_at=now, updated_at=now)
+    columns = codec.run_columns(rec)
+    key = columns["idempotency_key"]  # qualified by the owner
+    if key is not None:
+        [row] = yield [d.query(_RUN_BY_KEY, key)]
+        if row:
+            return codec.row_run(row[0])
+    [row] = yield [d.query("SELECT 1 AS found FROM runs WHERE run_id = ?", run.run_id)]
+    if row:
+        raise ConflictError(f"run {run.run_id} already exists")
+    # One active run per thread: the check and the insert are atomic (the writer's lock on
+    # SQLite, the thread row's on PostgreSQL), so two processes never both start one.
+    _, busy = yield [
+        d.query(_LOCK_THREAD, run.thread_id),
+        d.query(_ACTIVE_RUN, run.thread_id, *ACTIVE_STATUSES),
+    ]
+    if busy:
+        raise ThreadBusy(run.thread_id, busy[0]["run_id"], busy[0]["status"])
+    # A concurrent create with the same key that committed first wins: keep its run (a
+    # duplicate run_id is still a unique violation, hence ConflictError).
+    suffix = " ON CONFLICT (idempotency_key) DO NOTHING"
+    [inserted] = yield [d.insert("runs", columns, suffix)]
+    if inserted:
+        return rec
+    [row] = yield [d.query(_RUN_BY_KEY, key)]
+    if not row:
+        raise NotFoundError(f"run with idempotency key of {run.run_id} not found")
+    return codec.row_run(row[0])
+
+
+def active_run(d: Dialect, thread_id: str) -> Op[RunRecord | None]:
+    """The thread's active (queued, running or blocked) run, if any."""
+    [found] = yield [d.query(_ACTIVE_RUN, thread_id, *ACTIVE_STATUSES)]
+    return codec.row_run(found[0]) if found else None
+
+
+def get_run(d: Dialect, run_id: str) -> Op[RunRecord]:
+    """The run, or :class:`NotFoundError`."""
+    [found] = yield [d.query(_RUN, run_id)]
+    if not found:
+        raise NotFoundError(f"run {run_id} not found")
+    return codec.row_run(found[0])
+
+
+def list_runs(
+    d: Dialect,
+    *,
+    scope: Scope | None,
+    statuses: Sequence[str] | None,
+    limit: int,
+    tenant: str | None,
+) -> Op[list[RunRecord]]:
+    """Runs of a scope or tenant and/or in some statuses, newest first."""
+    if statuses is not None and not statuses:
+        return []
+    clause, params = where(d, scope, statuses, tenant=tenant)
+    sql = f"SELECT * FROM runs{clause} ORDER BY created_at DESC, run_id DESC LIMIT ?"
+    [found] = yield [d.query(sql, *params, max(0, limit))]
+    return [codec.row_run(row) for row in found]
+
+
+def _read_fence(d: Dialect, run_id: str, fence: int) -> Op[None]:
+    """After a fenced write changed nothing: why (a stale fence, a missing run, or nothing)."""
+    [row] = yield [d.query("SELECT fence FROM runs WHERE run_id = ?", run_id)]
+    raise_if_stale(run_id, fence, int(row[0]["fence"]) if row else None)
+
+
+def set_run_status(
+    d: Dialect,
+    run_id: str,
+    status: RunStatus,
+    *,
+    fence: int | None,
+    exit: Mapping[str, Any] | None,
+) -> Op[RunRecord]:
+    """Set the status (and exit); one UPDATE carries the fence test."""
+    [row] = yield [
+        d.query(
+            "UPDATE runs SET status = ?, exit = COALESCE(?, exit), updated_at = ?"
+            " WHERE run_id = ? AND (CAST(? AS BIGINT) IS NULL OR fence = ?) RETURNING *",
+            status,
+            codec.exit_column(exit),
+            time.time(),
+            run_id,
+            fence,
+            fence,
+        )
+    ]
+    if not row:
+        if fence is not None:
+            yield from _read_fence(d, run_id, fence)
+        raise NotFoundError(f"run {run_id} not found")
+    return codec.row_run(row[0])
+
+
+def request_cancel(d: Dialect, run_id: str) -> Op[RunRecord]:
+    """Record a durable cancel request (not fenced: anyone may ask)."""
+    [row] = yield [
+        d.query(
+            "UPDATE runs SET cancel_requested = TRUE, updated_at = ? WHERE run_id = ? RETURNING *",
+            time.time(),
+            run_id,
+        )
+    ]
+    if not row:
+        raise NotFoundError(f"run {run_id} not found")
+    return codec.row_run(row[0])
+
+
+def acquire_lease(
+    d: Dialect,
+    run_id: str,
+    owner: str,
+    *,
+    ttl_s: float,
+    now: float,
+    force: bool,
+    take_over: str | None,
+) -> Op[int]:
+    """Take the lease: the test of the current one and the write are one UPDATE."""
+    [row] = yield [
+        d.query(
+            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1"
+            " WHERE run_id = ? AND (? OR lease_owner IS NULL OR lease_owner = ?"
+            " OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            " RETURNING fence",
+            owner,
+            now + ttl_s,
+            run_id,
+            force,
+            owner,
+            take_over,
+            now,
+        )
+    ]
+    if row:
+        return int(row[0]["fence"])
+    yield from get_run(d, run_id)  # NotFoundError, or else the lease is held
+    raise RunBusy(f"run {run_id} is leased by a live worker")
+
+
+def renew_lease(d: Dialect, run_id: str, fence: int, *, ttl_s: float, now: float) -> Op[None]:
+    """Extend the lease; :class:`LeaseLost` if ``fence`` is stale."""
+    [count] = yield [
+        d.count(
+            "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND fence = ?",
+            now + ttl_s,
+            run_id,
+            fence,
+        )
+    ]
+    if not count:
+        yield from _read_fence(d, run_id, fence)
+
+
+def release_lease(d: Dialect, run_id: str, fence: int) -> Op[None]:
+    """Drop the lease if ``fence`` is still current (no error otherwise)."""
+    yield [
+        d.exec(
+            "UPDATE runs SET lease_owner = NULL, lease_expires_at = NULL"
+            " WHERE run_id = ? AND fence = ?",
+            run_id,
+            fence,
+        )
+    ]
+
+
+def expired_leases(d: Dialect, now: float) -> Op[list[RunRecord]]:
+    """Runs in ``running`` or ``queued`` whose lease has expired or was never taken."""
+    [found] = yield [
+        d.query(
+            "SELECT * FROM runs WHERE status IN ('running', 'queued')"
+            " AND (lease_expires_at IS NULL OR lease_expires_at <= ?)"
+            " ORDER BY created_at, run_id",
+            now,
+        )
+    ]
+    return [codec.row_run(row) for row in found]
+
+
+# fenced writes ------------------------------------------------------------------------------
+def fenced(d: Dialect, run_id: str, fence: int, *writes: Statement) -> Op[None]:
+    """``writes`` behind the fence: the run row is read (and on PostgreSQL share-locked) first.
+
+    The lock conflicts with a takeover's ``UPDATE``: a write with an old fence commits before
+    the new lease is handed out or sees the new fence (:class:`LeaseLost`), never after it.
+    """
+    [row] = yield [d.query(_SHARE_FENCE, run_id)]
+    raise_if_stale(run_id, fence, int(row[0]["fence"]) if row else None)
+    yield writes
+
+
+def save_checkpoint(
+    d: Dialect, run_id: str, kind: CheckpointKind, payload: bytes, *, fence: int
+) -> Op[None]:
+    """Replace the run's latest checkpoint."""
+    write = d.exec(_SAVE_CHECKPOINT, run_id, kind, bytes(payload), time.time())
+    return fenced(d, run_id, fence, write)
+
+
+def load_checkpoint(d: Dialect, run_id: str) -> Op[Any]:
+    """The latest checkpoint, or ``None``."""
+    [found] = yield [d.query("SELECT * FROM checkpoints WHERE run_id = ?", run_id)]
+    return codec.row_checkpoint(found[0]) if found else None
+
+
+def journal_started(d: Dialect, run_id: str, call_id: str, tool: str, *, fence: int) -> Op[None]:
+    """Record that a call started (never downgrades a finished row)."""
+    write = d.exec(_JOURNAL_STARTED, run_id, call_id, tool, None, time.time())
+    return fenced(d, run_id, fence, write)
+
+
+def journal_finished(
+    d: Dialect, run_id: str, call_id: str, outcome: Mapping[str, Any], *, fence: int
+) -> Op[None]:
+    """Record a call's outcome (keeping the tool name from its ``started`` row)."""
+    write = d.exec(_JOURNAL_FINISHED, run_id, call_id, "", codec.dumps(dict(outcome)), time.time())
+    return fenced(d, run_id, fence, write)
+
+
+def journal_get(d: Dialect, run_id: str, call_ids: Sequence[str]) -> Op[dict[str, JournalEntry]]:
+    """Journal rows for the given calls (calls with no row are left out)."""
+    found = yield [
+        d.query(f"SELECT * FROM journal WHERE run_id = ? AND {clause}", run_id, *values)
+        for clause, values in d.any_of_chunks("call_id", list(dict.fromkeys(call_ids)))
+    ]
+    entries = {row["call_id"]: codec.row_journal(row) for chunk in found for row in chunk}
+    return {c: entries[c] for c in call_ids if c in entries}
+
+
+# inputs -------------------------------------------------------------------------------------
+_WAITING = "SELECT * FROM inputs WHERE run_id = ? AND cursor > ? ORDER BY cursor"
+
+
+def _lock_run(d: Dialect, run_id: str) -> Op[bool]:
+    """Lock the run row for an update of its input queue; whether the queue is sealed."""
+    [row] = yield [d.query("SELECT inputs_sealed FROM runs WHERE run_id = ?{lock}", run_id)]
+    if not row:
+        raise NotFoundError(f"run {run_id} not found")
+    return bool(row[0]["inputs_sealed"])
+
+
+def enqueue_input(
+    d: Dialect, run_id: str, kind: InputKind, payload: Mapping[str, Any], *, input_id: str
+) -> Op[InputRecord]:
+    """Append an input after the run's last cursor (dedupe by ``input_id``), unless sealed."""
+    sealed = yield from _lock_run(d, run_id)
+    existing, [top] = yield [
+        d.query("SELECT * FROM inputs WHERE run_id = ? AND input_id = ?", run_id, input_id),
+        d.query("SELECT COALESCE(MAX(cursor), 0) AS top FROM inputs WHERE run_id = ?", run_id),
+    ]
+    if existing:
+        return codec.row_input(existing[0])
+    if sealed:
+        raise RunEndedError(f"run {run_id} has ended and accepts no more inputs")
+    rec = InputRecord(
+        run_id=run_id,
+        cursor=int(top["top"]) + 1,
+        input_id=input_id,
+        kind=kind,
+        payload=dict(payload),
+    )
+    columns = codec.input_columns(rec, created_at=time.time())
+    yield [d.insert("inputs", columns)]
+    return rec
+
+
+def poll_inputs(d: Dialect, run_id: str, *, after_cursor: int) -> Op[list[InputRecord]]:
+    """Inputs with cursor greater than ``after_cursor``, in order."""
+    [found] = yield [d.query(_WAITING, run_id, after_cursor)]
+    return [codec.row_input(row) for row in found]
+
+
+def seal_inputs(d: Dialect, run_id: str, *, after_cursor: int) -> Op[list[InputRecord]]:
+    """Close the queue unless inputs past the cursor wait (then return them, unsealed)."""
+    yield from _lock_run(d, run_id)
+    [waiting] = yield [d.query(_WAITING, run_id, after_cursor)]
+    if not waiting:
+        yield [d.exec(_SEAL, run_id)]
+    return [codec.row_input(row) for row in waiting]
+
+
+def unseal_inputs(d: Dialect, run_id: str) -> Op[None]:
+    """Accept inputs again."""
+    yield [d.exec("UPDATE runs SET inputs_sealed = FALSE WHERE run_id = ?", run_id)]
+
+
+def ack_inputs(d: Dialect, run_id: str, upto_cursor: int, *, fence: int) -> Op[None]:
+    """Mark inputs up to the cursor delivered."""
+    return fenced(d, run_id, fence, d.exec(_ACK, run_id, upto_cursor))
+
+
+# gates --------------------------------------------------------------------------------------
+_GATE_FOR_CALL = "SELECT * FROM gates WHERE run_id = ? AND call_id = ?"
+
+
+def create_gate(d: Dialect, gate: GateRecord, *, fence: int) -> Op[GateRecord]:
+    """Insert a pending gate (same run + call returns the existing one)."""
+    suffix = " ON CONFLICT (run_id, call_id) DO NOTHING"
+    insert = d.insert("gates", codec.gate_columns(gate), suffix)
+    [row] = yield [d.query(_SHARE_FENCE, gate.run_id)]
+    raise_if_stale(gate.run_id, fence, int(row[0]["fence"]) if row else None)
+    [inserted] = yield [insert]
+    if inserted:
+        return gate
+    [found] = yield [d.query(_GATE_FOR_CALL, gate.run_id, gate.call_id)]
+    if not found:
+        raise NotFoundError(f"gate {gate.ref} not found")
+    return codec.row_gate(found[0])
+
+
+def get_gate(d: Dialect, ref: str) -> Op[GateRecord]:
+    """The gate, or :class:`NotFoundError`."""
+    [found] = yield [d.query("SELECT * FROM gates WHERE ref = ?", ref)]
+    if not found:
+        raise NotFoundError(f"gate {ref} not found")
+    return codec.row_gate(found[0])
+
+
+def gate_for_call(d: Dialect, run_id: str, call_id: str) -> Op[GateRecord | None]:
+    """The gate opened for a call, if any."""
+    [found] = yield [d.query(_GATE_FOR_CALL, run_id, call_id)]
+    return codec.row_gate(found[0]) if found else None
+
+
+def resolve_gate(
+    d: Dialect, ref: str, status: GateDecision, *, reason: str | None, now: float
+) -> Op[GateRecord]:
+    """Resolve a pending gate once: one conditional UPDATE wins."""
+    [row] = yield [
+        d.query(
+            "UPDATE gates SET status = ?, reason = ?, resolved_at = ?"
+            " WHERE ref = ? AND status = 'pending' RETURNING *",
+            status,
+            reason,
+            now,
+            ref,
+        )
+    ]
+    if row:
+        return codec.row_gate(row[0])
+    [found] = yield [d.query("SELECT status FROM gates WHERE ref = ?", ref)]
+    if not found:
+        raise NotFoundError(f"gate {ref} not found")
+    raise GateResolvedError(f"gate {ref} is already {found[0]['status']}")
+
+
+def list_gates(d: Dialect, *, scope: Scope | None, status: str | None) -> Op[list[GateRecord]]:
+    """Gates of a scope and/or in a status, newest first."""
+    clause, params = where(d, scope, None if status is None else [status])
+    [found] = yield [
+        d.query(f"SELECT * FROM gates{clause} ORDER BY created_at DESC, ref DESC", *params)
+    ]
+    return [codec.row_gate(row) for row in found]
+
+
+# run events ---------------------------------------------------------------------------------
+def append_run_events(
+    d: Dialect, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int, now: float
+) -> Op[int]:
+    """Append events after the run's last one, keep the newest ``keep``; the last seq."""
+    lock = [] if d.events_lock is None else [d.exec(d.events_lock, run_id)]
+    *_, [found] = yield [
+        *lock,
+        d.query("SELECT COALESCE(MAX(seq), 0) AS last FROM run_events WHERE run_id = ?", run_id),
+    ]
+    seq = int(found["last"])
+    rows: list[codec.Columns] = []
+    for data in events:
+        seq += 1
+        record = RunEventRecord(
+            run_id=run_id, seq=seq, kind=str(data["kind"]), data=data, created_at=now
+        )
+        rows.append(codec.run_event_columns(record))
+    writes: list[Statement] = []
+    if rows:
+        writes.append(d.insert_many("run_events", rows))
+    writes.append(
+        d.exec("DELETE FROM run_events WHERE run_id = ? AND seq <= ?", run_id, seq - keep)
+    )
+    if d.events_notify is not None:
+        writes.append(d.exec(d.events_notify, run_id))
+    yield writes
+    return seq
+
+
+def run_events(d: Dialect, run_id: str, *, after_seq: int, limit: int) -> Op[list[RunEventRecord]]:
+    """Stored events with a seq above ``after_seq``, oldest first, at most ``limit``."""
+    [found] = yield [
+        d.query(
+            "SELECT * FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            run_id,
+            after_seq,
+            max(0, limit),
+        )
+    ]
+    return [codec.row_run_event(row) for row in found]
