@@ -180,7 +180,12 @@ async def test_a_sigkill_campaign_during_memory_writes_and_curation_leaves_every
         passes = await fresh.memory.passes(ANA, limit=1_000)
         history = await fresh.memory.history(ANA, limit=1_000)
     pass_runs = {r.run_id: r for r in runs if r.profile == "unbound_structured"}
-    assert [r.run_id for r in runs if r.status not in TERMINAL_STATUSES] == []
+    left = [
+        (r.run_id, r.status, r.profile, r.agent_name, r.lease_owner, r.lease_expires_at, r.fence)
+        for r in runs
+        if r.status not in TERMINAL_STATUSES
+    ]
+    assert left == [], f"runs left non-terminal (id, status, profile, agent, lease): {left}"
     assert len(pass_runs) >= TURNS_PER_PROCESS // 2  # curation ran all along (the last process)
     assert {p.run_id for p in passes} == set(pass_runs)  # every pass recorded, once
     for record in passes:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -112,3 +114,42 @@ async def test_recover_leaves_runs_held_by_a_live_worker_alone() -> None:
     async with Runtime(store, agents=[agent]) as rt:
         assert await rt.recover() == []
     assert (await store.get_run(run_id)).status == "running"
+
+
+class _Killed(BaseException):
+    """Not an Exception: nothing in the runtime turns it into a result (a dying process)."""
+
+
+class _DiesBeforeTheLease:
+    """A store whose process 'dies' (an uncaught BaseException) as the run's lease is taken."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if name != "acquire_lease":
+            return target
+
+        async def dies(*args: Any, **kwargs: Any) -> Any:
+            raise _Killed("between creating the run and taking its lease")
+
+        return dies
+
+
+async def test_recover_resumes_a_queued_run_whose_creator_died_before_taking_its_lease() -> None:
+    store = MemoryStore()
+    rt = Runtime(_DiesBeforeTheLease(store))  # type: ignore[arg-type]
+    await rt.__aenter__()
+    agent = Agent(name="calc", model=ScriptedModel([reply("3")]), tools=[add])
+    with pytest.raises(_Killed):
+        await rt.run(agent, "go", scope=SCOPE)
+    with contextlib.suppress(_Killed):
+        await rt.aclose()
+    [queued] = await store.list_runs(statuses=["queued"])
+    # Its creator is a process of this host that no longer exists.
+    owner = f"{socket.gethostname()}:{dead_pid()}:deadbeef"
+    store._runs[queued.run_id] = dataclasses.replace(queued, lease_owner=owner)
+    async with Runtime(store, agents=[agent]) as fresh:
+        results = await fresh.recover()
+    assert [(r.run_id, r.status, r.text) for r in results] == [(queued.run_id, "completed", "3")]
