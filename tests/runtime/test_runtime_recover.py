@@ -139,7 +139,7 @@ class _DiesBeforeTheLease:
 
 async def test_recover_resumes_a_queued_run_whose_creator_died_before_taking_its_lease() -> None:
     store = MemoryStore()
-    rt = Runtime(_DiesBeforeTheLease(store))  # type: ignore[arg-type]
+    rt = Runtime(_DiesBeforeTheLease(store))
     await rt.__aenter__()
     agent = Agent(name="calc", model=ScriptedModel([reply("3")]), tools=[add])
     with pytest.raises(_Killed):
