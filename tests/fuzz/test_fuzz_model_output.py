@@ -131,6 +131,11 @@ OPENAI_CHUNKS = st.lists(
 )
 
 
+# A stream the SDK gives up on mid-way leaves httpx's byte iterator to the garbage collector,
+# whose asyncgen finalizer may run while the next example streams ("async generator already
+# executing", raised inside the finalizer): noise from the SDK's internals, not an outcome of
+# ours. What the test asserts — a response or a typed error, then the client still serves — holds.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @SDK_FUZZ
 @given(OPENAI_CHUNKS)
 async def test_any_openai_chunk_shape_is_a_response_or_a_typed_model_error(
