@@ -45,26 +45,9 @@ from reverie.store import base as store_base
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "reverie"
 
-ALLOWED: dict[tuple[str, frozenset[str]], str] = {
-    # (module, members): why the second spelling is tolerated for now. The test fails when one
-    # disappears, so remove its entry with the fix (the list only shrinks).
-    ("runtime/runtime.py", frozenset({"reject", "enqueue", "interrupt"})): (
-        "ThreadPolicy/THREAD_POLICIES: import them from reverie.core.vocabulary"
-    ),
-    ("runtime/runtime.py", frozenset({"local", "queue"})): (
-        "the dispatch modes of Runtime(dispatch=...): a Literal and the tuple checking it"
-    ),
-    ("runtime/runtime.py", frozenset({"no_progress", "max_iterations", "host"})): (
-        "RunHandle.stop's check: use reverie.core.exits.HOST_STOP_REASONS"
-    ),
-    ("runtime/runtime.py", frozenset({"approved", "denied"})): (
-        "Runtime._resolve's status: use reverie.core.vocabulary.GateDecision"
-    ),
-    ("runtime/runtime.py", frozenset({"startswith('unbound')"})): (
-        "profile checks: use reverie.core.vocabulary.is_unbound_profile"
-    ),
-}
-"""Left in runtime/runtime.py while that module is being split into pieces."""
+ALLOWED: dict[tuple[str, frozenset[str]], str] = {}
+"""(module, members) → why a second spelling is tolerated. Empty, and it stays empty: a new
+vocabulary is a ``Literal`` in reverie.core.vocabulary (or core.exits) and its tuple."""
 
 
 def _strings(node: ast.expr) -> frozenset[str] | None:

@@ -17,8 +17,8 @@ MODULE = "reverie.runtime.runtime"
 EXPORTED = {"Runtime", "THREAD_POLICIES"}
 """What ``reverie.runtime`` re-exports from that module (importing it by name is the same)."""
 RUNTIME_NAMES = {"rt", "runtime", "_rt", "_runtime"}
-DECLARED = {"_background_queue"}
-"""Private members a Protocol of the sub-service declares (``dispatch.QueueWorker``)."""
+DECLARED: set[str] = set()
+"""Private members a Protocol of a sub-service declares (none: keep it that way)."""
 
 
 def _sources(root: Path) -> list[tuple[Path, ast.Module]]:

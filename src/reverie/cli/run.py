@@ -171,7 +171,7 @@ def run_command(
                 content,
                 scope=scope,
                 thread_id=thread_id,
-                thread_policy=thread_policy,  # type: ignore[arg-type]
+                thread_policy=thread_policy,
             )
             result = await wait_for(session, handle, stream=stream)
             return show_result(result, as_json=as_json, streamed=stream)

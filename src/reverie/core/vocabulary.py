@@ -14,6 +14,7 @@ from typing import Final, Literal, TypeGuard, get_args
 __all__ = [
     "ACTIVE_STATUSES",
     "CHECKPOINT_KINDS",
+    "DISPATCH_MODES",
     "EXIT_STATUSES",
     "GATE_DECISIONS",
     "GATE_KINDS",
@@ -25,6 +26,7 @@ __all__ = [
     "UNBOUND_PROFILES",
     "ActiveStatus",
     "CheckpointKind",
+    "DispatchMode",
     "ExitStatus",
     "GateDecision",
     "GateKind",
@@ -78,6 +80,10 @@ ThreadPolicy = Literal["reject", "enqueue", "interrupt"]
 """What starting a run on a thread with an active run does: refuse it (``ThreadBusy``), become
 its follow-up, or cancel it first."""
 THREAD_POLICIES: Final[tuple[ThreadPolicy, ...]] = get_args(ThreadPolicy)
+
+DispatchMode = Literal["local", "queue"]
+"""Where a runtime advances its runs: in this process, or as jobs for ``reverie worker``s."""
+DISPATCH_MODES: Final[tuple[DispatchMode, ...]] = get_args(DispatchMode)
 
 OnLimit = Literal["finalize", "fail"]
 """What a run does when a limit or safety net fires: a graceful summary, or a failure."""

@@ -31,7 +31,7 @@ import contextlib
 import contextvars
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from reverie.core.events import RunFinished, event_from_dict
@@ -111,6 +111,34 @@ _ADVANCING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 def advanced_by_a_job(run_id: str) -> bool:
     """Whether this task is the job that advances ``run_id`` (so it runs here, not queued)."""
     return _ADVANCING.get() == run_id
+
+
+class Routing:
+    """Where a runtime's runs are advanced: here, or as jobs on a queue.
+
+    ``queue`` is the queue of ``Runtime.open(..., dispatch="queue")`` (every run goes there).
+    With local dispatch, a worker (:func:`serve_jobs`) still sends the background work its
+    jobs make due — a curation pass — to its queue as a job of its own, while it serves.
+    """
+
+    def __init__(self, queue: QueueDispatcher | None = None) -> None:
+        self.queue = queue
+        self._background: QueueDispatcher | None = None
+
+    def queue_for(self, run: RunRecord) -> QueueDispatcher | None:
+        """The queue ``run`` goes to, or ``None`` to advance it in this process."""
+        if self.queue is None and is_pass(run) and not advanced_by_a_job(run.run_id):
+            return self._background  # a worker's pass is its own job, never inline
+        return self.queue
+
+    @contextlib.contextmanager
+    def background_to(self, queue: QueueDispatcher) -> Iterator[None]:
+        """Send background work (curation passes) to ``queue`` while the block runs."""
+        self._background = queue
+        try:
+            yield
+        finally:
+            self._background = None
 
 
 async def _advance_here(rt: Runner, run_id: str) -> RunResult:
@@ -270,7 +298,10 @@ class QueueWorker(Runner, Protocol):
     """The runtime a worker advances jobs with: a :class:`Runner` whose background work (a
     curation pass a turn makes due) goes to the worker's queue while :func:`serve_jobs` runs."""
 
-    _background_queue: QueueDispatcher | None
+    @property
+    def routing(self) -> Routing:
+        """Where the runtime advances its runs."""
+        ...
 
 
 async def serve_jobs(
@@ -335,10 +366,9 @@ async def serve_jobs(
             await asyncio.sleep(recover_every_s)
 
     await background.open()
-    rt._background_queue = background
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(background.aclose)
-        stack.callback(setattr, rt, "_background_queue", None)
+        stack.enter_context(rt.routing.background_to(background))
         await stack.enter_async_context(app.open_async())
         worker = Worker(
             app=app,

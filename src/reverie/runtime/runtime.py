@@ -9,15 +9,23 @@ import time
 from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from reverie.core.canonical import digest
 from reverie.core.content import ContentPart, UserContent
-from reverie.core.exits import Cancelled
+from reverie.core.exits import HOST_STOP_REASONS, Cancelled
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
+from reverie.core.vocabulary import (
+    DISPATCH_MODES,
+    THREAD_POLICIES,
+    DispatchMode,
+    GateDecision,
+    ThreadPolicy,
+    is_unbound_profile,
+)
 from reverie.errors import (
     ConfigError,
     ConflictError,
@@ -40,25 +48,23 @@ from reverie.runtime.agent import Agent
 from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.curation import CurationHost, curator_for
-from reverie.runtime.dispatch import QueueDispatcher, advanced_by_a_job, is_pass
+from reverie.runtime.dispatch import QueueDispatcher, Routing
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
 from reverie.runtime.output import family_for, typed_result
-from reverie.runtime.ports import ThreadPolicy
 from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import usage_so_far
 from reverie.runtime.segment import ActiveSegment, SegmentRunner
 from reverie.runtime.telemetry import Telemetry
+from reverie.runtime.thread_policy import BusyThreads, checked_policy
 from reverie.runtime.unbound import UnboundTurnService
-from reverie.runtime.user_input import input_payload, is_user_content, opening_items
+from reverie.runtime.user_input import input_payload, opening_items
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 
 log = logging.getLogger("reverie.runtime")
-
-THREAD_POLICIES: tuple[str, ...] = ("reject", "enqueue", "interrupt")
 
 
 class Runtime:
@@ -87,9 +93,7 @@ class Runtime:
         tracer_provider: Any = None,
         trace_content: bool = False,
     ) -> None:
-        if thread_policy not in THREAD_POLICIES:
-            raise UsageError(f"thread_policy must be one of {', '.join(THREAD_POLICIES)}")
-        self._thread_policy: ThreadPolicy = thread_policy
+        self._thread_policy = checked_policy(thread_policy)
         self.store = store
         self.runs = Runs(store)
         """Read stored runs, threads and events: ``await rt.runs.get(run_id, scope=scope)``."""
@@ -120,6 +124,13 @@ class Runtime:
             self.register(agent)
         self._tasks: set[asyncio.Task[None]] = set()
         self._leases = Leases(store, ttl_s=lease_ttl_s)
+        self._busy = BusyThreads(
+            store,
+            cancel=lambda run_id, reason: self.cancel(run_id, reason=reason),
+            handle_for=self._handle_for,
+            running_here=lambda run_id: getattr(self._active.get(run_id), "task", None),
+            lease_ttl_s=lease_ttl_s,
+        )
         from reverie.models.pricing import PriceTable
 
         # Built-in prices, with the caller's (a PriceTable, or {model: Price | mapping}) on top.
@@ -128,9 +139,8 @@ class Runtime:
         else:
             self._prices = PriceTable.default().merged(prices or {})
         self._opened = False
-        self._queue: QueueDispatcher | None = None  # set by open(..., dispatch="queue")
-        # Set by a worker (dispatch.serve_jobs): the queue its own background work goes to.
-        self._background_queue: QueueDispatcher | None = None
+        self.routing = Routing()
+        """Where runs are advanced: here, or as queue jobs (``open(..., dispatch="queue")``)."""
         self._memory = memory_service(memory, budget_bytes=memory_budget_bytes)
         # Checked here, so a bad curation setting fails Runtime.open, not a later turn.
         curation = CurationHost(
@@ -179,7 +189,7 @@ class Runtime:
         memory_budget_bytes: int | None = None,
         curation_interval_turns: int | None = None,
         curation_model: str | Model | None = None,
-        dispatch: Literal["local", "queue"] = "local",
+        dispatch: DispatchMode = "local",
         thread_policy: ThreadPolicy = "reject",
         tracer_provider: Any = None,
         trace_content: bool = False,
@@ -214,8 +224,8 @@ class Runtime:
         """
         from reverie.store import default_store_url
 
-        if dispatch not in ("local", "queue"):
-            raise UsageError('dispatch must be "local" or "queue"')
+        if dispatch not in DISPATCH_MODES:
+            raise UsageError(f"dispatch must be one of {', '.join(DISPATCH_MODES)}")
         url = url or default_store_url()
         queue = QueueDispatcher(url) if dispatch == "queue" else None
         store = open_store(url)
@@ -234,7 +244,7 @@ class Runtime:
             tracer_provider=tracer_provider,
             trace_content=trace_content,
         )
-        rt._queue = queue
+        rt.routing.queue = queue
         return _Opener(rt)
 
     async def _start(self) -> None:
@@ -247,9 +257,9 @@ class Runtime:
                 raise
             if self._curator is not None:
                 self._curator.open(self.hooks)
-        if self._queue is not None:
+        if (queue := self.routing.queue) is not None:
             try:
-                await self._queue.open()
+                await queue.open()
             except BaseException:
                 await self.store.close()
                 raise
@@ -267,9 +277,9 @@ class Runtime:
             if self._memory is not None:
                 with contextlib.suppress(Exception):
                     await self._memory.aclose()
-            if self._queue is not None:
+            if (queue := self.routing.queue) is not None:
                 with contextlib.suppress(Exception):
-                    await self._queue.aclose()
+                    await queue.aclose()
             await self.store.close()
             self._opened = False
 
@@ -316,38 +326,6 @@ class Runtime:
         )
         return await handle.result()
 
-    async def _on_busy_thread(
-        self,
-        busy: ThreadBusy,
-        policy: ThreadPolicy,
-        message: str | Sequence[ContentPart | Message],
-        max_image_bytes: int,
-    ) -> RunHandle | None:
-        """Apply the thread policy; a handle to return, or ``None`` to try creating again."""
-        if policy == "reject":
-            raise busy
-        try:
-            active = await self.store.get_run(busy.run_id)
-        except NotFoundError:
-            return None
-        if active.status in TERMINAL_STATUSES:
-            return None  # it ended in the meantime: try again
-        if policy == "enqueue":
-            if not is_user_content(message) or active.profile.startswith("unbound"):
-                raise busy  # only a user message can join a conversation's run
-            payload = input_payload(message, max_image_bytes=max_image_bytes)  # type: ignore[arg-type]
-            try:
-                await self.store.enqueue_input(
-                    active.run_id, "follow_up", payload, input_id=new_id("in")
-                )
-            except RunEndedError:
-                return None  # sealed as it ended: the thread is free now
-            return await self._handle_for(active)
-        # interrupt: end the active run, then start ours.
-        await self.cancel(active.run_id, reason="interrupted by a new turn")
-        await self._wait_ended(active.run_id)
-        return None
-
     async def _handle_for(self, run: RunRecord) -> RunHandle:
         """A handle on an existing run: live if it runs here, else watched through the store."""
         here = self.attach(run.run_id)
@@ -356,20 +334,6 @@ class Runtime:
         from reverie.runtime.dispatch import watching_handle
 
         return watching_handle(self, run, self._spawn)
-
-    async def _wait_ended(self, run_id: str) -> None:
-        """Wait until a cancelled run is terminal (its worker takes the cancel at a boundary)."""
-        active = self._active.get(run_id)
-        if active is not None and active.task is not None:
-            await asyncio.wait({active.task})
-        deadline = time.monotonic() + 3 * self._leases.ttl_s
-        delay = 0.02
-        while (await self.store.get_run(run_id)).status not in TERMINAL_STATUSES:
-            if time.monotonic() > deadline:
-                run = await self.store.get_run(run_id)
-                raise ThreadBusy(run.thread_id, run_id, run.status)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
 
     async def start(
         self,
@@ -418,7 +382,7 @@ class Runtime:
         if self._directory.named(agent.name) is not agent:
             self.register(agent)
         # Human and scheduled turns run the agent's family; unbound profiles their own.
-        family_id = profile if profile.startswith("unbound") else family_for(agent, self._families)
+        family_id = profile if is_unbound_profile(profile) else family_for(agent, self._families)
         budgeted = agent.limits.max_usd is not None
         if budgeted and (unpriced := self._directory.unpriced(agent, self._prices)):
             # A USD budget we cannot measure is no budget at all: refuse to start.
@@ -456,16 +420,14 @@ class Runtime:
             idempotency_key=idempotency_key,
             meta=dict(meta or {}),
         )
-        policy = thread_policy or self._thread_policy
-        if policy not in THREAD_POLICIES:
-            raise UsageError(f"thread_policy must be one of {', '.join(THREAD_POLICIES)}")
+        policy = checked_policy(thread_policy or self._thread_policy)
         while True:
             try:
                 run = await self.store.create_run(record)
                 break
             except ThreadBusy as busy:
                 # The store refused a second active run on the thread (across processes).
-                joined = await self._on_busy_thread(busy, policy, message, max_image_bytes)
+                joined = await self._busy.on_busy(busy, policy, message, max_image_bytes)
                 if joined is not None:
                     return joined
         if run.run_id != minted:
@@ -495,9 +457,7 @@ class Runtime:
 
     async def _dispatch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
         """Advance the run here (local dispatch) or enqueue it for a worker (queue)."""
-        queue = self._queue
-        if queue is None and is_pass(run) and not advanced_by_a_job(run.run_id):
-            queue = self._background_queue  # a worker's pass is its own job, never inline
+        queue = self.routing.queue_for(run)
         if queue is None:
             return self._launch(run, resumed=resumed)
         return await queue.dispatch(self, run, self._spawn, resumed=resumed)
@@ -526,7 +486,7 @@ class Runtime:
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             raise RunEndedError(f"run {run_id} has ended ({run.status}); start a new turn")
-        if run.profile.startswith("unbound"):
+        if is_unbound_profile(run.profile):
             # No conversation to steer: refused up front, never accepted and then dropped.
             raise UsageError(f"run {run_id} is an unbound turn: it takes no steering or follow-ups")
         input_id = input_id or new_id("in")
@@ -536,8 +496,8 @@ class Runtime:
 
     async def request_graceful_stop(self, run_id: str, reason: GracefulStopReason) -> None:
         """Ask a run to finish through the finalizer (one-shot)."""
-        if reason not in ("no_progress", "max_iterations", "host"):
-            raise UsageError("graceful stop reason must be no_progress, max_iterations or host")
+        if reason not in HOST_STOP_REASONS:
+            raise UsageError(f"graceful stop reason must be one of {', '.join(HOST_STOP_REASONS)}")
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
             raise RunEndedError(f"run {run_id} has ended ({run.status})")
@@ -606,9 +566,7 @@ class Runtime:
         ):
             return await self._resolve(ref, "denied", reason)
 
-    async def _resolve(
-        self, ref: str, status: Literal["approved", "denied"], reason: str | None
-    ) -> RunResult:
+    async def _resolve(self, ref: str, status: GateDecision, reason: str | None) -> RunResult:
         gate = await self.store.get_gate(ref)
         run = await self.store.get_run(gate.run_id)
         # A subagent's gate: resuming its root run resumes the child inside the parent's call.
