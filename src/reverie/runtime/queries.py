@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from reverie.errors import NotFoundError, UsageError
 from reverie.runtime.event_log import StoredEvent, follow_events
@@ -31,8 +31,20 @@ if TYPE_CHECKING:
 __all__ = ["Gates", "Runs"]
 
 
-def _owned(record_scope: Scope, scope: Scope | None) -> bool:
-    return scope is None or (record_scope.tenant, record_scope.user) == (scope.tenant, scope.user)
+class _Owned(Protocol):
+    @property
+    def scope(self) -> Scope: ...
+
+
+_R = TypeVar("_R", bound=_Owned)
+
+
+def _visible(record: _R, scope: Scope | None, what: str) -> _R:
+    """``record`` if ``scope`` may see it (no scope: everyone's); else "``what`` not found"."""
+    owner = (record.scope.tenant, record.scope.user)
+    if scope is not None and owner != (scope.tenant, scope.user):
+        raise NotFoundError(f"{what} not found")
+    return record
 
 
 class Runs:
@@ -47,10 +59,7 @@ class Runs:
         Raises:
             NotFoundError: No such run, or (with ``scope``) it belongs to another owner.
         """
-        run = await self._store.get_run(run_id)
-        if not _owned(run.scope, scope):
-            raise NotFoundError(f"run {run_id} not found")
-        return run
+        return _visible(await self._store.get_run(run_id), scope, f"run {run_id}")
 
     async def list(
         self,
@@ -75,10 +84,7 @@ class Runs:
         Raises:
             NotFoundError: No such thread, or (with ``scope``) it belongs to another owner.
         """
-        thread = await self._store.get_thread(thread_id)
-        if not _owned(thread.scope, scope):
-            raise NotFoundError(f"thread {thread_id} not found")
-        return thread
+        return _visible(await self._store.get_thread(thread_id), scope, f"thread {thread_id}")
 
     async def thread_items(
         self, thread_id: str, *, last: int | None = None, scope: Scope | None = None
@@ -126,10 +132,7 @@ class Gates:
         Raises:
             NotFoundError: No such gate, or (with ``scope``) it belongs to another owner.
         """
-        gate = await self._store.get_gate(ref)
-        if not _owned(gate.scope, scope):
-            raise NotFoundError(f"gate {ref} not found")
-        return gate
+        return _visible(await self._store.get_gate(ref), scope, f"gate {ref}")
 
     async def list(
         self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
