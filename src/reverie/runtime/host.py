@@ -167,17 +167,19 @@ class StorePrompt:
             remembered = await self.memory.message(state.transcript_seq)
             if remembered is not None:
                 messages.append(remembered)
-        pairs = await ctx.segment.window(state.transcript_seq, plan.window)
-        # From the newest summary on (loop/compaction.py); rows it leaves as they are keep
-        # the message the segment made for them once.
-        made = {id(row): message for row, message in pairs}
-        view = compacted_view([row for row, _ in pairs])
+        rows, made = await ctx.segment.window(state.transcript_seq, plan.window)
+        if ctx.segment.has_summary:
+            # From the newest summary on (loop/compaction.py); rows it leaves as they are keep
+            # the message the segment made for them once.
+            by_row = {id(row): message for row, message in zip(rows, made, strict=True)}
+            rows = compacted_view(rows)
+            made = [by_row.get(id(row)) or to_message(row) for row in rows]
         # A window must not open on tool results whose calls fell out of it.
         start = 0
-        while start < len(view) and view[start].role == "tool":
+        while start < len(rows) and rows[start].role == "tool":
             start += 1
-        rows = view[start:]
-        messages.extend(made.get(id(row)) or to_message(row) for row in rows)
+        rows = rows[start:]
+        messages.extend(made[start:])
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
         tools = (

@@ -10,13 +10,14 @@ checkpoint; a foreign append in between makes the store refuse the step
 
 from __future__ import annotations
 
-from collections import deque
+from bisect import bisect_right
 from collections.abc import Sequence
 
 from reverie.core.content import parts_from_meta
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.transcript import NewItem, TranscriptItem, placed
+from reverie.loop.compaction import is_summary
 from reverie.store.base import JournalWrite, Store
 
 MIN_CAPACITY = 256
@@ -43,7 +44,11 @@ class SegmentTranscript:
         self._thread_id = thread_id
         self._run_id = run_id
         self._head: int | None = None
-        self._rows: deque[tuple[TranscriptItem, Message]] = deque()
+        # The cached rows and their messages, in seq order (two lists, so a window is two
+        # slices); ``_summaries`` counts the compaction summaries among them.
+        self._rows: list[TranscriptItem] = []
+        self._messages: list[Message] = []
+        self._summaries = 0
         self._capacity = 0
         self._loaded = False
         self._complete = False
@@ -65,12 +70,18 @@ class SegmentTranscript:
         self._head = first + len(rows) - 1
         self.items.extend(rows)
         if self._loaded:
-            for row in rows:
-                self._rows.append((row, to_message(row)))
-            while len(self._rows) > self._capacity:
-                self._rows.popleft()
-                self._complete = False
+            self._cache(rows)
         return rows
+
+    def _cache(self, rows: Sequence[TranscriptItem]) -> None:
+        self._rows.extend(rows)
+        self._messages.extend(to_message(row) for row in rows)
+        self._summaries += sum(1 for row in rows if is_summary(row))
+        if len(self._rows) > 2 * self._capacity:
+            # Trimmed in bulk (amortised): the newest ``_capacity`` rows stay.
+            del self._rows[: -self._capacity], self._messages[: -self._capacity]
+            self._summaries = sum(1 for row in self._rows if is_summary(row))
+            self._complete = False
 
     def take(self) -> tuple[list[TranscriptItem], int | None, list[JournalWrite]]:
         """What the next step commit writes: staged rows, the seq they follow, journal records."""
@@ -87,33 +98,38 @@ class SegmentTranscript:
     def invalidate(self) -> None:
         """Forget the cached rows and head (the thread moved under us)."""
         self._head = None
-        self._rows.clear()
+        self._rows, self._messages, self._summaries = [], [], 0
         self._loaded = self._complete = False
 
     def find(self, refs: Sequence[str]) -> dict[str, TranscriptItem]:
         """Rows by ref among the staged and cached ones."""
         wanted = set(refs)
         found = {r.ref: r for r in self.items if r.ref in wanted}
-        for row, _ in self._rows:
+        for row in self._rows:
             if row.ref in wanted:
                 found[row.ref] = row
         return found
 
-    async def window(self, upto_seq: int, last: int | None) -> list[tuple[TranscriptItem, Message]]:
-        """The newest ``last`` rows (all: ``None``) with ``seq <= upto_seq``, oldest first."""
+    @property
+    def has_summary(self) -> bool:
+        """Whether a compaction summary is among the cached rows (a window may need a view)."""
+        return self._summaries > 0
+
+    async def window(
+        self, upto_seq: int, last: int | None
+    ) -> tuple[list[TranscriptItem], list[Message]]:
+        """The newest ``last`` rows (all: ``None``) with ``seq <= upto_seq``, oldest first, and
+        their messages."""
         if last is not None and last <= 0:
-            return []
+            return [], []
         if not self._loaded or (not self._complete and (last is None or last > len(self._rows))):
             await self._load(last)
-        out: list[tuple[TranscriptItem, Message]] = []
-        for pair in reversed(self._rows):
-            if pair[0].seq > upto_seq:
-                continue
-            out.append(pair)
-            if last is not None and len(out) >= last:
-                break
-        out.reverse()
-        return out
+        rows = self._rows
+        end = len(rows)
+        if end and rows[-1].seq > upto_seq:
+            end = bisect_right(rows, upto_seq, key=lambda r: r.seq)
+        begin = 0 if last is None else max(0, end - last)
+        return rows[begin:end], self._messages[begin:end]
 
     async def _load(self, last: int | None) -> None:
         # Committed rows from the store; staged ones (not there yet) are added after them.
@@ -126,7 +142,8 @@ class SegmentTranscript:
             rows = await self._store.thread_items(self._thread_id, last=self._capacity)
         rows = [r for r in rows if r.ref not in staged] + list(self.items)
         self._complete = last is None or len(rows) < self._capacity
-        self._rows = deque((r, to_message(r)) for r in rows[-self._capacity :])
+        self._rows, self._messages, self._summaries = [], [], 0
+        self._cache(rows[-self._capacity :])
         self._loaded = True
 
 
