@@ -19,10 +19,6 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 ALLOWED: dict[tuple[str, str], str] = {
     # (importing module, imported module): why it is tolerated for now. Each entry is a known
     # stray import; the test fails when one disappears, so remove its entry with the fix.
-    ("reverie.memory.mcp_server", "reverie.config"): (
-        "the `reverie mcp-memory` command lives in the memory layer and reads reverie.toml "
-        "for the store URL; it belongs in reverie.cli"
-    ),
 }
 
 
