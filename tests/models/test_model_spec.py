@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from reverie.errors import ConfigError, ModelSpecError
@@ -156,3 +158,35 @@ def test_prices_and_telemetry_read_names_by_the_same_grammar() -> None:
     assert provider_of("hermes:ollama:qwen3") == "hermes"
     assert provider_of("anthropic:claude-haiku-4-5") == "anthropic"
     assert provider_of("my-custom-model") == "my-custom-model"
+
+
+def test_a_bad_spec_in_reverie_toml_is_reported_at_its_key_with_the_rule(tmp_path: Path) -> None:
+    from reverie.config import load_config
+
+    path = tmp_path / "reverie.toml"
+    path.write_text('[agents.helper]\nmodel = ["openai:gpt-4.1-mini", "hermes:"]\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: agents.helper.model[1]: ")
+    assert "hermes: needs an inner spec" in message
+    assert "Fix: set model = " in message
+
+
+def test_the_config_reads_scripted_specs_and_endpoint_keys_by_the_same_grammar(
+    tmp_path: Path,
+) -> None:
+    from reverie.config import key_env_for, load_config, resolve_model_spec
+
+    (tmp_path / "script.json").write_text('[{"reply": "hi"}]')
+    path = tmp_path / "reverie.toml"
+    path.write_text(
+        '[models.together]\nbase_url = "https://api.together.xyz/v1"\n'
+        'api_key_env = "TOGETHER_API_KEY"\n'
+    )
+    config = load_config(path)
+    model = resolve_model_spec(" scripted: script.json ", config=config, base_dir=tmp_path)
+    assert model.name == "scripted:script.json"
+    assert key_env_for("hermes:together:llama", config) == "TOGETHER_API_KEY"
+    with pytest.raises(ModelSpecError):
+        key_env_for("gpt-4o", config)
