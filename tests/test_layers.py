@@ -19,10 +19,6 @@ ARCHITECTURE = REPO / "docs" / "architecture.md"
 ALLOWED: dict[tuple[str, str], str] = {
     # (importing module, imported module): why it is tolerated for now. Each entry is a known
     # stray import; the test fails when one disappears, so remove its entry with the fix.
-    ("reverie.memory.mcp_server", "reverie.config"): (
-        "the `reverie mcp-memory` command lives in the memory layer and reads reverie.toml "
-        "for the store URL; it belongs in reverie.cli"
-    ),
 }
 
 
@@ -145,3 +141,46 @@ def test_the_allowed_stray_imports_still_exist() -> None:
 def test_the_loop_imports_only_the_contracts() -> None:
     layers = {layer.name: layer for layer in _layers()}
     assert layers["loop"].may_import == {"contracts"}
+
+
+def _imports_between(source: str, target: str) -> list[str]:
+    layers = {layer.name: layer for layer in _layers()}
+    found = []
+    for path, module in _modules():
+        if _layer_of(module, list(layers.values())) is not layers[source]:
+            continue
+        for imported, line in _imports(path, module):
+            if _layer_of(imported, list(layers.values())) is layers[target]:
+                found.append(f"{path.relative_to(REPO)}:{line}: {imported}")
+    return found
+
+
+def test_the_configuration_does_not_import_the_command_line() -> None:
+    # scripted: model files are read by reverie.testing, not by a CLI module.
+    assert (
+        "command line" not in {layer.name: layer for layer in _layers()}["configuration"].may_import
+    )
+    assert _imports_between("configuration", "command line") == []
+
+
+def test_the_command_line_does_not_import_the_test_doubles() -> None:
+    # The CLI reaches scripted: models through reverie.config.resolve_model_spec only.
+    assert "testing" not in {layer.name: layer for layer in _layers()}["command line"].may_import
+    assert _imports_between("command line", "testing") == []
+
+
+def test_the_model_spec_grammar_is_parsed_in_one_module() -> None:
+    # Every reader of "provider:model" strings goes through reverie.models.spec.ModelSpec.
+    offenders = []
+    for path, module in _modules():
+        if module == "reverie.models.spec":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for needle in (
+            'startswith("hermes:")',
+            'startswith("openai-compat:")',
+            'prefix == "hermes"',
+        ):
+            if needle in text:
+                offenders.append(f"{path.relative_to(REPO)}: {needle}")
+    assert offenders == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reverie
+import reverie.config
 import reverie.testing
 
 
@@ -24,6 +25,41 @@ def test_top_level_all_is_exactly_the_public_names() -> None:
     )
     for name in reverie.__all__:
         assert getattr(reverie, name) is not None
+
+
+def test_the_config_package_exports_the_names_of_the_config_module() -> None:
+    # reverie.config became a package of small modules; what it exports did not change.
+    assert sorted(reverie.config.__all__) == sorted(
+        [
+            "CONFIG_FILE_NAME",
+            "AgentConfig",
+            "EndpointSection",
+            "LimitsConfig",
+            "PriceConfig",
+            "ReverieConfig",
+            "ServeConfig",
+            "StoreConfig",
+            "TelemetryConfig",
+            "TokenConfig",
+            "auth_tokens",
+            "build_agents",
+            "config_error",
+            "curation_model",
+            "default_config_path",
+            "key_env_for",
+            "load_config",
+            "mcp_server_settings",
+            "mcp_servers",
+            "memory_settings",
+            "register_hooks",
+            "resolve_model_spec",
+            "reverie_home",
+            "serve_settings",
+            "store_url",
+        ]
+    )
+    for name in reverie.config.__all__:
+        assert getattr(reverie.config, name) is not None
 
 
 def test_testing_module_exports_the_scripted_model_helpers() -> None:

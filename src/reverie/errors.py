@@ -4,7 +4,8 @@ The hierarchy::
 
     ReverieError                      base of everything reverie raises on purpose
     ├── ConfigError                   a config file, manifest or option is invalid
-    │   └── MissingExtraError         an optional extra is not installed (also an ImportError)
+    │   ├── MissingExtraError         an optional extra is not installed (also an ImportError)
+    │   └── ModelSpecError            a model spec breaks the grammar (reverie.models.spec)
     ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
     │   ├── ImageTooLarge             a message's images exceed ``Limits.max_image_bytes``
     │   ├── UnknownAgentError         a run names an agent this process has not registered
@@ -35,6 +36,7 @@ underlying cause, when there is one, is kept in ``__cause__``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 from reverie.core.redact import mask_urls
@@ -62,6 +64,22 @@ class ReverieError(Exception):
 
 class ConfigError(ReverieError):
     """A configuration file, manifest or option is invalid."""
+
+
+class ModelSpecError(ConfigError):
+    """A model spec (``openai:gpt-4o``, …) breaks the grammar of :mod:`reverie.models.spec`.
+
+    The message names the spec (a URL in it masked), the rule it breaks and the accepted forms.
+    """
+
+    def __init__(self, spec: str, reason: str, forms: Sequence[str]) -> None:
+        self.spec = spec
+        """The spec as given."""
+        self.reason = reason
+        """The rule it breaks, in words."""
+        super().__init__(
+            mask_urls(f"invalid model spec {spec!r}: {reason}; accepted forms: {', '.join(forms)}")
+        )
 
 
 EXTRA_OF_MODULE: dict[str, str] = {

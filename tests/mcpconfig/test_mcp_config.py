@@ -26,7 +26,7 @@ from reverie.config import build_agents, load_config, mcp_servers
 from reverie.errors import CapabilityError, ConfigError
 
 ANA = Scope(tenant="acme", user="ana")
-MEMORY_SERVER = [sys.executable, "-m", "reverie.memory.mcp_server"]
+MEMORY_SERVER = [sys.executable, "-m", "reverie", "mcp-memory"]
 
 
 def write(path: Path, text: str) -> Path:

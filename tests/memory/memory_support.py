@@ -16,7 +16,7 @@ EVE = Scope(tenant="globex", user="ana")
 FAKE_SERVER = [sys.executable, str(Path(__file__).with_name("fake_memory_server.py"))]
 """The misbehaving memory server; append a mode (``honest``, ``foreign``, …)."""
 
-MEMORY_SERVER = [sys.executable, "-m", "reverie.memory.mcp_server"]
+MEMORY_SERVER = [sys.executable, "-m", "reverie", "mcp-memory"]
 """reverie's own memory server, as a separate process (append ``--store URL``)."""
 
 

@@ -26,6 +26,7 @@ import typer
 from reverie.cli import gates, memory, restore_interrupts, runs
 from reverie.cli.chat import chat_command
 from reverie.cli.doctor import doctor_command
+from reverie.cli.mcp_memory import mcp_memory_command
 from reverie.cli.run import run_command
 from reverie.cli.serve import serve_command
 from reverie.cli.worker import worker_command
@@ -50,21 +51,7 @@ app.add_typer(memory.app, name="memory")
 app.command("serve")(serve_command)
 app.command("doctor")(doctor_command)
 app.command("worker")(worker_command)
-
-
-@app.command(
-    "mcp-memory",
-    context_settings={
-        "allow_extra_args": True,
-        "ignore_unknown_options": True,
-        "help_option_names": [],
-    },
-)
-def _mcp_memory(ctx: typer.Context) -> None:
-    """Serve reverie's memory over MCP: stdio, or streamable HTTP with --http PORT (see --help)."""
-    from reverie.memory.mcp_server import main as serve_memory
-
-    serve_memory(ctx.args)
+app.command("mcp-memory")(mcp_memory_command)
 
 
 def _version(value: bool) -> None:

@@ -9,34 +9,25 @@ reverie's memory and the contract has a second implementer (``docs/memory-over-m
 - ``memory_add_session(tenant, user, messages, agent?, project?)`` → ``{"status": "recorded"}``:
   appends the turn (``[{"role": "user"|"assistant", "content": "…"}]``) to the scope's log.
 
-Run it over stdio (the default; a client such as ``MCPMemory(command=["reverie",
-"mcp-memory"])`` starts it) or streamable HTTP with ``--http PORT`` (endpoint ``/mcp``). Over
-HTTP, ``--token-env NAME`` requires ``Authorization: Bearer <value of $NAME>`` on every request.
-The caller is trusted with the scope fields it sends: put the server behind that token (HTTP)
-or spawn it yourself (stdio), never on an open port. HTTP without a credential refuses to
-start unless ``--no-auth`` says so explicitly: then any process that can reach the port reads
-and writes the memory of every tenant.
-
-Also runnable as ``python -m reverie.memory.mcp_server``.
+The command that runs it is ``reverie mcp-memory`` (:mod:`reverie.cli.mcp_memory`): over stdio
+(the default; a client such as ``MCPMemory(command=["reverie", "mcp-memory"])`` starts it) or
+streamable HTTP (endpoint ``/mcp``). The caller is trusted with the scope fields it sends, so
+:func:`serve` refuses HTTP without an ``auth`` middleware that checks a credential unless
+``no_auth`` says so explicitly: then any process that can reach the port reads and writes the
+memory of every tenant.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
-import hmac
 import logging
-import os
-import sys
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, Field
 
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
-from reverie.errors import ConfigError, MissingExtraError, ReverieError, UsageError
+from reverie.errors import UsageError
 from reverie.memory.native import NativeMemory
 from reverie.memory.provider import SessionRole
 from reverie.store.base import Store
@@ -45,7 +36,7 @@ from reverie.store.documents import DocumentStore
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["MAX_LIMIT", "build_server", "main", "serve"]
+__all__ = ["MAX_LIMIT", "NO_AUTH_WARNING", "NO_CREDENTIAL", "ASGIApp", "build_server", "serve"]
 
 log = logging.getLogger("reverie.memory.mcp_server")
 
@@ -144,53 +135,30 @@ def build_server(memory: NativeMemory, *, name: str = "reverie-memory") -> MCPSe
     return server
 
 
-class BearerAuth:
-    """ASGI middleware: every HTTP request needs ``Authorization: Bearer <token>`` (else 401)."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self._app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-    ) -> None:
-        if scope.get("type") == "http":
-            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"text/plain"),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": b"unauthorized"})
-                return
-        await self._app(scope, receive, send)
-
-
 async def serve(
     store: Store,
     *,
     http_port: int | None = None,
     host: str = "127.0.0.1",
-    token: str | None = None,
+    auth: Callable[[ASGIApp], ASGIApp] | None = None,
     no_auth: bool = False,
 ) -> None:
     """Serve the memory of an open ``store`` until cancelled (stdio, or HTTP on ``http_port``).
 
+    Args:
+        store: An open store that keeps memory documents.
+        http_port: Serve streamable HTTP on this port; ``None`` for stdio.
+        host: The HTTP bind address.
+        auth: Wraps the HTTP app in the middleware that checks each request's credential
+            (``reverie mcp-memory``: :class:`reverie.serve.auth.SharedTokenAuth`).
+        no_auth: Serve HTTP without ``auth`` on purpose.
+
     Raises:
-        UsageError: HTTP without a ``token``, unless ``no_auth`` is set explicitly.
+        UsageError: HTTP without ``auth``, unless ``no_auth`` is set explicitly.
     """
     if not isinstance(store, DocumentStore):
         raise TypeError(f"{type(store).__name__} keeps no memory documents")
-    if http_port is not None and token is None and not no_auth:
+    if http_port is not None and auth is None and not no_auth:
         raise UsageError(NO_CREDENTIAL)
     server = build_server(NativeMemory(store=store))
     if http_port is None:
@@ -199,18 +167,10 @@ async def serve(
     import uvicorn
 
     app: Any = server.streamable_http_app(host=host)
-    if token is not None:
-        app = BearerAuth(app, token)
+    if auth is not None:
+        app = auth(app)
     config = uvicorn.Config(app, host=host, port=http_port, log_level="warning")
     await uvicorn.Server(config).serve()
-
-
-def _store_url(store: str | None, config_path: str | None) -> str:
-    if store:
-        return store
-    from reverie.config import load_config, store_url
-
-    return store_url(load_config(config_path))
 
 
 NO_CREDENTIAL = (
@@ -225,70 +185,3 @@ NO_AUTH_WARNING = (
     "reverie mcp-memory: --no-auth: serving WITHOUT a credential; any process that can reach "
     "{host}:{port} reads and writes the memory of every tenant"
 )
-
-
-async def _run(args: argparse.Namespace) -> None:
-    from reverie.store import open_store
-
-    token: str | None = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            raise SystemExit(
-                f"reverie mcp-memory: environment variable {args.token_env} is not set"
-            )
-    if args.http is not None and token is None:
-        if not args.no_auth:
-            print(f"reverie mcp-memory: {NO_CREDENTIAL}", file=sys.stderr)
-            raise SystemExit(2)
-        print(NO_AUTH_WARNING.format(host=args.host, port=args.http), file=sys.stderr)
-    store = open_store(_store_url(args.store, args.config))
-    await store.open()
-    try:
-        await serve(store, http_port=args.http, host=args.host, token=token, no_auth=args.no_auth)
-    finally:
-        await store.close()
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``reverie mcp-memory [--http PORT (--token-env NAME | --no-auth)] [--host H]``."""
-    parser = argparse.ArgumentParser(
-        prog="reverie mcp-memory",
-        description="Serve reverie's memory over MCP (stdio by default).",
-    )
-    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on PORT")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (127.0.0.1)")
-    parser.add_argument(
-        "--token-env", metavar="NAME", help="HTTP: require 'Authorization: Bearer $NAME'"
-    )
-    parser.add_argument(
-        "--no-auth",
-        action="store_true",
-        help="HTTP: serve without a credential (any local process then reads every tenant's "
-        "memory); without it, --http needs --token-env",
-    )
-    parser.add_argument("--store", metavar="URL", help="store URL (default: the configured one)")
-    parser.add_argument("--config", metavar="PATH", help="reverie.toml to read the store from")
-    args = parser.parse_args(argv)
-    # stdout is the MCP channel over stdio: logs go to stderr only.
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_run(args))
-    except ImportError as exc:
-        missing = MissingExtraError.of(exc, "reverie mcp-memory")
-        if missing is None:
-            raise
-        _exit_with(missing)
-    except ReverieError as exc:
-        _exit_with(exc)
-
-
-def _exit_with(exc: ReverieError) -> NoReturn:
-    """One line on stderr, exit 2 for a configuration or usage problem, else 1 (as ``reverie``)."""
-    print(f"error: {exc}", file=sys.stderr)
-    raise SystemExit(2 if isinstance(exc, ConfigError | UsageError) else 1)
-
-
-if __name__ == "__main__":
-    main()

@@ -25,7 +25,8 @@ from types import MappingProxyType
 from typing import Any
 
 from reverie.core.messages import TokenUsage
-from reverie.errors import ConfigError
+from reverie.errors import ConfigError, ModelSpecError
+from reverie.models.spec import ModelSpec
 
 __all__ = ["BUILTIN_PRICES", "Price", "PriceTable"]
 
@@ -80,36 +81,39 @@ BUILTIN_PRICES: Mapping[str, Price] = MappingProxyType(
 )
 """The built-in prices, keyed by the provider's model id without a date suffix."""
 
-_PREFIXES = ("hermes:", "openai:", "anthropic:")
-_LOCAL_PREFIXES = ("ollama:",)
+_STRIPPED = ("hermes", "openai", "anthropic", "openai-compat")
+"""Providers whose prefix a lookup removes (their model ids are priced under the bare id)."""
 _FREE = _p(0.0, 0.0)
 _DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+
+
+def _spec(name: str) -> ModelSpec | None:
+    try:
+        return ModelSpec.parse(name)
+    except ModelSpecError:
+        return None  # a custom model's name: looked up as given
 
 
 def _candidates(model_name: str) -> Iterator[str]:
     """The names to look up, most specific first."""
     name = model_name.strip()
     yield name
-    while True:
-        if name.startswith("openai-compat:") and "#" in name:
-            name = name.split("#", 1)[1]
-        elif name.startswith(_PREFIXES):
-            name = name.split(":", 1)[1]
-        else:
-            break
+    spec = _spec(name)
+    while spec is not None and spec.provider in _STRIPPED:
+        inner = spec.inner
+        name = str(inner) if inner is not None else spec.model
         yield name
-    if name.startswith(_LOCAL_PREFIXES):
-        yield name.split(":", 1)[1]
+        spec = inner
+    if spec is not None and spec.provider == "ollama":
+        yield spec.model
     undated = _DATE_SUFFIX.sub("", name)
     if undated != name:
         yield undated
 
 
 def _is_local(model_name: str) -> bool:
-    name = model_name.strip()
-    while name.startswith("hermes:"):
-        name = name.removeprefix("hermes:")
-    return name.startswith(_LOCAL_PREFIXES)
+    spec = _spec(model_name)
+    return spec is not None and spec.base.provider == "ollama"
 
 
 class PriceTable:

@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from reverie.core.redact import mask_url
-from reverie.errors import ConfigError
+from reverie.errors import ConfigError, ModelSpecError
 from reverie.models.base import Model
+from reverie.models.spec import BUILTIN_PROVIDERS, RESERVED_PROVIDERS, ModelSpec
 
-__all__ = ["OLLAMA_BASE_URL", "SPEC_FORMS", "EndpointConfig", "resolve_model"]
+__all__ = ["OLLAMA_BASE_URL", "SPEC_FORMS", "EndpointConfig", "api_key_env", "resolve_model"]
 
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 SPEC_FORMS = (
@@ -35,9 +36,10 @@ SPEC_FORMS = (
     "anthropic:<model>",
     "hermes:<inner spec>",
 )
-"""The spec forms every registry accepts (configured endpoints add ``<endpoint>:<model>``)."""
+"""The spec forms every registry accepts (configured endpoints add ``<endpoint>:<model>``;
+``scripted:`` files are read by :func:`reverie.config.resolve_model_spec`)."""
 
-_RESERVED = ("hermes", "openai-compat")
+_DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,26 @@ class EndpointConfig:
     built-in names ``openai``/``anthropic``: keep their default variable)."""
 
 
+def api_key_env(
+    spec: str | ModelSpec, endpoints: Mapping[str, EndpointConfig] | None = None
+) -> str | None:
+    """The environment variable a spec's model reads its key from (``None``: it needs none).
+
+    The variable's value is never read here (``reverie doctor`` names the variable to set).
+
+    Raises:
+        ModelSpecError: ``spec`` is not a valid spec.
+    """
+    parsed = (spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)).base
+    if parsed.provider in ("openai-compat", "scripted"):
+        return None
+    endpoint = (endpoints or {}).get(parsed.provider)
+    configured = endpoint.api_key_env if endpoint is not None else None
+    # openai and anthropic keep their default variable unless an endpoint names another one;
+    # ollama and configured endpoints need a key only when their endpoint names one.
+    return configured or _DEFAULT_KEY_ENV.get(parsed.provider)
+
+
 def resolve_model(
     spec: str | Model, *, endpoints: Mapping[str, EndpointConfig] | None = None
 ) -> Model:
@@ -60,82 +82,75 @@ def resolve_model(
     Models built here hold SDK clients; whoever resolves them should ``aclose()`` them when done.
 
     Raises:
-        ConfigError: the spec is malformed or names no known provider or endpoint (the message
-            names the spec and the accepted forms).
+        ConfigError: the spec is malformed (a :class:`~reverie.errors.ModelSpecError`) or names
+            no known provider or endpoint (the message names the spec and the accepted forms).
     """
     if not isinstance(spec, str):
         if isinstance(spec, Model):
             return spec
         raise ConfigError(f"a model must be a spec string or a Model, not {type(spec).__name__}")
     configured = dict(endpoints or {})
-    for reserved in _RESERVED:
+    for reserved in RESERVED_PROVIDERS:
         if reserved in configured:
             raise ConfigError(
                 f"endpoint name {reserved!r} is reserved for the {reserved}: spec form; "
                 "choose another name for this endpoint"
             )
+    try:
+        parsed = ModelSpec.parse(spec)
+    except ModelSpecError as exc:
+        raise _invalid(spec, configured, exc.reason) from None
+    return _build(spec, parsed, configured)
+
+
+def _build(text: str, spec: ModelSpec, endpoints: Mapping[str, EndpointConfig]) -> Model:
     # The providers (and their SDKs) are imported on use, so naming a model costs nothing
     # until a run needs it and ``reverie --help`` never loads the openai SDK.
     from reverie.models.openai import OpenAIChatModel
 
-    text = spec.strip()
-    prefix, sep, rest = text.partition(":")
-    if not sep:
-        hint = f" (did you mean 'openai:{text}'?)" if text else ""
-        raise _unknown(spec, configured, f"no provider prefix{hint}")
-    rest = rest.strip()
-    endpoint = configured.get(prefix)
-
-    if prefix == "hermes":
+    if spec.inner is not None:
         from reverie.models.hermes import HermesModel
 
-        if not rest:
-            raise _unknown(
-                spec, configured, "hermes: needs an inner spec, e.g. hermes:ollama:qwen3"
-            )
-        return HermesModel(resolve_model(rest, endpoints=configured))
-    if prefix == "openai-compat":
-        url, _, model = rest.partition("#")
-        url, model = url.strip(), model.strip()
-        if not url.startswith(("http://", "https://")) or not model:
-            raise _unknown(spec, configured, "openai-compat needs <url>#<model>")
+        return HermesModel(_build(text, spec.inner, endpoints))
+    if spec.base_url is not None:
         return OpenAIChatModel(
-            model, base_url=url, api_key_env=None, name=f"openai-compat:{mask_url(url)}#{model}"
+            spec.model,
+            base_url=spec.base_url,
+            api_key_env=None,
+            name=f"openai-compat:{mask_url(spec.base_url)}#{spec.model}",
         )
-    if not rest:
-        raise _unknown(spec, configured, f"{spec!r} has no model name after {prefix!r}")
-    if prefix == "openai":
-        return OpenAIChatModel(
-            rest,
-            base_url=endpoint.base_url if endpoint else None,
-            api_key_env=(endpoint.api_key_env if endpoint else None) or "OPENAI_API_KEY",
+    if spec.provider == "scripted":
+        raise _invalid(
+            text,
+            endpoints,
+            "a scripted: file is read where its path has a directory to start from "
+            "(reverie.toml and the CLI: reverie.config.resolve_model_spec); in Python, pass a "
+            "reverie.testing.ScriptedModel",
         )
-    if prefix == "ollama":
-        return OpenAIChatModel(
-            rest,
-            base_url=endpoint.base_url if endpoint else OLLAMA_BASE_URL,
-            api_key_env=endpoint.api_key_env if endpoint else None,
-            name=f"ollama:{rest}",
-        )
-    if prefix == "anthropic":
+    endpoint = endpoints.get(spec.provider)
+    if spec.provider not in BUILTIN_PROVIDERS and endpoint is None:
+        raise _invalid(text, endpoints, f"unknown provider {spec.provider!r}")
+    key_env = api_key_env(spec, endpoints)
+    if spec.provider == "anthropic":
         from reverie.models.anthropic import AnthropicModel  # optional extra: imported on use
 
         return AnthropicModel(
-            rest,
-            base_url=endpoint.base_url if endpoint else None,
-            api_key_env=(endpoint.api_key_env if endpoint else None) or "ANTHROPIC_API_KEY",
+            spec.model, base_url=endpoint.base_url if endpoint else None, api_key_env=key_env
         )
-    if endpoint is not None:
+    if spec.provider == "openai":
         return OpenAIChatModel(
-            rest,
-            base_url=endpoint.base_url,
-            api_key_env=endpoint.api_key_env,
-            name=f"{prefix}:{rest}",
+            spec.model, base_url=endpoint.base_url if endpoint else None, api_key_env=key_env
         )
-    raise _unknown(spec, configured, f"unknown provider {prefix!r}")
+    default_url = OLLAMA_BASE_URL if spec.provider == "ollama" else None
+    return OpenAIChatModel(
+        spec.model,
+        base_url=endpoint.base_url if endpoint else default_url,
+        api_key_env=key_env,
+        name=str(spec),
+    )
 
 
-def _unknown(spec: str, endpoints: Mapping[str, EndpointConfig], why: str) -> ConfigError:
+def _invalid(spec: str, endpoints: Mapping[str, EndpointConfig], why: str) -> ModelSpecError:
     forms = list(SPEC_FORMS)
     forms.extend(f"{name}:<model>" for name in sorted(endpoints) if f"{name}:<model>" not in forms)
-    return ConfigError(f"invalid model spec {spec!r}: {why}; accepted forms: {', '.join(forms)}")
+    return ModelSpecError(spec, why, forms)

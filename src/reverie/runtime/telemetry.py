@@ -69,6 +69,7 @@ from reverie.loop.ports import (
     TranscriptPort,
 )
 from reverie.loop.state import LoopExecutionState
+from reverie.models.spec import provider_of
 
 try:  # the ``otel`` extra; everything below works (and costs nothing) without it
     from opentelemetry import context as otel_context, trace as otel_trace
@@ -100,11 +101,6 @@ def _error_type(exc: BaseException) -> str:
         return "lease_lost"
     kind = getattr(exc, "kind", None)
     return kind if isinstance(kind, str) else type(exc).__qualname__
-
-
-def _provider_of(model_name: str) -> str:
-    """``openai`` of ``openai:gpt-4.1-mini`` (reverie's model names lead with the provider)."""
-    return model_name.split(":", 1)[0] if ":" in model_name else model_name
 
 
 def _clip(text: str) -> str:
@@ -405,7 +401,7 @@ class _ObservedModel:
 
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": _provider_of(name),
+                "gen_ai.provider.name": provider_of(name),
                 "gen_ai.request.model": request_model,
                 "reverie.model.name": name,
                 "reverie.run.id": run_id,

@@ -5,11 +5,16 @@ is answered 401 with an OpenAI-style error body (so SDKs raise ``AuthenticationE
 route is never reached, so unauthenticated callers learn nothing about which routes or runs
 exist. A known token's :class:`~reverie.Scope` is the only identity the routes use: it is set by
 the server's configuration, never by the request body.
+
+``reverie mcp-memory`` over HTTP guards its MCP endpoint with :class:`SharedTokenAuth`: one
+token, no scope of its own, but the same header parsing, the same digest comparison and the
+same 401 as ``reverie serve``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Mapping
 
 from starlette.datastructures import Headers
@@ -20,7 +25,7 @@ from reverie.core.scope import Scope
 from reverie.errors import UsageError
 from reverie.serve.errors import APIError, error_response
 
-__all__ = ["BearerAuth", "TokenTable", "owner_of"]
+__all__ = ["BearerAuth", "SharedTokenAuth", "TokenTable", "bearer_token", "owner_of"]
 
 _OWNER_KEY = "reverie.owner"
 """Where the middleware puts the caller's :class:`Scope` in the ASGI scope."""
@@ -28,6 +33,42 @@ _OWNER_KEY = "reverie.owner"
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def _checked(token: object) -> str:
+    if not isinstance(token, str) or not token.strip():
+        raise UsageError("a bearer token must be a non-empty string")
+    if token != token.strip() or any(c.isspace() for c in token):
+        raise UsageError("a bearer token cannot contain whitespace")
+    return token
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` value (``None``: no bearer token)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+async def _refuse(headers: Headers, scope: ASGIScope, receive: Receive, send: Send) -> None:
+    """The one 401 of every bearer check: an OpenAI-style body, ``WWW-Authenticate: Bearer``."""
+    message = (
+        "invalid bearer token"
+        if headers.get("authorization")
+        else "missing bearer token: send 'Authorization: Bearer <token>'"
+    )
+    response = error_response(
+        APIError(
+            401,
+            message,
+            code="invalid_api_key",
+            headers={"www-authenticate": 'Bearer realm="reverie"'},
+        )
+    )
+    await response(scope, receive, send)
 
 
 class TokenTable:
@@ -40,25 +81,17 @@ class TokenTable:
     def __init__(self, tokens: Mapping[str, Scope]) -> None:
         self._scopes: dict[bytes, Scope] = {}
         for token, scope in tokens.items():
-            if not isinstance(token, str) or not token.strip():
-                raise UsageError("a bearer token must be a non-empty string")
-            if token != token.strip() or any(c.isspace() for c in token):
-                raise UsageError("a bearer token cannot contain whitespace")
             if not isinstance(scope, Scope):
                 raise UsageError("each token must map to a reverie.Scope")
-            self._scopes[_digest(token)] = scope
+            self._scopes[_digest(_checked(token))] = scope
 
     def __len__(self) -> int:
         return len(self._scopes)
 
     def scope_for(self, authorization: str | None) -> Scope | None:
         """The scope of an ``Authorization`` header value, or ``None`` if not a known token."""
-        if not authorization:
-            return None
-        scheme, _, token = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None
-        return self._scopes.get(_digest(token.strip()))
+        token = bearer_token(authorization)
+        return None if token is None else self._scopes.get(_digest(token))
 
 
 class BearerAuth:
@@ -75,23 +108,33 @@ class BearerAuth:
         headers = Headers(scope=scope)
         owner = self.tokens.scope_for(headers.get("authorization"))
         if owner is None:
-            given = bool(headers.get("authorization"))
-            message = (
-                "invalid bearer token"
-                if given
-                else "missing bearer token: send 'Authorization: Bearer <token>'"
-            )
-            response = error_response(
-                APIError(
-                    401,
-                    message,
-                    code="invalid_api_key",
-                    headers={"www-authenticate": 'Bearer realm="reverie"'},
-                )
-            )
-            await response(scope, receive, send)
+            await _refuse(headers, scope, receive, send)
             return
         scope[_OWNER_KEY] = owner
+        await self.app(scope, receive, send)
+
+
+class SharedTokenAuth:
+    """ASGI middleware: 401 unless the request carries the one token the server was given.
+
+    For a server whose callers share a credential and name their own scope (``reverie
+    mcp-memory``): the check and the 401 of :class:`BearerAuth`, without a scope to set. The
+    token is kept as its digest only, compared in constant time.
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str) -> None:
+        self.app = app
+        self._digest = _digest(_checked(token))
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        token = bearer_token(headers.get("authorization"))
+        if token is None or not hmac.compare_digest(_digest(token), self._digest):
+            await _refuse(headers, scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.errors import ConfigError, ModelError, ModelErrorKind
+from reverie.models.spec import ModelSpec
 from reverie.testing.scripted import ScriptedModel, ScriptFunction, calls, error, reply
 
 __all__ = ["SCRIPTED_PREFIX", "load_scripted_model", "step_index"]
@@ -131,7 +132,7 @@ def step_index(request: ModelRequest) -> int:
 
 
 def load_scripted_model(
-    spec: str, *, base_dir: str | os.PathLike[str] | None = None
+    spec: str | ModelSpec, *, base_dir: str | os.PathLike[str] | None = None
 ) -> ScriptedModel:
     """Build the :class:`ScriptedModel` a ``scripted:PATH.json`` spec names.
 
@@ -144,13 +145,13 @@ def load_scripted_model(
         ConfigError: The spec has no path, the file is missing or unreadable, is not JSON, or
             holds an invalid step.
     """
-    raw_path = spec.removeprefix(SCRIPTED_PREFIX).strip()
-    if not spec.startswith(SCRIPTED_PREFIX) or not raw_path:
+    parsed = spec if isinstance(spec, ModelSpec) else ModelSpec.parse(spec)
+    if parsed.provider != "scripted":
         raise ConfigError(
-            f"invalid model spec {spec!r}: scripted needs a file. "
+            f"invalid model spec {str(parsed)!r}: not a scripted: spec. "
             "Fix: use scripted:path/to/script.json"
         )
-    path = Path(raw_path).expanduser()
+    path = Path(parsed.model).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
     source = str(path)

@@ -1,0 +1,35 @@
+"""The hooks the file registers: its own ``[[hooks]]`` and its extensions' manifests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reverie.config.schema import ReverieConfig
+from reverie.errors import ConfigError
+from reverie.hooks.manifest import register_config_hooks, register_manifest_hooks
+from reverie.hooks.registry import HookRegistration, HookRegistry
+
+__all__ = ["register_hooks"]
+
+
+def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookRegistration, ...]:
+    """Register the file's ``[[hooks]]`` as ``trusted`` and its extensions' as ``installed``.
+
+    Raises:
+        ConfigError: A hook's callable cannot be imported or the registry refuses it.
+    """
+    registered: tuple[HookRegistration, ...] = ()
+    if config.hooks:
+        registered += register_config_hooks(registry, {"hooks": config.hooks}, source=config.source)
+    for manifest in config.extensions:
+        path = Path(manifest)
+        if not path.is_absolute():
+            path = config.base_dir / path
+        if not path.is_file():
+            raise ConfigError(
+                f"{config.source}: extensions: {manifest!r} does not exist. Fix: point it at "
+                "an extension manifest (a TOML file with [[hooks]] tables), relative to "
+                "this file"
+            )
+        registered += register_manifest_hooks(registry, path)
+    return registered
