@@ -180,3 +180,20 @@ async def test_a_token_outlives_its_races() -> None:
     token.cancel("later")
     with pytest.raises(Cancelled, match="later"):
         token.check()
+
+
+async def test_work_raced_against_a_token_that_already_fired_is_closed_unstarted() -> None:
+    import inspect
+
+    ran: list[bool] = []
+
+    async def work() -> str:
+        ran.append(True)
+        return "never"
+
+    token = CancelToken()
+    token.cancel("gone")
+    coro = work()
+    with pytest.raises(Cancelled, match="gone"):
+        await race_cancellation(coro, token)
+    assert ran == [] and inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED

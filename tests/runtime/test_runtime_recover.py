@@ -153,3 +153,23 @@ async def test_recover_resumes_a_queued_run_whose_creator_died_before_taking_its
     async with Runtime(store, agents=[agent]) as fresh:
         results = await fresh.recover()
     assert [(r.run_id, r.status, r.text) for r in results] == [(queued.run_id, "completed", "3")]
+
+
+async def test_recover_resumes_a_queued_run_whose_leaseholder_died_before_marking_it_running() -> (
+    None
+):
+    store = MemoryStore()
+    rt = Runtime(_DiesBeforeTheLease(store))
+    await rt.__aenter__()
+    agent = Agent(name="calc", model=ScriptedModel([reply("3")]), tools=[add])
+    with pytest.raises(_Killed):
+        await rt.run(agent, "go", scope=SCOPE)
+    with contextlib.suppress(_Killed):
+        await rt.aclose()
+    [queued] = await store.list_runs(statuses=["queued"])
+    # A worker of this host took the lease (unexpired) and died before it marked the run running.
+    owner = f"{socket.gethostname()}:{dead_pid()}:deadbeef"
+    await store.acquire_lease(queued.run_id, owner, ttl_s=300, now=time.time())
+    async with Runtime(store, agents=[agent]) as fresh:
+        results = await fresh.recover()
+    assert [(r.run_id, r.status, r.text) for r in results] == [(queued.run_id, "completed", "3")]

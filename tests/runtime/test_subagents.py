@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -611,3 +612,41 @@ async def test_a_subagent_tool_goes_over_the_anthropic_wire_with_its_schema_and_
             "content": [{"type": "tool_result", "tool_use_id": "toolu_r1", "content": "Paris"}],
         },
     ]
+
+
+class _JournalWrites:
+    """A store that notes every journal write made on its own (outside a step commit)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.alone: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if name not in ("journal_started", "journal_finished"):
+            return target
+
+        async def noted(run_id: str, *args: Any, **kwargs: Any) -> Any:
+            self.alone.append((name, run_id))
+            return await target(run_id, *args, **kwargs)
+
+        return noted
+
+
+async def test_a_subagent_calls_outcome_is_journaled_with_the_parents_next_step_commit() -> None:
+    from reverie.store.memory import MemoryStore
+
+    store = _JournalWrites(MemoryStore())
+    agent = lead(
+        researcher(ScriptedModel([reply("Paris")])), ScriptedModel(answer_with_tool_result)
+    )
+    async with Runtime(store) as rt:
+        r = await rt.run(agent, "go", scope=SCOPE)
+        [child] = await children(rt, r.run_id)
+        wave = next(i for i in await rt.store.thread_items(r.thread_id) if i.tool_calls)
+        key = f"{wave.ref}#0"
+        recorded = (await rt.store.journal_get(r.run_id, [key]))[key]
+    assert r.text == "the researcher says: Paris" and child.status == "completed"
+    # Like any repeatable call's: no record of its own, the finished one rides the step commit.
+    assert [w for w in store.alone if w[1] == r.run_id] == []
+    assert recorded.state == "finished" and recorded.outcome is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -90,8 +91,13 @@ async def race_cancellation(work: Awaitable[T], token: CancelToken) -> T:
     token's reason. A cancellation of the task from elsewhere propagates unchanged, and so does
     the work's own exception. After ``work`` finishes the token is checked again, so an answer
     that arrived after (or together with) cancellation is never returned to be committed.
+    A token that fired before the race closes ``work`` unstarted (a coroutine is never left
+    unawaited).
     """
-    token.check()
+    if token.cancelled:
+        if inspect.iscoroutine(work):
+            work.close()
+        raise Cancelled(token.reason)
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("race_cancellation must be awaited inside an asyncio task")

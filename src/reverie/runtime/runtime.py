@@ -612,9 +612,10 @@ class Runtime:
         results: list[RunResult] = []
         now = time.time()
         candidates = await self.store.expired_leases(now)
-        running = await self.store.list_runs(statuses=["running"], limit=10_000)
+        # A queued run too: its worker may die after taking the lease, before marking it running.
+        active = await self.store.list_runs(statuses=["running", "queued"], limit=10_000)
         seen = {r.run_id for r in candidates}
-        candidates += [r for r in running if r.run_id not in seen and owner_gone(r.lease_owner)]
+        candidates += [r for r in active if r.run_id not in seen and owner_gone(r.lease_owner)]
         # A blocked run whose gate was resolved (or that was cancelled) by a caller that died
         # before resuming it would otherwise stay blocked for good.
         for run in await self.store.list_runs(statuses=["blocked"], limit=10_000):

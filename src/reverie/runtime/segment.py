@@ -248,7 +248,7 @@ class SegmentRunner:
                 token=active.token,
                 prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
                 model=StreamingModel(ctx, models, self._prices),
-                capabilities=ToolPort(ctx, self._tools_of(agent, run)),
+                capabilities=ToolPort(ctx, self._tools_of(agent, run, ctx)),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),
                 inputs=StoreInputs(ctx),
@@ -284,8 +284,15 @@ class SegmentRunner:
             scope=run.scope, thread_id=run.thread_id, run_id=run.run_id, store=self._store
         )
 
-    def _tools_of(self, agent: Agent, run: RunRecord) -> list[Any]:
-        tools = subagents.bind(self._runner, agent, run, agent.tools, unpriced=self._unpriced)
+    def _tools_of(self, agent: Agent, run: RunRecord, ctx: RunContext) -> list[Any]:
+        tools = subagents.bind(
+            self._runner,
+            agent,
+            run,
+            agent.tools,
+            unpriced=self._unpriced,
+            staged=ctx.segment.staged_journal,
+        )
         if self._memory is not None and not is_unbound_profile(run.profile):
             tools += self._memory.tools(tools)
         return tools + typed_tools(agent)

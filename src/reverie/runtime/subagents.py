@@ -57,7 +57,13 @@ from reverie.core.limits import Limits
 from reverie.core.vocabulary import as_gate_kind
 from reverie.errors import NotFoundError, UsageError
 from reverie.loop.state import BudgetLedger, state_from_dict
-from reverie.store.base import ACTIVE_STATUSES, TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.base import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    JournalWrite,
+    RunRecord,
+    Store,
+)
 
 if TYPE_CHECKING:
     from reverie.runtime.agent import Agent
@@ -66,6 +72,14 @@ if TYPE_CHECKING:
 
 Unpriced = Callable[["Agent"], Sequence[str]]
 """The models of an agent with no price (what a spend limit cannot measure)."""
+Staged = Callable[[Sequence[str]], Mapping[str, JournalWrite]]
+"""The calling segment's journal records not written yet (they wait for its next step commit),
+by call key: a wave's earlier subagent calls are there until the wave settles."""
+
+
+def _nothing_staged(keys: Sequence[str]) -> Mapping[str, JournalWrite]:
+    return {}
+
 
 log = logging.getLogger("reverie.runtime.subagents")
 
@@ -171,12 +185,14 @@ class _BoundSubagent:
         tool: SubagentTool,
         parent: RunRecord,
         parent_limits: Limits,
+        staged: Staged,
     ) -> None:
         self._rt = runtime
         self._unpriced = unpriced
         self._tool = tool
         self._parent = parent
         self._parent_limits = parent_limits
+        self._staged = staged
 
     @property
     def descriptor(self) -> CapabilityDescriptor:
@@ -200,21 +216,30 @@ class _BoundSubagent:
             self._parent_limits,
             text,
             ctx.call_id,
+            self._staged,
         )
 
 
 def bind(
-    runtime: Runner, agent: Agent, run: RunRecord, tools: Sequence[Any], *, unpriced: Unpriced
+    runtime: Runner,
+    agent: Agent,
+    run: RunRecord,
+    tools: Sequence[Any],
+    *,
+    unpriced: Unpriced,
+    staged: Staged = _nothing_staged,
 ) -> list[Any]:
     """``tools`` with each :class:`SubagentTool` bound to ``run`` (the others as they are).
 
     ``unpriced(agent)`` names the agent's models without a price (a child under a spend limit
-    is refused when there is one).
+    is refused when there is one). ``staged(keys)`` gives the calling segment's journal
+    records not written yet (a subagent call's outcome waits for the next step commit, like
+    any repeatable call's), so a wave's later calls see what its earlier children spent.
     """
     if not any(isinstance(t, SubagentTool) for t in tools):
         return list(tools)
     return [
-        _BoundSubagent(runtime, unpriced, t, run, agent.limits)
+        _BoundSubagent(runtime, unpriced, t, run, agent.limits, staged)
         if isinstance(t, SubagentTool)
         else t
         for t in tools
@@ -230,6 +255,7 @@ async def _run_child(
     parent_limits: Limits,
     text: str,
     call: str,
+    staged: Staged,
 ) -> CallOutcome:
     """Start (or find, or resume) the call's child run and wait for what it comes to."""
     agent = tool.agent
@@ -241,7 +267,7 @@ async def _run_child(
             message=f"the {name} agent was not started: subagent runs nest at most "
             f"{MAX_DEPTH} levels deep; answer with what you have",
         )
-    limits = await child_limits(rt.store, parent, parent_limits, agent.limits, call)
+    limits = await child_limits(rt.store, parent, parent_limits, agent.limits, call, staged)
     if limits.max_usd is not None:
         unpriced = unpriced_of(agent)
         if unpriced:
@@ -321,14 +347,21 @@ def outcome_of(name: str, result: RunResult, *, max_bytes: int) -> CallOutcome:
 
 # ---------------------------------------------------------------------------------- budgets
 async def child_limits(
-    store: Store, parent: RunRecord, parent_limits: Limits, own: Limits, call: str
+    store: Store,
+    parent: RunRecord,
+    parent_limits: Limits,
+    own: Limits,
+    call: str,
+    staged: Staged = _nothing_staged,
 ) -> Limits:
     """The tighter of ``own`` and what the parent has left when its call ``call`` runs.
 
     What the parent used: its last checkpoint's ledger (the wave's ``BeforeSideEffect``, which
     counts the call itself among its tool calls) plus what earlier subagent calls of the same
-    wave spent (their journal rows: a wave runs them one at a time). Iterations, fan-out,
-    resumes and the response cap stay the child's own.
+    wave spent (a wave runs them one at a time): their outcomes are journal records, staged by
+    the running segment (``staged``) until the wave's step commit, or in the store when an
+    earlier segment wrote them (a wave resumed after a gate). Iterations, fan-out, resumes and
+    the response cap stay the child's own.
     """
     cp = await store.load_checkpoint(parent.run_id)
     budget = BudgetLedger()
@@ -339,10 +372,15 @@ async def child_limits(
     ref, _, index = call.rpartition("#")
     if ref and index.isdigit() and int(index) > 0:
         earlier = [f"{ref}#{i}" for i in range(int(index))]
-        for entry in (await store.journal_get(parent.run_id, earlier)).values():
-            if entry.outcome is None:
+        outcomes = {k: w.outcome for k, w in staged(earlier).items()}
+        missing = [k for k in earlier if k not in outcomes]
+        if missing:  # written by an earlier segment of the run
+            recorded = await store.journal_get(parent.run_id, missing)
+            outcomes.update((k, e.outcome) for k, e in recorded.items())
+        for outcome in outcomes.values():
+            if outcome is None:
                 continue
-            spent = getattr(outcome_from_dict(entry.outcome), "usage", None)
+            spent = getattr(outcome_from_dict(outcome), "usage", None)
             if isinstance(spent, Usage):
                 used = _plus(used, spent)
     p = parent_limits

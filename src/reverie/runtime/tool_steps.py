@@ -248,15 +248,14 @@ async def execute_journaled(
         raise
     if isinstance(outcome, CallGated):
         ctx.gated[key] = descriptor_digest(descriptor)
-    elif again and "spawn" not in (descriptor.effects or ()):
+    elif again:
         ctx.segment.journal.append(
             JournalWrite(
                 call_id=key, tool=call.name, state="finished", outcome=outcome_to_dict(outcome)
             )
         )
     else:
-        # A call that must not run twice: its outcome is durable the moment it returns. (So is
-        # a subagent call's: the wave's later subagent calls read what it spent.)
+        # A call that must not run twice: its outcome is durable the moment it returns.
         await record(ctx, key, outcome)
     return outcome
 

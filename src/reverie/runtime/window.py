@@ -11,7 +11,7 @@ checkpoint; a foreign append in between makes the store refuse the step
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from reverie.core.content import parts_from_meta
 from reverie.core.ids import new_id
@@ -94,6 +94,11 @@ class SegmentTranscript:
         """Put back what a failed commit did not write (it is written by the next one)."""
         self.items[:0] = items
         self.journal[:0] = journal
+
+    def staged_journal(self, call_ids: Collection[str]) -> dict[str, JournalWrite]:
+        """The staged (not yet written) journal records of ``call_ids``, by call id."""
+        wanted = set(call_ids)
+        return {w.call_id: w for w in self.journal if w.call_id in wanted}
 
     def invalidate(self) -> None:
         """Forget the cached rows and head (the thread moved under us)."""
