@@ -72,6 +72,15 @@ class SegmentTranscript:
                 self._complete = False
         return rows
 
+    def prime(self, head: int, rows: Sequence[TranscriptItem], *, complete: bool) -> None:
+        """Start from what the segment's first transaction read (``Store.begin_segment``):
+        the thread's head and its newest rows (``complete``: the thread has no older ones)."""
+        self._head = head
+        self._capacity = max(MIN_CAPACITY, len(rows))
+        self._rows = deque((r, to_message(r)) for r in rows)
+        self._complete = complete
+        self._loaded = True
+
     def take(self) -> tuple[list[TranscriptItem], int | None, list[JournalWrite]]:
         """What the next step commit writes: staged rows, the seq they follow, journal records."""
         items, journal = self.items, self.journal
@@ -98,6 +107,11 @@ class SegmentTranscript:
             if row.ref in wanted:
                 found[row.ref] = row
         return found
+
+    def committed(self, refs: Sequence[str]) -> dict[str, TranscriptItem]:
+        """Rows by ref among the cached ones that are written (not waiting to be staged)."""
+        wanted = set(refs) - {r.ref for r in self.items}
+        return {row.ref: row for row, _ in self._rows if row.ref in wanted}
 
     async def window(self, upto_seq: int, last: int | None) -> list[tuple[TranscriptItem, Message]]:
         """The newest ``last`` rows (all: ``None``) with ``seq <= upto_seq``, oldest first."""
