@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from reverie.core.scope import Scope
-from reverie.store import GateRecord, NewItem, RunRecord, Store, TranscriptItem
+from reverie.store import (
+    GateRecord,
+    MemoryStore,
+    NewItem,
+    RunRecord,
+    SQLiteStore,
+    Store,
+    TranscriptItem,
+)
 
 ANA = Scope(tenant="acme", user="ana")
 BOB = Scope(tenant="acme", user="bob")
@@ -69,3 +78,24 @@ def gate(
         scope=ctx.scope,
         created_at=created_at,
     )
+
+
+@asynccontextmanager
+async def second_instance(store: Store) -> AsyncIterator[Store]:
+    """Another store on the same data: a second connection (SQLite: file; PostgreSQL: schema)."""
+    if isinstance(store, MemoryStore):
+        yield store  # one process: two tasks on the same store
+        return
+    other: Store
+    if isinstance(store, SQLiteStore):
+        other = SQLiteStore(store.path)
+    else:
+        from reverie.store.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        other = PostgresStore(store._url)
+    await other.open()
+    try:
+        yield other
+    finally:
+        await other.close()

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
-from conformance.support import T0, RunCtx, make_run, say, texts
+from conformance.support import T0, RunCtx, make_run, say, second_instance, texts
 from reverie.core.ids import new_id
 from reverie.errors import LeaseLost, NotFoundError, RunEndedError, TranscriptConflict, UsageError
-from reverie.store import MemoryStore, SQLiteStore, Store, TranscriptItem
+from reverie.store import Store, TranscriptItem
 from reverie.store.base import JournalWrite, StepWrite
 
 
@@ -339,27 +337,6 @@ async def test_thread_head_of_an_empty_thread_is_zero(store: Store, run: RunCtx)
 async def test_thread_head_of_a_missing_thread_raises_not_found(store: Store) -> None:
     with pytest.raises(NotFoundError):
         await store.thread_head("no-such-thread")
-
-
-@asynccontextmanager
-async def second_instance(store: Store) -> AsyncIterator[Store]:
-    """Another store on the same data: a second connection (SQLite: file; PostgreSQL: schema)."""
-    if isinstance(store, MemoryStore):
-        yield store  # one process: two tasks on the same store
-        return
-    other: Store
-    if isinstance(store, SQLiteStore):
-        other = SQLiteStore(store.path)
-    else:
-        from reverie.store.postgres import PostgresStore
-
-        assert isinstance(store, PostgresStore)
-        other = PostgresStore(store._url)
-    await other.open()
-    try:
-        yield other
-    finally:
-        await other.close()
 
 
 async def race(store: Store, producer: Store, ctx: RunCtx) -> None:

@@ -205,16 +205,18 @@ class Scenario:
         rt.hooks.register("before_prompt", hold, name="crash-hold", timeout_s=3600)
 
     def _stop_before_terminal(self, rt: Runtime) -> None:
+        # A segment writes its terminal status with end_segment; other paths set_run_status.
         store = rt.store
-        write = store.set_run_status
+        for name in ("set_run_status", "end_segment"):
+            write = getattr(store, name)
 
-        async def held(run_id: str, status: Any, **kwargs: Any) -> Any:
-            if status in ("completed", "failed", "cancelled"):
-                (self.markers / "terminal.reached").touch()
-                await block_until(None)
-            return await write(run_id, status, **kwargs)
+            async def held(run_id: str, status: Any, *, _write: Any = write, **kwargs: Any) -> Any:
+                if status in ("completed", "failed", "cancelled"):
+                    (self.markers / "terminal.reached").touch()
+                    await block_until(None)
+                return await _write(run_id, status, **kwargs)
 
-        store.set_run_status = held  # type: ignore[method-assign]
+            setattr(store, name, held)
 
 
 def result_json(r: Any) -> dict[str, Any]:

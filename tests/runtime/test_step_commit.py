@@ -1,5 +1,7 @@
 """Step commits: a loop boundary's durable writes are one store operation (docs/durability.md).
 
+A run's start, its segment's start and its segment's end are one store operation each too.
+
 A tool step makes at most two (admit the wave; settle it with the next BeforeModel checkpoint),
 a reply step one, and no step reads what the runtime already has (the input queue is read only
 when a step commit says something is waiting; the prompt window comes from the segment).
@@ -92,7 +94,23 @@ async def test_a_reply_step_makes_one_step_commit(kind: str, tmp_path: Path) -> 
     # BeforeModel of the one tick, then the reply with its Final checkpoint and the seal.
     assert zero["commit_step"] == 2
     assert zero["poll_inputs"] <= 1  # the first boundary of the segment reads the queue
-    assert zero["save_checkpoint"] == zero["append_items"] - 1 == 0  # the start row only
+    # The opening row is written by start_run, with the run.
+    assert zero["save_checkpoint"] == zero["append_items"] == 0
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_reply_only_run_makes_five_store_operations(kind: str, tmp_path: Path) -> None:
+    counts = await counts_for(kind, tmp_path, 0)
+    # One transaction to start the run, one to begin its segment, the step commits of its one
+    # tick (BeforeModel, then the reply with its Final checkpoint) and one to end it.
+    assert dict(counts) == {"start_run": 1, "begin_segment": 1, "commit_step": 2, "end_segment": 1}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_one_tool_step_run_makes_seven_store_operations(kind: str, tmp_path: Path) -> None:
+    counts = await counts_for(kind, tmp_path, 1)
+    # The tool step adds its two step commits (admit the wave; settle it before the next call).
+    assert dict(counts) == {"start_run": 1, "begin_segment": 1, "commit_step": 4, "end_segment": 1}
 
 
 async def test_a_non_idempotent_call_is_durable_the_moment_it_returns(tmp_path: Path) -> None:

@@ -459,14 +459,15 @@ class _DieAt(BaseException):
 
 
 class _DyingStore:
-    """Delegates to a MemoryStore; dies on the first ``set_run_status`` to ``status``."""
+    """Delegates to a MemoryStore; dies on the first status write (``set_run_status``, or the
+    ``end_segment`` that ends a segment) to ``status``."""
 
     def __init__(self, inner: MemoryStore, status: str) -> None:
         self._inner, self._status, self.armed = inner, status, True
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._inner, name)
-        if name != "set_run_status":
+        if name not in ("set_run_status", "end_segment"):
             return target
 
         async def wrapped(run_id: str, status: str, **kw: Any) -> Any:

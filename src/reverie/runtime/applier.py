@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from reverie.core.events import HookFailedEvent, RunFinished
@@ -32,6 +32,9 @@ from reverie.runtime.subagents import gate_of_descendant
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, RunStatus, Store, TranscriptItem
 
 log = logging.getLogger("reverie.runtime")
+
+KnownRows = Callable[[Sequence[str]], Mapping[str, TranscriptItem]]
+"""Written transcript rows by ref that a caller already holds (those it has of the asked)."""
 
 INTERACTIVE_PROFILES: frozenset[str] = frozenset({"interactive"})
 """Profiles whose terminal runs are user turns (and fire ``after_turn``)."""
@@ -61,9 +64,14 @@ class ExitApplier:
         """Called with a run about to end and its (validated) exit, before the status is
         written: a background run's record is kept even if the process dies right after."""
 
-    async def validate(self, run: RunRecord, exit_: LoopExit) -> LoopExit:
-        """The exit itself if valid, else ``Failed(driver_bug)`` saying why."""
-        problem = await self._problem(run, exit_)
+    async def validate(
+        self, run: RunRecord, exit_: LoopExit, *, known: KnownRows | None = None
+    ) -> LoopExit:
+        """The exit itself if valid, else ``Failed(driver_bug)`` saying why.
+
+        ``known``: written rows the caller holds (the segment's), read instead of the store.
+        """
+        problem = await self._problem(run, exit_, known)
         if problem is None:
             return exit_
         log.error("run %s produced an invalid exit: %s", run.run_id, problem)
@@ -74,7 +82,9 @@ class ExitApplier:
             **({"usage": usage} if usage is not None else {}),
         )
 
-    async def _problem(self, run: RunRecord, exit_: LoopExit) -> str | None:
+    async def _problem(
+        self, run: RunRecord, exit_: LoopExit, known: KnownRows | None
+    ) -> str | None:
         if isinstance(exit_, Completed):
             refs = exit_.reply_refs
             if len(set(refs)) != len(refs):
@@ -84,7 +94,7 @@ class ExitApplier:
             if not refs:
                 return "a completed exit has no reply"
             try:
-                items = await self.store.get_items(refs)
+                items = await self._rows(refs, known)
             except NotFoundError:
                 return "a reply ref does not exist"
             self._replies[run.run_id] = items
@@ -111,6 +121,13 @@ class ExitApplier:
             return None
         return None
 
+    async def _rows(self, refs: Sequence[str], known: KnownRows | None) -> list[TranscriptItem]:
+        found = dict(known(refs)) if known is not None else {}
+        missing = [r for r in refs if r not in found]
+        if missing:
+            found.update((i.ref, i) for i in await self.store.get_items(missing))
+        return [found[r] for r in refs]
+
     async def apply(
         self,
         run: RunRecord,
@@ -119,9 +136,15 @@ class ExitApplier:
         fence: int | None,
         bus: EventBus | None = None,
         hooks: HookDispatcher | None = None,
+        known: KnownRows | None = None,
     ) -> RunResult:
-        """Validate, write the status, announce it, fire ``after_turn``; return the result."""
-        exit_ = await self.validate(run, exit_)
+        """Validate, write the status, announce it, fire ``after_turn``; return the result.
+
+        With a ``fence`` the status, the seal of a terminal run's inputs and the release of
+        the lease are one store operation (``Store.end_segment``): the caller's lease is
+        given up once this returns. ``known``: see :meth:`validate`.
+        """
+        exit_ = await self.validate(run, exit_, known=known)
         status: RunStatus = exit_.status
         if status in ("failed", "cancelled"):
             # Transcript well-formedness: no call of this run is left without a result. (A
@@ -129,12 +152,17 @@ class ExitApplier:
             await settle_open_calls(self.store, run, fence=fence, status=status)
         if status in TERMINAL_STATUSES and self.before_terminal is not None:
             await self.before_terminal(run, exit_)
-        record = await self.store.set_run_status(
-            run.run_id, status, fence=fence, exit=exit_to_dict(exit_)
-        )
-        if status in TERMINAL_STATUSES:
-            # No input may arrive after the end (those that raced us are refused, not lost).
-            await self.store.seal_inputs(run.run_id, after_cursor=1 << 62)
+        # No input may arrive after the end (those that raced us are refused, not lost).
+        if fence is not None:
+            record = await self.store.end_segment(
+                run.run_id, status, fence=fence, exit=exit_to_dict(exit_)
+            )
+        else:
+            record = await self.store.set_run_status(
+                run.run_id, status, fence=None, exit=exit_to_dict(exit_)
+            )
+            if status in TERMINAL_STATUSES:
+                await self.store.seal_inputs(run.run_id, after_cursor=1 << 62)
         try:
             result = await self.result_of(record, replies=self._replies.pop(run.run_id, None))
         finally:

@@ -414,12 +414,22 @@ class StoreCheckpoints:
 
 
 class StoreInputs:
-    """The input port over the store's per-run queue."""
+    """The input port over the store's per-run queue.
 
-    def __init__(self, ctx: RunContext) -> None:
+    ``primed``: the run's unacked inputs as the segment's first transaction read them; the
+    first poll answers from them. (Acks are written with the checkpoint whose cursor covers
+    them, so every input past a checkpoint's cursor is unacked; one that arrived since is past
+    every cursor seen, and the next step commit's guard reports it.)
+    """
+
+    def __init__(self, ctx: RunContext, primed: Sequence[InputRecord] | None = None) -> None:
         self.ctx = ctx
+        self._primed = primed
 
     async def poll(self, after_cursor: int) -> list[InputRecord]:
+        primed, self._primed = self._primed, None
+        if primed is not None:
+            return [r for r in primed if r.cursor > after_cursor]
         return await self.ctx.store.poll_inputs(self.ctx.run_id, after_cursor=after_cursor)
 
 

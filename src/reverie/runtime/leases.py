@@ -9,7 +9,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 
-from reverie.store.base import RunRecord, Store
+from reverie.store.base import RunRecord, SegmentStart, Store
 
 LEASE_TTL_S = 30.0
 """A worker renews its lease every third of this; a dead worker's runs are free after it."""
@@ -114,6 +114,21 @@ class Leases:
             ttl_s=self.ttl_s,
             now=time.time(),
             take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
+        )
+
+    async def begin(self, run: RunRecord, *, window: int) -> SegmentStart:
+        """Lease ``run`` as :meth:`take` does and begin its segment (``Store.begin_segment``).
+
+        Raises:
+            RunBusy: A live worker holds it.
+        """
+        return await self._store.begin_segment(
+            run.run_id,
+            self.owner or new_owner(),
+            ttl_s=self.ttl_s,
+            now=time.time(),
+            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
+            window=window,
         )
 
     def heartbeat(self, run_id: str, fence: int) -> contextlib.AbstractAsyncContextManager[None]:

@@ -10,20 +10,28 @@ from reverie.core.limits import Limits
 from reverie.errors import CorruptCheckpointError
 from reverie.loop.family import LoopFamily
 from reverie.loop.state import STATE_SCHEMA_ID, LoopExecutionState, state_from_dict
-from reverie.store.base import RunRecord, Store
+from reverie.store.base import CheckpointRecord, RunRecord, Store
 
 
 async def load_state(
-    store: Store, run: RunRecord, family: LoopFamily
+    store: Store,
+    run: RunRecord,
+    family: LoopFamily,
+    *,
+    checkpoint: CheckpointRecord | None,
+    head_seq: int,
 ) -> LoopExecutionState | LoopExit:
-    """The state to continue from, or the exit a resume must end with."""
+    """The state to continue from, or the exit a resume must end with.
 
-    cp = await store.load_checkpoint(run.run_id)
+    ``checkpoint`` and ``head_seq`` are what :meth:`Store.begin_segment` read.
+    """
+
+    cp = checkpoint
     if cp is None:
         # Never checkpointed: the thread ends with the run's opening rows (a segment writes
         # its first rows with its first checkpoint, and a thread has one active run), so the
-        # head is where the run starts — one read, whatever the thread's length.
-        return LoopExecutionState(transcript_seq=await store.thread_head(run.thread_id))
+        # head is where the run starts, whatever the thread's length.
+        return LoopExecutionState(transcript_seq=head_seq)
     try:
         payload = json.loads(cp.payload)
         schema_id = payload["schema_id"]

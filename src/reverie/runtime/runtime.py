@@ -396,18 +396,20 @@ class Runtime:
         self._families.get(family_id)  # unknown family: a typed error now, not later
         max_image_bytes = agent.limits.max_image_bytes
         items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
+        if pin:
+            items = [
+                replace(i, meta={**i.meta, PINNED_META: True}) if i.role == "user" else i
+                for i in items
+            ]
+        # The store creates the thread when it is missing (none named: a new one) and refuses
+        # another owner's as missing, in the transaction that starts the run.
+        create_thread = thread_id is None
         if thread_id is None:
             # Keyed runs get a thread named by the key: a repeated start leaves no empty thread.
             # Keys are per owner: another owner's same key names another thread and run.
             keyed = idempotency_key is not None
             owned_key = [scope.tenant, scope.user, idempotency_key]
             thread_id = f"thr_{digest(owned_key)[:32]}" if keyed else new_id("thr")
-            await self.store.create_thread(thread_id, scope)
-        else:
-            thread = await self.store.get_thread(thread_id)
-            if (thread.scope.tenant, thread.scope.user) != (scope.tenant, scope.user):
-                # Another owner's thread does not exist for this caller.
-                raise NotFoundError(f"thread {thread_id} not found")
         minted = new_id("run")
         record = RunRecord(
             run_id=minted,
@@ -423,7 +425,7 @@ class Runtime:
         policy = checked_policy(thread_policy or self._thread_policy)
         while True:
             try:
-                run = await self.store.create_run(record)
+                run = await self.store.start_run(record, items, create_thread=create_thread)
                 break
             except ThreadBusy as busy:
                 # The store refused a second active run on the thread (across processes).
@@ -433,13 +435,6 @@ class Runtime:
         if run.run_id != minted:
             return await self._existing(run, scope)
         self._directory.remember(run.run_id, agent)
-        if pin:
-            items = [
-                replace(i, meta={**i.meta, PINNED_META: True}) if i.role == "user" else i
-                for i in items
-            ]
-        if items:
-            await self.store.append_items(thread_id, run.run_id, items, fence=None)
         return await self._dispatch(run, resumed=False)
 
     async def _existing(self, run: RunRecord, scope: Scope) -> RunHandle:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import RunStarted
-from reverie.core.exits import Failed
+from reverie.core.exits import Failed, LoopExit
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost, TranscriptConflict
 from reverie.hooks import HookDispatcher, HookRegistry
@@ -50,6 +50,7 @@ from reverie.runtime.output import typed_model, typed_tools
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state
 from reverie.runtime.telemetry import Telemetry
+from reverie.runtime.window import MIN_CAPACITY
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 from reverie.store.run_events import RunEventLog
 
@@ -131,13 +132,14 @@ class SegmentRunner:
             self._active[run.run_id] = active
             if isinstance(self._store, RunEventLog):  # any process can replay and follow them
                 self._spawn(record_events(self._store, run.run_id, active.bus))
-            active.task = self._spawn(self._drive(run.run_id, active, resumed=resumed))
+            active.task = self._spawn(self._drive(run, active, resumed=resumed))
         return active
 
-    async def _drive(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> None:
+    async def _drive(self, run: RunRecord, active: ActiveSegment, *, resumed: bool) -> None:
+        run_id = run.run_id
         try:
             async with self._slots:
-                result = await self.advance(run_id, active, resumed=resumed)
+                result = await self.advance(run, active, resumed=resumed)
             if not active.done.done():
                 active.done.set_result(result)
         except BaseException as exc:
@@ -157,9 +159,14 @@ class SegmentRunner:
             if ended and done.result().status in TERMINAL_STATUSES:
                 self._agents.forget_run(run_id)  # nothing of it will be resumed
 
-    async def advance(self, run_id: str, active: ActiveSegment, *, resumed: bool) -> RunResult:
-        """Lease the run, load its checkpoint, run the loop, apply the exit."""
-        run = await self._store.get_run(run_id)
+    async def advance(self, run: RunRecord, active: ActiveSegment, *, resumed: bool) -> RunResult:
+        """Lease the run, load its checkpoint, run the loop, apply the exit.
+
+        ``run`` is the record the caller read: what never changes (its agent, profile, scope,
+        thread) is taken from it, and its lease owner tells whether that owner died; the
+        segment's first store operation reads the rest again.
+        """
+        run_id = run.run_id
         if is_unbound_profile(run.profile):
             # Unbound runs are rebuilt from their stored spec (or fail cleanly, below).
             agent: Agent | Failed = await self._unbound.agent_for(run)
@@ -197,36 +204,47 @@ class SegmentRunner:
         resumed: bool,
     ) -> RunResult:
         run_id = run.run_id
-        fence = await self._leases.take(run)
+        if isinstance(agent, Failed):
+            return await self._unrunnable(run, agent, active, resumed=resumed)
+        # One transaction: the lease, the run marked running, and the state it loads.
+        start = await self._leases.begin(run, window=MIN_CAPACITY)
+        fence = start.fence
+        released = False  # the exit's store operation gives the lease up with the status
+
+        async def end(exit_: LoopExit, **kwargs: Any) -> RunResult:
+            nonlocal released
+            result = await self._applier.apply(run, exit_, fence=fence, bus=active.bus, **kwargs)
+            released = True
+            return result
+
         segment = self._telemetry.segment(run, resumed=resumed)
         try:
-            # Another worker may have finished the run while we waited for the lease.
-            run = await self._store.get_run(run_id)
-            if run.status in TERMINAL_STATUSES:
+            run = start.run
+            if not start.started:
+                # Another worker finished the run while we waited for the lease.
                 return await self._applier.result_of(run)
-            if isinstance(agent, Failed):
-                return await self._applier.apply(run, agent, fence=fence, bus=active.bus)
             # Still "running": the worker that advanced it died mid-segment (a crash resume).
-            crashed = resumed and run.status == "running"
-            run = await self._store.set_run_status(run_id, "running", fence=fence)
-            await self._store.unseal_inputs(run_id)
+            crashed = resumed and start.prior_status == "running"
             family = self._families.get(run.family_id)
             active.bus.emit(RunStarted(run_id=run_id, resumed=resumed))
-            loaded = await load_state(self._store, run, family)
+            loaded = await load_state(
+                self._store, run, family, checkpoint=start.checkpoint, head_seq=start.head_seq
+            )
             if not isinstance(loaded, LoopExecutionState):
-                return await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
+                return await end(loaded)
             state = loaded
             if crashed:
                 limited = crash_resume(state, agent.limits)
                 if not isinstance(limited, LoopExecutionState):
-                    return await self._applier.apply(run, limited, fence=fence, bus=active.bus)
+                    return await end(limited)
                 state = limited
                 # Durable at once: a worker that dies again before its next checkpoint must
                 # still have used up this resume.
-                cp = await self._store.load_checkpoint(run_id)
-                if cp is not None:
+                if start.checkpoint is not None:
                     payload = encode_checkpoint(state, family_digest=family.identity.digest)
-                    await self._store.save_checkpoint(run_id, cp.kind, payload, fence=fence)
+                    await self._store.save_checkpoint(
+                        run_id, start.checkpoint.kind, payload, fence=fence
+                    )
             ctx = RunContext(
                 run_id=run_id,
                 thread_id=run.thread_id,
@@ -240,6 +258,13 @@ class SegmentRunner:
                 poisoned=tap.poisoned,
                 gated=dict(state.host_state.get("gated_tools", {})),
             )
+            # Rows the resume just superseded (this run's, past its checkpoint) are not read.
+            rows = [
+                r
+                for r in start.items
+                if r.run_id != run_id or r.seq <= state.transcript_seq or start.checkpoint is None
+            ]
+            ctx.segment.prime(start.head_seq, rows, complete=len(start.items) < MIN_CAPACITY)
             tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
             models = [typed_model(agent, m) for m in self._agents.model_chain(agent)]
             compaction = run_policy(agent.compaction, models, self._agents.summary_models)
@@ -251,7 +276,7 @@ class SegmentRunner:
                 capabilities=ToolPort(ctx, self._tools_of(agent, run, ctx)),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),
-                inputs=StoreInputs(ctx),
+                inputs=StoreInputs(ctx, primed=start.inputs),
                 events=BusEvents(ctx),
             )
             traced = segment.instrument(host, state)
@@ -268,13 +293,29 @@ class SegmentRunner:
                         safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
                     )
             await ctx.drain_observers()
-            return segment.finished(
-                await self._applier.apply(run, exit_, fence=fence, bus=active.bus, hooks=dispatcher)
-            )
+            return segment.finished(await end(exit_, hooks=dispatcher, known=ctx.segment.committed))
+        finally:
+            segment.close()
+            if not released:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._leases.release(run_id, fence))
+
+    async def _unrunnable(
+        self, run: RunRecord, failed: Failed, active: ActiveSegment, *, resumed: bool
+    ) -> RunResult:
+        """End a run whose agent cannot be built (an unbound run's broken spec) under a lease."""
+        fence = await self._leases.take(run)
+        segment = self._telemetry.segment(run, resumed=resumed)
+        try:
+            # Another worker may have finished the run while we waited for the lease.
+            run = await self._store.get_run(run.run_id)
+            if run.status in TERMINAL_STATUSES:
+                return await self._applier.result_of(run)
+            return await self._applier.apply(run, failed, fence=fence, bus=active.bus)
         finally:
             segment.close()
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._leases.release(run_id, fence))
+                await asyncio.shield(self._leases.release(run.run_id, fence))
 
     def _run_memory(self, run: RunRecord) -> RunMemory | None:
         # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.

@@ -83,6 +83,16 @@ class SegmentTranscript:
             self._summaries = sum(1 for row in self._rows if is_summary(row))
             self._complete = False
 
+    def prime(self, head: int, rows: Sequence[TranscriptItem], *, complete: bool) -> None:
+        """Start from what the segment's first transaction read (``Store.begin_segment``):
+        the thread's head and its newest rows (``complete``: the thread has no older ones)."""
+        self._head = head
+        self._capacity = max(MIN_CAPACITY, len(rows))
+        self._rows, self._messages, self._summaries = [], [], 0
+        self._cache(rows)
+        self._complete = complete
+        self._loaded = True
+
     def take(self) -> tuple[list[TranscriptItem], int | None, list[JournalWrite]]:
         """What the next step commit writes: staged rows, the seq they follow, journal records."""
         items, journal = self.items, self.journal
@@ -114,6 +124,11 @@ class SegmentTranscript:
             if row.ref in wanted:
                 found[row.ref] = row
         return found
+
+    def committed(self, refs: Sequence[str]) -> dict[str, TranscriptItem]:
+        """Rows by ref among the cached ones that are written (not waiting to be staged)."""
+        wanted = set(refs) - {r.ref for r in self.items}
+        return {row.ref: row for row in self._rows if row.ref in wanted}
 
     @property
     def has_summary(self) -> bool:

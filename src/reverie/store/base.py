@@ -30,6 +30,7 @@ from reverie.core.vocabulary import (
     GateStatus,
     RunStatus,
 )
+from reverie.errors import UsageError
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -47,6 +48,7 @@ __all__ = [
     "NewItem",
     "RunRecord",
     "RunStatus",
+    "SegmentStart",
     "StepReceipt",
     "StepWrite",
     "Store",
@@ -182,6 +184,37 @@ class StepReceipt:
     """The run's durable cancel request (set by another process, perhaps)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentStart:
+    """What :meth:`Store.begin_segment` took and read, in the transaction that leased the run."""
+
+    fence: int
+    """The new fencing token of the lease."""
+    run: RunRecord
+    """The run after the transaction: ``running``, or as it was when it had already ended."""
+    prior_status: RunStatus
+    """The status before (``running``: the worker that advanced it died mid-segment)."""
+    checkpoint: CheckpointRecord | None = None
+    """The run's latest checkpoint (``None``: never checkpointed, or the run had ended)."""
+    head_seq: int = 0
+    """The thread's highest seq, superseded rows included."""
+    items: Sequence[TranscriptItem] = ()
+    """The thread's newest non-superseded rows (at most ``window`` of them), in seq order."""
+    inputs: Sequence[InputRecord] = ()
+    """The run's inputs not yet acked, in cursor order."""
+
+    @property
+    def started(self) -> bool:
+        """Whether the segment began (the run had not ended: it was marked running)."""
+        return self.prior_status not in TERMINAL_STATUSES
+
+
+def check_segment_end(status: RunStatus) -> None:
+    """:class:`UsageError` unless a segment may end with ``status`` (blocked or terminal)."""
+    if status != "blocked" and status not in TERMINAL_STATUSES:
+        raise UsageError(f"a segment ends blocked or terminal, not {status!r}")
+
+
 class Store(Protocol):
     """Durable state of runs. All methods are async and never block the event loop."""
 
@@ -245,6 +278,20 @@ class Store(Protocol):
         """
         ...
 
+    async def start_run(
+        self, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool = False
+    ) -> RunRecord:
+        """Create the run and append its opening rows (unfenced) in one transaction.
+
+        The thread must exist and belong to the run's owner (tenant and user), else
+        :class:`NotFoundError`; with ``create_thread`` a missing thread is created for the
+        run's scope first. The rules of :meth:`create_run` hold: a run of the owner with the
+        same idempotency key is returned instead (and nothing is written), and
+        :class:`reverie.errors.ThreadBusy` is raised when the thread has an active run. Every
+        refusal writes nothing (not even the thread).
+        """
+        ...
+
     async def active_run(self, thread_id: str) -> RunRecord | None:
         """The thread's active (queued, running or blocked) run, if any."""
         ...
@@ -303,6 +350,43 @@ class Store(Protocol):
 
     async def release_lease(self, run_id: str, fence: int) -> None:
         """Drop the lease if ``fence`` is still current (no error otherwise)."""
+        ...
+
+    async def begin_segment(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl_s: float,
+        now: float,
+        take_over: str | None = None,
+        window: int = 0,
+    ) -> SegmentStart:
+        """Begin a segment in one transaction: lease the run, mark it running, read its state.
+
+        The lease is taken as :meth:`acquire_lease` takes it (:class:`RunBusy` when a live
+        owner holds it, :class:`NotFoundError` for a missing run: nothing written). Unless
+        the run had ended, it is set ``running``, its input queue unsealed, and its latest
+        checkpoint, its thread's head and newest ``window`` rows and its unacked inputs are
+        read. A run that had ended is only leased (the caller releases the lease).
+        """
+        ...
+
+    async def end_segment(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        fence: int,
+        exit: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        """End a segment in one transaction: the status it ends with, its exit, the lease.
+
+        ``status`` is ``blocked`` or terminal (else :class:`reverie.errors.UsageError`). A
+        terminal status also closes the input queue (as :meth:`seal_inputs` with nothing
+        waiting). The lease is released. :class:`LeaseLost` for a stale fence and
+        :class:`NotFoundError` for a missing run, nothing written in either case.
+        """
         ...
 
     async def expired_leases(self, now: float) -> list[RunRecord]:

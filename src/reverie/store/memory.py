@@ -27,6 +27,7 @@ from reverie.errors import (
 )
 from reverie.store.base import (
     ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
     CheckpointKind,
     CheckpointRecord,
     GateRecord,
@@ -37,10 +38,12 @@ from reverie.store.base import (
     NewItem,
     RunRecord,
     RunStatus,
+    SegmentStart,
     StepReceipt,
     StepWrite,
     ThreadRecord,
     TranscriptItem,
+    check_segment_end,
 )
 from reverie.store.memory_documents import MemoryDocuments
 from reverie.store.run_events import MAX_RUN_EVENTS, EventWaiters, RunEventRecord
@@ -224,11 +227,59 @@ class MemoryStore(MemoryDocuments):
         self._inputs.setdefault(run.run_id, [])
         return rec
 
-    async def active_run(self, thread_id: str) -> RunRecord | None:
+    async def start_run(
+        self, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool = False
+    ) -> RunRecord:
+        # Every check first, then every write: no await in between, so it is one transaction.
+        thread = self._threads.get(run.thread_id)
+        if thread is None and not create_thread:
+            raise NotFoundError(f"thread {run.thread_id} not found")
+        if thread is not None and (thread.scope.tenant, thread.scope.user) != (
+            run.scope.tenant,
+            run.scope.user,
+        ):
+            raise NotFoundError(f"thread {run.thread_id} not found")  # another owner's
+        key = None
+        if run.idempotency_key is not None:
+            key = (run.scope.tenant, run.scope.user, run.idempotency_key)
+            if key in self._idem:
+                return self._runs[self._idem[key]]
+        if run.run_id in self._runs:
+            raise ConflictError(f"run {run.run_id} already exists")
+        active = self._active(run.thread_id)
+        if active is not None:
+            raise ThreadBusy(run.thread_id, active.run_id, active.status)
+        now = _now()
+        if thread is None:
+            self._threads[run.thread_id] = ThreadRecord(
+                thread_id=run.thread_id, scope=run.scope, created_at=now
+            )
+        refs = self._thread_items.setdefault(run.thread_id, [])
+        rec = dataclasses.replace(run, created_at=now, updated_at=now)
+        self._runs[run.run_id] = rec
+        if key is not None:
+            self._idem[key] = run.run_id
+        self._inputs.setdefault(run.run_id, [])
+        for item in items:
+            row = placed(
+                item,
+                ref=new_id("itm"),
+                seq=len(refs) + 1,
+                thread_id=run.thread_id,
+                run_id=run.run_id,
+            )
+            self._items[row.ref] = row
+            refs.append(row.ref)
+        return rec
+
+    def _active(self, thread_id: str) -> RunRecord | None:
         for r in self._runs.values():
             if r.thread_id == thread_id and r.status in ACTIVE_STATUSES:
                 return r
         return None
+
+    async def active_run(self, thread_id: str) -> RunRecord | None:
+        return self._active(thread_id)
 
     async def get_run(self, run_id: str) -> RunRecord:
         try:
@@ -314,6 +365,67 @@ class MemoryStore(MemoryDocuments):
         run = self._runs.get(run_id)
         if run is not None and run.fence == fence:
             self._runs[run_id] = dataclasses.replace(run, lease_owner=None, lease_expires_at=None)
+
+    async def begin_segment(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl_s: float,
+        now: float,
+        take_over: str | None = None,
+        window: int = 0,
+    ) -> SegmentStart:
+        # No await between the lease and the reads: one transaction.
+        fence = await self.acquire_lease(run_id, owner, ttl_s=ttl_s, now=now, take_over=take_over)
+        run = self._runs[run_id]
+        if run.status in TERMINAL_STATUSES:
+            return SegmentStart(fence=fence, run=run, prior_status=run.status)
+        started = dataclasses.replace(run, status="running", updated_at=_now())
+        self._runs[run_id] = started
+        self._sealed.discard(run_id)
+        refs = self._thread_items.get(run.thread_id, [])
+        items: list[TranscriptItem] = []
+        for ref in reversed(refs):
+            if len(items) >= window:
+                break
+            row = self._items[ref]
+            if not row.superseded:
+                items.append(row)
+        items.reverse()
+        return SegmentStart(
+            fence=fence,
+            run=started,
+            prior_status=run.status,
+            checkpoint=self._checkpoints.get(run_id),
+            head_seq=len(refs),
+            items=items,
+            inputs=[r for r in self._inputs.get(run_id, []) if not r.acked],
+        )
+
+    async def end_segment(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        fence: int,
+        exit: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        check_segment_end(status)
+        run = await self.get_run(run_id)
+        self._check_fence(run_id, fence)
+        rec = dataclasses.replace(
+            run,
+            status=status,
+            exit=dict(exit) if exit is not None else run.exit,
+            updated_at=_now(),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        self._runs[run_id] = rec
+        if status in TERMINAL_STATUSES:
+            self._sealed.add(run_id)
+        return rec
 
     async def expired_leases(self, now: float) -> list[RunRecord]:
         return [

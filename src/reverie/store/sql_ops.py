@@ -35,6 +35,7 @@ from reverie.errors import (
 from reverie.store import rows as codec
 from reverie.store.base import (
     ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
     CheckpointKind,
     GateRecord,
     InputKind,
@@ -43,10 +44,12 @@ from reverie.store.base import (
     NewItem,
     RunRecord,
     RunStatus,
+    SegmentStart,
     StepReceipt,
     StepWrite,
     ThreadRecord,
     TranscriptItem,
+    check_segment_end,
 )
 from reverie.store.run_events import RunEventRecord
 from reverie.store.sql_core import (
@@ -351,6 +354,79 @@ def create_run(d: Dialect, run: RunRecord) -> Op[RunRecord]:
     return codec.row_run(row[0])
 
 
+_LOCK_OWNER = "SELECT scope_tenant, scope_user FROM threads WHERE thread_id = ?{lock}"
+
+
+def start_run(
+    d: Dialect, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool
+) -> Op[RunRecord]:
+    """Create the thread (if asked and missing), the run and its opening rows: one transaction.
+
+    The thread row is locked first (as every op locks it), so the owner check, the key and
+    busy checks, the head and the inserts all rest on it: two processes starting runs on one
+    thread are serialised, and the second sees the first's run.
+    """
+    now = time.time()
+    rec = dataclasses.replace(run, created_at=now, updated_at=now)
+    columns = codec.run_columns(rec)
+    key = columns["idempotency_key"]  # qualified by the owner
+    if create_thread and key is not None:
+        # A repeated keyed start writes nothing (not even the thread it would name).
+        [found] = yield [d.query(_RUN_BY_KEY, key)]
+        if found:
+            return codec.row_run(found[0])
+    lock = d.query(_LOCK_OWNER, run.thread_id)
+    if create_thread:
+        thread = ThreadRecord(thread_id=run.thread_id, scope=run.scope, created_at=now)
+        _, owner = yield [
+            d.insert("threads", codec.thread_columns(thread), " ON CONFLICT DO NOTHING"),
+            lock,
+        ]
+    else:
+        [owner] = yield [lock]
+    if not owner or (owner[0]["scope_tenant"], owner[0]["scope_user"]) != (
+        run.scope.tenant,
+        run.scope.user,
+    ):
+        raise NotFoundError(f"thread {run.thread_id} not found")  # or another owner's
+    by_key, same_id, busy, [top] = yield [
+        d.query(_RUN_BY_KEY, key),
+        d.query("SELECT 1 AS found FROM runs WHERE run_id = ?", run.run_id),
+        d.query(_ACTIVE_RUN, run.thread_id, *ACTIVE_STATUSES),
+        d.query(_MAX_SEQ, run.thread_id),
+    ]
+    if by_key:
+        return codec.row_run(by_key[0])
+    if same_id:
+        raise ConflictError(f"run {run.run_id} already exists")
+    if busy:
+        raise ThreadBusy(run.thread_id, busy[0]["run_id"], busy[0]["status"])
+    first = int(top["head"]) + 1
+    rows = [
+        item_row(
+            d, new_item(d, new_id("itm"), seq, run.thread_id, run.run_id, item), created_at=now
+        )
+        for seq, item in enumerate(items, start=first)
+    ]
+    writes: list[Statement] = []
+    if key is None:
+        writes.append(d.insert("runs", columns))
+    else:
+        # A concurrent start with the same key on another thread that committed first wins:
+        # return its run, and write none of this one's rows.
+        [inserted] = yield [d.insert("runs", columns, " ON CONFLICT (idempotency_key) DO NOTHING")]
+        if not inserted:
+            [found] = yield [d.query(_RUN_BY_KEY, key)]
+            if not found:
+                raise NotFoundError(f"run with idempotency key of {run.run_id} not found")
+            return codec.row_run(found[0])
+    if rows:
+        writes.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
+    if writes:
+        yield writes
+    return rec
+
+
 def active_run(d: Dialect, thread_id: str) -> Op[RunRecord | None]:
     """The thread's active (queued, running or blocked) run, if any."""
     [found] = yield [d.query(_ACTIVE_RUN, thread_id, *ACTIVE_STATUSES)]
@@ -430,6 +506,14 @@ def request_cancel(d: Dialect, run_id: str) -> Op[RunRecord]:
     return codec.row_run(row[0])
 
 
+_TAKE_LEASE = (
+    "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1"
+    " WHERE run_id = ? AND (? OR lease_owner IS NULL OR lease_owner = ?"
+    " OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
+)
+"""Takes the lease unless a live owner (neither this one nor ``take_over``) holds it."""
+
+
 def acquire_lease(
     d: Dialect,
     run_id: str,
@@ -443,10 +527,7 @@ def acquire_lease(
     """Take the lease: the test of the current one and the write are one UPDATE."""
     [row] = yield [
         d.query(
-            "UPDATE runs SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1"
-            " WHERE run_id = ? AND (? OR lease_owner IS NULL OR lease_owner = ?"
-            " OR lease_owner = ? OR lease_expires_at IS NULL OR lease_expires_at <= ?)"
-            " RETURNING fence",
+            _TAKE_LEASE + " RETURNING fence",
             owner,
             now + ttl_s,
             run_id,
@@ -460,6 +541,92 @@ def acquire_lease(
         return int(row[0]["fence"])
     yield from get_run(d, run_id)  # NotFoundError, or else the lease is held
     raise RunBusy(f"run {run_id} is leased by a live worker")
+
+
+_NEWEST_ITEMS = (
+    "SELECT * FROM items WHERE thread_id = ? AND NOT superseded ORDER BY seq DESC LIMIT ?"
+)
+
+
+def begin_segment(
+    d: Dialect,
+    run_id: str,
+    owner: str,
+    *,
+    ttl_s: float,
+    now: float,
+    take_over: str | None,
+    window: int,
+) -> Op[SegmentStart]:
+    """Take the lease (the test and the write are one UPDATE), then start the run and read it.
+
+    The UPDATE returns the run as it was but for its lease: its status tells whether it had
+    ended (then nothing more is written) and whether its last worker died mid-segment.
+    """
+    [row] = yield [
+        d.query(
+            _TAKE_LEASE + " RETURNING *", owner, now + ttl_s, run_id, False, owner, take_over, now
+        )
+    ]
+    if not row:
+        yield from get_run(d, run_id)  # NotFoundError, or else the lease is held
+        raise RunBusy(f"run {run_id} is leased by a live worker")
+    run = codec.row_run(row[0])
+    if run.status in TERMINAL_STATUSES:
+        return SegmentStart(fence=run.fence, run=run, prior_status=run.status)
+    updated = time.time()
+    reads: list[Statement] = [
+        d.exec(
+            "UPDATE runs SET status = 'running', inputs_sealed = FALSE, updated_at = ?"
+            " WHERE run_id = ?",
+            updated,
+            run_id,
+        ),
+        d.query("SELECT * FROM checkpoints WHERE run_id = ?", run_id),
+        d.query(_MAX_SEQ, run.thread_id),
+        d.query("SELECT * FROM inputs WHERE run_id = ? AND NOT acked ORDER BY cursor", run_id),
+    ]
+    if window > 0:
+        reads.append(d.query(_NEWEST_ITEMS, run.thread_id, window))
+    _, checkpoint, [top], inputs, *newest = yield reads
+    return SegmentStart(
+        fence=run.fence,
+        run=dataclasses.replace(run, status="running", updated_at=updated),
+        prior_status=run.status,
+        checkpoint=codec.row_checkpoint(checkpoint[0]) if checkpoint else None,
+        head_seq=int(top["head"]),
+        items=[codec.row_item(r) for r in reversed(newest[0])] if newest else [],
+        inputs=[codec.row_input(r) for r in inputs],
+    )
+
+
+def end_segment(
+    d: Dialect,
+    run_id: str,
+    status: RunStatus,
+    *,
+    fence: int,
+    exit: Mapping[str, Any] | None,
+) -> Op[RunRecord]:
+    """The status and exit, the seal (terminal) and the lease release: one fenced UPDATE."""
+    check_segment_end(status)
+    [row] = yield [
+        d.query(
+            "UPDATE runs SET status = ?, exit = COALESCE(?, exit), updated_at = ?,"
+            " inputs_sealed = (inputs_sealed OR ?), lease_owner = NULL, lease_expires_at = NULL"
+            " WHERE run_id = ? AND fence = ? RETURNING *",
+            status,
+            codec.exit_column(exit),
+            time.time(),
+            status in TERMINAL_STATUSES,
+            run_id,
+            fence,
+        )
+    ]
+    if not row:
+        yield from _read_fence(d, run_id, fence)
+        raise NotFoundError(f"run {run_id} not found")
+    return codec.row_run(row[0])
 
 
 def renew_lease(d: Dialect, run_id: str, fence: int, *, ttl_s: float, now: float) -> Op[None]:

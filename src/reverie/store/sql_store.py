@@ -27,6 +27,7 @@ from reverie.store.base import (
     NewItem,
     RunRecord,
     RunStatus,
+    SegmentStart,
     StepReceipt,
     StepWrite,
     ThreadRecord,
@@ -104,6 +105,19 @@ class SQLStore(OpRunner):
             ConflictError: A run with the same id (and no matching idempotency key) exists.
         """
         return await self._write_op("create a run", lambda: ops.create_run(self.dialect, run))
+
+    async def start_run(
+        self, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool = False
+    ) -> RunRecord:
+        """Create the run (and the thread, if asked) with its opening rows in one transaction.
+
+        See :meth:`Store.start_run`. The thread row is locked first (PostgreSQL), so two
+        processes starting runs on one thread are serialised: one run, and the other sees it.
+        """
+        return await self._write_op(
+            "start a run",
+            lambda: ops.start_run(self.dialect, run, items, create_thread=create_thread),
+        )
 
     async def active_run(self, thread_id: str) -> RunRecord | None:
         """The thread's active (queued, running or blocked) run, if any."""
@@ -189,6 +203,48 @@ class SQLStore(OpRunner):
         """Drop the lease if ``fence`` is still current (no error otherwise)."""
         await self._write_op(
             "release a lease", lambda: ops.release_lease(self.dialect, run_id, fence)
+        )
+
+    async def begin_segment(
+        self,
+        run_id: str,
+        owner: str,
+        *,
+        ttl_s: float,
+        now: float,
+        take_over: str | None = None,
+        window: int = 0,
+    ) -> SegmentStart:
+        """Lease the run, mark it running and read what its segment loads: one transaction.
+
+        See :meth:`Store.begin_segment`.
+        """
+        return await self._write_op(
+            "begin a segment",
+            lambda: ops.begin_segment(
+                self.dialect,
+                run_id,
+                owner,
+                ttl_s=ttl_s,
+                now=now,
+                take_over=take_over,
+                window=window,
+            ),
+        )
+
+    async def end_segment(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        fence: int,
+        exit: Mapping[str, Any] | None = None,
+    ) -> RunRecord:
+        """The status a segment ends with, its exit, the seal and the lease release: one
+        fenced ``UPDATE`` (see :meth:`Store.end_segment`)."""
+        return await self._write_op(
+            "end a segment",
+            lambda: ops.end_segment(self.dialect, run_id, status, fence=fence, exit=exit),
         )
 
     async def expired_leases(self, now: float) -> list[RunRecord]:
