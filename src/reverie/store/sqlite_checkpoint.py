@@ -26,6 +26,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class Checkpointer:
         self.checkpoints = 0
         """Checkpoints run so far (passive and restart), for diagnostics."""
         self._wake = threading.Event()
+        self._mark = 0  # the WAL's size when the checkpoint thread was last woken
         self._closing = False
         self._thread = threading.Thread(
             target=self._serve, name="reverie-sqlite-checkpoint", daemon=True
@@ -88,23 +90,43 @@ class Checkpointer:
             return 0
 
     def committed(self) -> None:
-        """After a commit (any thread): wake the checkpoint thread past the threshold."""
+        """After a commit (any thread): wake the checkpoint thread past the threshold.
+
+        Woken again only once the WAL grew by another threshold's worth (or started over):
+        a checkpoint that could not finish is not retried after every commit.
+        """
         size = self.wal_size()
         self.over = size > self.hard_limit
         if size > self.soft_limit and not self._wake.is_set():
-            self._wake.set()
+            mark = self._mark
+            if size < mark or size - mark >= self.soft_limit - _WAL_HEADER:
+                self._mark = size
+                self._wake.set()
 
-    def bound(self, conn: sqlite3.Connection) -> None:
+    def bound(self, conn: sqlite3.Connection, busy_ms: int) -> None:
         """On the writer thread, before a batch: bring a WAL past the hard limit back.
 
-        ``RESTART`` waits (``conn``'s busy timeout) for readers still using old frames and
-        for a checkpoint in progress, so that the batch's commit starts the WAL over.
+        The caller holds the connection, so no write of this process lands meanwhile.
+        ``RESTART`` waits (``conn``'s busy timeout) for readers still using old frames, so
+        that the batch's commit starts the WAL over; a checkpoint already running (the
+        checkpoint thread's) makes it fail at once, so it is tried again until ``busy_ms``.
         """
         if not self.over:
             return
-        with contextlib.suppress(sqlite3.Error):  # busy past the timeout: try again next batch
-            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-            self.checkpoints += 1
+        deadline = time.monotonic() + busy_ms / 1000
+        pause = 0.001
+        while True:
+            try:
+                busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
+            except sqlite3.Error:
+                busy = 1
+            if not busy:
+                self.checkpoints += 1
+                break
+            if time.monotonic() > deadline:
+                break  # still busy: the batch goes on; the next one tries again
+            time.sleep(pause)  # on the writer thread, never the event loop's
+            pause = min(pause * 2, 0.05)
         self.over = False  # looked at again after this batch's commit
 
     def close(self) -> None:

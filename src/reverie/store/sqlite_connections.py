@@ -165,12 +165,38 @@ class SQLiteConnections:
 
     async def connection_settings(self) -> dict[str, Any]:
         """The pragmas in force on the writer connection (for diagnostics and tests)."""
-        names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+        names = (
+            "journal_mode",
+            "synchronous",
+            "foreign_keys",
+            "busy_timeout",
+            "wal_autocheckpoint",
+        )
 
         def read(db: sqlite3.Connection) -> dict[str, Any]:
             return {name: schema.rows(db, f"PRAGMA {name}")[0][0] for name in names}
 
         return await self._require(self._writer).call("read pragmas", read)
+
+    def write_stats(self) -> dict[str, int]:
+        """Counters of the write paths, for diagnostics, benchmarks and tests.
+
+        ``loop_transactions``: transactions committed on the event loop; ``handed_over``:
+        writes run by the writer thread instead (the lock was taken, the WAL past its bound,
+        another event loop, or ``loop_writes`` off); ``checkpoints``: WAL checkpoints run;
+        ``wal_bytes``: the ``-wal`` file's size now. All 0 when the store is not open.
+        """
+        loop_writer, checkpointer = self._loop_writer, self._checkpointer
+        if loop_writer is None or checkpointer is None:
+            return dict.fromkeys(
+                ("loop_transactions", "handed_over", "checkpoints", "wal_bytes"), 0
+            )
+        return {
+            "loop_transactions": loop_writer.loop_batches,
+            "handed_over": loop_writer.handed_over,
+            "checkpoints": checkpointer.checkpoints,
+            "wal_bytes": checkpointer.wal_size(),
+        }
 
     def _require(self, conn: ConnectionThread | None) -> ConnectionThread:
         if conn is None:

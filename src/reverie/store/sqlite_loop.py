@@ -103,7 +103,7 @@ class LoopWriter:
                 return
             conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             try:
-                self._checkpointer.bound(conn)
+                self._checkpointer.bound(conn, self._busy_ms)
                 yield
             finally:
                 with contextlib.suppress(sqlite3.Error):
@@ -118,7 +118,7 @@ class LoopWriter:
         future: asyncio.Future[T] = loop.create_future()
         job = Job(TRANSACT, action, fn, future, loop)
         if not self._inline or loop is not self._loop:
-            self._thread.hand_over([job])
+            self._hand_over([job])
             return future
         self._queue.append(job)
         if not self._scheduled:

@@ -235,10 +235,11 @@ class ConnectionThread:
             stop = next((i for i, op in enumerate(batch) if op.kind == _STOP), len(batch))
             try:
                 if self._conn is None:
-                    self._run(batch[:stop])
+                    self._send(self._run(batch[:stop]))
                 else:
                     with self._hold():
-                        self._run(batch[:stop])
+                        done = self._run(batch[:stop])
+                    self._send(done)
             except BaseException as exc:  # a bug here must not strand the callers
                 if self._conn is not None:
                     rollback(self._conn)
@@ -260,8 +261,12 @@ class ConnectionThread:
                 break
         return batch
 
-    def _run(self, batch: list[Job]) -> None:
-        """Run a batch in order: each run of transactional operations is one transaction."""
+    def _run(self, batch: list[Job]) -> list[Job]:
+        """Run a batch in order: each run of transactional operations is one transaction.
+
+        Returns the jobs not answered yet: the caller answers them once it let go of the
+        connection (``hold``), so a caller woken by its answer finds the connection free.
+        """
         done: list[Job] = []
         since = time.perf_counter()
         index = 0
@@ -283,10 +288,10 @@ class ConnectionThread:
             else:
                 self._commit(self._conn, group)
             done += group
-            if time.perf_counter() - since > _FLUSH_AFTER_S:
+            if index < len(batch) and time.perf_counter() - since > _FLUSH_AFTER_S:
                 self._send(done)
                 done, since = [], time.perf_counter()
-        self._send(done)
+        return done
 
     def _commit(
         self, conn: sqlite3.Connection, group: list[Job], *, savepoints: bool = False
