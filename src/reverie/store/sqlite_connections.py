@@ -1,11 +1,13 @@
 """The connections of :class:`reverie.store.sqlite.SQLiteStore`: lifecycle and statement helpers.
 
 :class:`SQLiteConnections` owns the two :class:`~reverie.store.sqlite_writer.ConnectionThread`
-of a store, the writer (group commit) and the ``query_only`` reader, and gives the store methods
-their two ways in: :meth:`~SQLiteConnections._transact` (an operation of the next group
-commit) and :meth:`~SQLiteConnections._read` (one hop to the reader), the ways the shared ops
-of :mod:`reverie.store.sql_ops` run (``_write_op``, ``_read_op``) and the read shorthands
-(``_select``, ``_select_in``).
+of a store, the writer (group commit) and the ``query_only`` reader, the
+:class:`~reverie.store.sqlite_loop.LoopWriter` that commits writes on the event loop with the
+writer's connection, and the :class:`~reverie.store.sqlite_checkpoint.Checkpointer`. It gives
+the store methods their two ways in: :meth:`~SQLiteConnections._transact` (an operation of
+the next group commit) and :meth:`~SQLiteConnections._read` (one hop to the reader), the ways
+the shared ops of :mod:`reverie.store.sql_ops` run (``_write_op``, ``_read_op``) and the read
+shorthands (``_select``, ``_select_in``).
 """
 
 from __future__ import annotations
@@ -206,9 +208,9 @@ class SQLiteConnections:
     async def _transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the writer inside the next group commit; returns after ``COMMIT``.
 
-        ``fn`` runs on the writer thread with the write lock held: it must only touch the
-        connection it is given and values it closes over. Whatever it raises undoes what it
-        wrote (and nothing else) and is raised here.
+        ``fn`` runs on the event loop or the writer thread with the write lock held: it must
+        only touch the connection it is given and values it closes over. Whatever it raises
+        undoes what it wrote (and nothing else) and is raised here.
         """
         self._require(self._writer)
         assert self._loop_writer is not None  # set with the writer
@@ -217,8 +219,8 @@ class SQLiteConnections:
     async def _write_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run an op (:mod:`reverie.store.sql_ops`) as one operation of the next group commit.
 
-        The op is built on the writer thread, each time the writer runs it (a batch may be run
-        twice, the first run rolled back).
+        The op is built where the batch runs (the loop or the writer thread), each time it runs
+        (a batch may be run twice, the first run rolled back).
         """
         return await self._transact(action, lambda db: drive(db, make()))
 
