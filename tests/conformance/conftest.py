@@ -43,6 +43,13 @@ async def _sqlite(tmp: Path) -> AsyncIterator[Store]:
 
 
 @asynccontextmanager
+async def _sqlite_full(tmp: Path) -> AsyncIterator[Store]:
+    # synchronous=FULL: every write goes through the writer thread (the default commits on
+    # the event loop), so both write paths meet every rule.
+    yield SQLiteStore(tmp / "conformance-full.db", synchronous="FULL")
+
+
+@asynccontextmanager
 async def _postgres(tmp: Path) -> AsyncIterator[Store]:
     from reverie.store.postgres import PostgresStore, temporary_schema
 
@@ -53,6 +60,7 @@ async def _postgres(tmp: Path) -> AsyncIterator[Store]:
 BACKENDS = [
     pytest.param(_memory, id="memory"),
     pytest.param(_sqlite, id="sqlite"),
+    pytest.param(_sqlite_full, id="sqlite-full"),
     pytest.param(_postgres, id="postgres", marks=NEEDS_POSTGRES),
 ]
 

@@ -196,7 +196,7 @@ def _reverie_threads() -> Iterator[threading.Thread]:
 
 async def test_store_close_leaves_no_thread(tmp_path: Path) -> None:
     async with SQLiteStore(tmp_path / "x.db") as store:
-        assert len(list(_reverie_threads())) == 2
+        assert len(list(_reverie_threads())) == 3  # writer, reader, checkpointer
         await store.create_thread("thr-1", ANA)
     assert not list(_reverie_threads())
 

@@ -1,6 +1,6 @@
 """The SQL of the two SQL backends, written once: statements, decisions and row mapping.
 
-SQLite (:mod:`reverie.store.sqlite`) runs statements synchronously on its writer thread,
+SQLite (:mod:`reverie.store.sqlite`) runs statements synchronously on its writer connection,
 PostgreSQL (:mod:`reverie.store.postgres`) asynchronously over ``psycopg``. So that neither
 holds its own copy of what a store operation reads, decides and writes, an operation is
 written here once as an **op**: a generator that yields batches of statements and is sent

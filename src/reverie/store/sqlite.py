@@ -2,18 +2,23 @@
 
 Layout of a :class:`SQLiteStore`:
 
-- a **writer** connection on its own thread, with **group commit**
-  (:mod:`reverie.store.sqlite_writer`). Every write method hands that thread one synchronous
-  operation; the thread takes whatever operations are queued, runs them in one
-  ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction (an operation that fails is undone alone and
-  raises to its own caller only), and answers every caller after the ``COMMIT``. A lone caller
-  pays one thread hop per write; concurrent callers share one commit. ``BEGIN IMMEDIATE`` takes
-  SQLite's write lock up front (other processes wait up to ``busy_timeout``), so what an
-  operation reads cannot change before it commits. Fenced writes are compare-and-sets on
+- one **writer** connection, shared by the event loop and a writer thread (never used by
+  both at once), with **group commit** (:mod:`reverie.store.sqlite_loop`,
+  :mod:`reverie.store.sqlite_writer`). Every write method hands over one synchronous
+  operation; whatever is queued when the writer is free runs in one ``BEGIN IMMEDIATE`` …
+  ``COMMIT`` transaction (an operation that fails is undone alone and raises to its own caller
+  only), and every caller is answered after the ``COMMIT``. The batch commits on the event
+  loop itself (no thread hop), with ``busy_timeout`` 0: when another process holds the write
+  lock, the batch goes to the writer thread, which waits for it up to ``busy_timeout``.
+  ``BEGIN IMMEDIATE`` takes SQLite's write lock up front, so what an operation reads cannot
+  change before it commits. Fenced writes are compare-and-sets on
   ``runs.fence`` inside that transaction: the fence is read first (or the statement itself
   carries the test and, when it changed nothing, the fence is read right after it to tell a
   stale fence, :class:`LeaseLost`, from a write with nothing to change). Two processes racing
   on one file cannot both win.
+- WAL checkpoints run on a **checkpoint** thread with its own connection
+  (:mod:`reverie.store.sqlite_checkpoint`), never in a ``COMMIT`` on the loop; the WAL is
+  bounded.
 
 The SQL of every method is shared with PostgreSQL (:mod:`reverie.store.sql_ops`, run through
 :class:`~reverie.store.sql_store.SQLStore`); here are only the transcript reads, which go
@@ -22,8 +27,8 @@ through the decoded-item cache.
   committed state while a write is in progress. Each read method is one hop; each statement
   runs on its own, so a read never holds a snapshot open.
 
-Operations run on the writer thread hold the write lock: they are kept to statements, and the
-step commit, the hot path, has its columns and JSON built on the event loop before. Transcript
+Operations hold the write lock while they run: they are kept to statements, and the step
+commit, the hot path, has its columns and JSON built before the operation is queued. Transcript
 refs (``new_id``) are drawn there on purpose: ``os.urandom`` releases the GIL, and a busy event
 loop that releases the GIL waits behind these threads to get it back.
 
@@ -63,11 +68,16 @@ class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLStore):
             power loss may drop the last commits but never corrupts the file), ``FULL``,
             ``EXTRA`` or ``OFF``.
         busy_timeout_s: How long a write waits for another process's write lock before it
-            fails with :class:`StoreError`.
+            fails with :class:`StoreError` (on the writer thread: the event loop never waits).
+        checkpoint_pages: WAL pages after which a ``PASSIVE`` checkpoint runs on the
+            checkpoint thread; past four times as many, writes wait (off the loop) for a
+            ``RESTART`` checkpoint, so the WAL stays bounded.
+        loop_writes: Whether writes commit on the event loop (``None``: yes for ``NORMAL`` and
+            ``OFF``; no for ``FULL`` and ``EXTRA``, whose every ``COMMIT`` syncs the disk).
 
     Raises:
         ConfigError: ``path`` is ``":memory:"`` (use :class:`~reverie.store.MemoryStore`) or
-            ``synchronous`` is not one of the accepted values.
+            ``synchronous`` is not one of the accepted values, or ``checkpoint_pages`` < 1.
     """
 
     # Every Store method is SQLStore's (the shared SQL of reverie.store.sql_ops) but the

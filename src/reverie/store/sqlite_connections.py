@@ -1,19 +1,23 @@
 """The connections of :class:`reverie.store.sqlite.SQLiteStore`: lifecycle and statement helpers.
 
 :class:`SQLiteConnections` owns the two :class:`~reverie.store.sqlite_writer.ConnectionThread`
-of a store, the writer (group commit) and the ``query_only`` reader, and gives the store methods
-their two ways in: :meth:`~SQLiteConnections._transact` (an operation of the next group
-commit) and :meth:`~SQLiteConnections._read` (one hop to the reader), the ways the shared ops
-of :mod:`reverie.store.sql_ops` run (``_write_op``, ``_read_op``) and the read shorthands
-(``_select``, ``_select_in``).
+of a store, the writer (group commit) and the ``query_only`` reader, the
+:class:`~reverie.store.sqlite_loop.LoopWriter` that commits writes on the event loop with the
+writer's connection, and the :class:`~reverie.store.sqlite_checkpoint.Checkpointer`. It gives
+the store methods their two ways in: :meth:`~SQLiteConnections._transact` (an operation of
+the next group commit) and :meth:`~SQLiteConnections._read` (one hop to the reader), the ways
+the shared ops of :mod:`reverie.store.sql_ops` run (``_write_op``, ``_read_op``) and the read
+shorthands (``_select``, ``_select_in``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from sqlite3 import Row
 from typing import Any, ClassVar, Self, TypeVar
@@ -22,6 +26,8 @@ from reverie.errors import ConfigError, StoreError
 from reverie.store import sqlite_schema as schema
 from reverie.store.run_events import EventWaiters
 from reverie.store.sql_core import SQLITE, Dialect, Op, drive
+from reverie.store.sqlite_checkpoint import DEFAULT_CHECKPOINT_PAGES, Checkpointer
+from reverie.store.sqlite_loop import LoopWriter
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
 from reverie.store.sqlite_writer import ConnectionThread
 
@@ -40,7 +46,13 @@ class SQLiteConnections:
     """How the shared SQL (:mod:`reverie.store.sql_ops`) is spelt here."""
 
     def __init__(
-        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout_s: float = 5.0
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout_s: float = 5.0,
+        checkpoint_pages: int = DEFAULT_CHECKPOINT_PAGES,
+        loop_writes: bool | None = None,
     ) -> None:
         if str(path) in ("", ":memory:"):
             raise ConfigError("SQLiteStore needs a file path; use MemoryStore for ':memory:'")
@@ -52,8 +64,16 @@ class SQLiteConnections:
         """The database file."""
         self.synchronous = mode
         """The ``PRAGMA synchronous`` applied to the writer."""
+        if checkpoint_pages < 1:
+            raise ConfigError(f"checkpoint_pages must be at least 1, not {checkpoint_pages}")
+        self.checkpoint_pages = checkpoint_pages
+        """WAL pages after which a checkpoint runs off the loop."""
+        self.loop_writes = mode in ("OFF", "NORMAL") if loop_writes is None else loop_writes
+        """Whether writes commit on the event loop (else every write goes to the thread)."""
         self._busy_ms = max(0, int(busy_timeout_s * 1000))
         self._writer: ConnectionThread | None = None
+        self._loop_writer: LoopWriter | None = None
+        self._checkpointer: Checkpointer | None = None
         self._reader: ConnectionThread | None = None
         self._lifecycle = asyncio.Lock()
         self._items = schema.ItemCache()  # decoded transcript rows, shared by all reads
@@ -85,8 +105,10 @@ class SQLiteConnections:
                     synchronous=self.synchronous,
                     busy_ms=self._busy_ms,
                 ),
+                hold=self._hold_writer,
             )
             reader: ConnectionThread | None = None
+            checkpointer: Checkpointer | None = None
             try:
                 with db_errors(f"open {self.path}"):
                     await writer.start()
@@ -96,10 +118,28 @@ class SQLiteConnections:
                         functools.partial(schema.connect_reader, self.path, busy_ms=self._busy_ms),
                     )
                     await reader.start()
+                    conn = writer.connection
+                    assert conn is not None  # start() raised otherwise
+                    # The writer thread is idle until the first write: the loop may use it.
+                    checkpointer = Checkpointer(
+                        self.path,
+                        functools.partial(
+                            schema.connect_checkpointer, self.path, busy_ms=self._busy_ms
+                        ),
+                        pages=self.checkpoint_pages,
+                        page_size=schema.page_size(conn),
+                    )
+                    conn.execute("PRAGMA busy_timeout = 0")  # the loop's; the thread sets its own
+                    checkpointer.start()
             except BaseException:
                 await _close_all(reader, writer)
+                if checkpointer is not None:
+                    await asyncio.to_thread(checkpointer.close)
                 raise
-            self._writer, self._reader = writer, reader
+            self._loop_writer = LoopWriter(
+                writer, checkpointer, busy_ms=self._busy_ms, inline=self.loop_writes
+            )
+            self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
 
     async def close(self) -> None:
         """Finish the queued reads and writes, close both connections, join their threads.
@@ -107,18 +147,58 @@ class SQLiteConnections:
         Safe to call twice.
         """
         async with self._lifecycle:
-            reader, writer = self._reader, self._writer
-            self._reader = self._writer = None
-            await _close_all(reader, writer)
+            reader, writer, checkpointer = self._reader, self._writer, self._checkpointer
+            if self._loop_writer is not None:
+                self._loop_writer.close()  # runs or hands over what is queued
+            self._reader = self._writer = self._loop_writer = self._checkpointer = None
+            try:
+                await _close_all(reader)
+                if checkpointer is not None:  # its last checkpoint, off the loop
+                    await asyncio.to_thread(checkpointer.close)
+            finally:
+                # Last: closing the last connection to the file checkpoints it whole.
+                await _close_all(writer)
+
+    def _hold_writer(self) -> AbstractContextManager[object]:
+        """What the writer thread enters around a batch (it shares the loop's connection)."""
+        if self._loop_writer is None:
+            return contextlib.nullcontext()
+        return self._loop_writer.hold()
 
     async def connection_settings(self) -> dict[str, Any]:
         """The pragmas in force on the writer connection (for diagnostics and tests)."""
-        names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+        names = (
+            "journal_mode",
+            "synchronous",
+            "foreign_keys",
+            "busy_timeout",
+            "wal_autocheckpoint",
+        )
 
         def read(db: sqlite3.Connection) -> dict[str, Any]:
             return {name: schema.rows(db, f"PRAGMA {name}")[0][0] for name in names}
 
         return await self._require(self._writer).call("read pragmas", read)
+
+    def write_stats(self) -> dict[str, int]:
+        """Counters of the write paths, for diagnostics, benchmarks and tests.
+
+        ``loop_transactions``: transactions committed on the event loop; ``handed_over``:
+        writes run by the writer thread instead (the lock was taken, the WAL past its bound,
+        another event loop, or ``loop_writes`` off); ``checkpoints``: WAL checkpoints run;
+        ``wal_bytes``: the ``-wal`` file's size now. All 0 when the store is not open.
+        """
+        loop_writer, checkpointer = self._loop_writer, self._checkpointer
+        if loop_writer is None or checkpointer is None:
+            return dict.fromkeys(
+                ("loop_transactions", "handed_over", "checkpoints", "wal_bytes"), 0
+            )
+        return {
+            "loop_transactions": loop_writer.loop_batches,
+            "handed_over": loop_writer.handed_over,
+            "checkpoints": checkpointer.checkpoints,
+            "wal_bytes": checkpointer.wal_size(),
+        }
 
     def _require(self, conn: ConnectionThread | None) -> ConnectionThread:
         if conn is None:
@@ -128,17 +208,19 @@ class SQLiteConnections:
     async def _transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the writer inside the next group commit; returns after ``COMMIT``.
 
-        ``fn`` runs on the writer thread with the write lock held: it must only touch the
-        connection it is given and values it closes over. Whatever it raises undoes what it
-        wrote (and nothing else) and is raised here.
+        ``fn`` runs on the event loop or the writer thread with the write lock held: it must
+        only touch the connection it is given and values it closes over. Whatever it raises
+        undoes what it wrote (and nothing else) and is raised here.
         """
-        return await self._require(self._writer).transact(action, fn)
+        self._require(self._writer)
+        assert self._loop_writer is not None  # set with the writer
+        return await self._loop_writer.transact(action, fn)
 
     async def _write_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run an op (:mod:`reverie.store.sql_ops`) as one operation of the next group commit.
 
-        The op is built on the writer thread, each time the writer runs it (a batch may be run
-        twice, the first run rolled back).
+        The op is built where the batch runs (the loop or the writer thread), each time it runs
+        (a batch may be run twice, the first run rolled back).
         """
         return await self._transact(action, lambda db: drive(db, make()))
 

@@ -62,9 +62,13 @@ def _pragma(db: sqlite3.Connection, pragma: str) -> Any:
     return row[0] if row is not None else None
 
 
-def _connect(path: Path, busy_ms: int, *pragmas: str) -> sqlite3.Connection:
+def _connect(path: Path, busy_ms: int, *pragmas: str, shared: bool = False) -> sqlite3.Connection:
     # isolation_level=None: autocommit, so the store issues BEGIN IMMEDIATE/COMMIT itself.
-    db = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000)
+    # shared: the writer's connection is used by the event loop too, never at the same time
+    # (reverie.store.sqlite_loop serialises them).
+    db = sqlite3.connect(
+        path, isolation_level=None, timeout=busy_ms / 1000, check_same_thread=not shared
+    )
     try:
         db.row_factory = sqlite3.Row
         for pragma in (f"busy_timeout = {busy_ms}", *pragmas):
@@ -105,12 +109,16 @@ def connect_writer(path: Path, *, synchronous: str, busy_ms: int) -> sqlite3.Con
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create the directory of {path}: {exc}") from exc
-    writer = _connect(path, busy_ms)
+    writer = _connect(path, busy_ms, shared=True)
     try:
         if _enable_wal(writer, busy_ms) != "wal":
             raise StoreError(f"{path}: the file system does not support WAL mode")
         _pragma(writer, f"synchronous = {synchronous}")
         _pragma(writer, "foreign_keys = ON")
+        # Checkpoints run on their own thread (reverie.store.sqlite_checkpoint), never in a
+        # COMMIT the event loop makes; a WAL started over is truncated, so its size is its length.
+        _pragma(writer, "wal_autocheckpoint = 0")
+        _pragma(writer, "journal_size_limit = 0")
         migrate(writer, label=str(path))
     except BaseException:
         writer.close()
@@ -121,6 +129,16 @@ def connect_writer(path: Path, *, synchronous: str, busy_ms: int) -> sqlite3.Con
 def connect_reader(path: Path, *, busy_ms: int) -> sqlite3.Connection:
     """Open the ``query_only`` reader (after the writer has migrated the file)."""
     return _connect(path, busy_ms, "query_only = ON")
+
+
+def connect_checkpointer(path: Path, *, busy_ms: int) -> sqlite3.Connection:
+    """Open the connection that runs the WAL checkpoints (after the writer migrated the file)."""
+    return _connect(path, busy_ms, "wal_autocheckpoint = 0")
+
+
+def page_size(db: sqlite3.Connection) -> int:
+    """The database's page size, in bytes."""
+    return int(_pragma(db, "page_size"))
 
 
 # statement helpers --------------------------------------------------------------------------

@@ -42,12 +42,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Final, TypeVar
 
 from reverie.errors import StoreError
 from reverie.store.sqlite_schema import store_error
 
-__all__ = ["ConnectionThread"]
+__all__ = ["ConnectionThread", "Job", "run_group"]
 
 T = TypeVar("T")
 
@@ -55,7 +56,7 @@ Operation = Callable[[sqlite3.Connection], Any]
 """What a connection thread runs: a synchronous function of its connection."""
 
 _CALL: Final = 0
-_TRANSACT: Final = 1
+TRANSACT: Final = 1
 _STOP: Final = 2
 
 _MAX_BATCH = 512
@@ -68,7 +69,7 @@ Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
 """A future and what to resolve it with: a result, or an exception when not ``None``."""
 
 
-class _Op:
+class Job:
     """One queued operation and, once it ran, its outcome."""
 
     __slots__ = ("action", "error", "fn", "future", "kind", "loop", "result")
@@ -93,7 +94,7 @@ class _Op:
         return (self.future, self.result, self.error)
 
 
-def _settle(outcomes: list[Outcome]) -> None:
+def settle(outcomes: list[Outcome]) -> None:
     """On the event loop: resolve every future not cancelled meanwhile."""
     for future, result, error in outcomes:
         if future.done():
@@ -104,7 +105,7 @@ def _settle(outcomes: list[Outcome]) -> None:
             future.set_exception(error)
 
 
-def _run_wrapped(op: _Op, conn: sqlite3.Connection) -> None:
+def run_wrapped(op: Job, conn: sqlite3.Connection) -> None:
     """Run ``op.fn``, keeping its result or its (store-wrapped) exception on ``op``."""
     try:
         op.result = op.fn(conn)
@@ -112,7 +113,7 @@ def _run_wrapped(op: _Op, conn: sqlite3.Connection) -> None:
         op.error = store_error(op.action, exc)
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
+def rollback(conn: sqlite3.Connection) -> None:
     """End an open transaction; an error here leaves nothing more to undo."""
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
@@ -125,12 +126,22 @@ class ConnectionThread:
     Args:
         name: The thread's name (shows in debuggers and thread dumps).
         connect: Opens the connection; runs on the thread itself, which then owns it.
+        hold: Entered around every batch the thread runs once the connection is open (the
+            loop-local writer, :mod:`reverie.store.sqlite_loop`, shares the connection: it
+            takes the connection's lock there and sets the thread's busy timeout).
     """
 
-    def __init__(self, name: str, connect: Callable[[], sqlite3.Connection]) -> None:
+    def __init__(
+        self,
+        name: str,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        hold: Callable[[], AbstractContextManager[object]] | None = None,
+    ) -> None:
         self._name = name
         self._connect = connect
-        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._hold = hold or contextlib.nullcontext
+        self._queue: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._connect_error: BaseException | None = None
@@ -170,7 +181,7 @@ class ConnectionThread:
 
         Whatever ``fn`` raises rolls back what ``fn`` wrote, and only that.
         """
-        result: T = await self._submit(_TRANSACT, action, fn)
+        result: T = await self._submit(TRANSACT, action, fn)
         return result
 
     async def close(self) -> None:
@@ -180,22 +191,40 @@ class ConnectionThread:
         if self._stopped is None:
             loop = asyncio.get_running_loop()
             self._stopped = loop.create_future()
-            self._queue.put(_Op(_STOP, "close", lambda conn: None, self._stopped, loop))
+            self._queue.put(Job(_STOP, "close", lambda conn: None, self._stopped, loop))
         await asyncio.shield(self._stopped)
         # The thread resolved the future as its last act; the join is immediate.
         self._thread.join()
+
+    @property
+    def connection(self) -> sqlite3.Connection | None:
+        """The open connection (``None`` before :meth:`start` or when it failed).
+
+        Only for a caller that serialises its use with the thread's (see ``hold``).
+        """
+        return self._conn
+
+    def hand_over(self, jobs: list[Job]) -> None:
+        """Queue transactional jobs another writer could not run; they join the next batch."""
+        if self._thread is None or self._stopped is not None:
+            for job in jobs:
+                job.error = StoreError(f"SQLite store could not {job.action}: it was closed")
+            self._send(jobs)
+            return
+        for job in jobs:
+            self._queue.put(job)
 
     def _submit(self, kind: int, action: str, fn: Operation) -> asyncio.Future[Any]:
         if self._thread is None or self._stopped is not None:
             raise StoreError(f"SQLite store could not {action}: the connection is closed")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._queue.put(_Op(kind, action, fn, future, loop))
+        self._queue.put(Job(kind, action, fn, future, loop))
         return future
 
     # thread side ----------------------------------------------------------------------------
     def _serve(self, opened: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> None:
-        start = _Op(_CALL, "open", lambda conn: None, opened, loop)
+        start = Job(_CALL, "open", lambda conn: None, opened, loop)
         try:
             self._conn = self._connect()
         except BaseException as exc:  # answered to start(); the thread serves on until close
@@ -205,10 +234,15 @@ class ConnectionThread:
             batch = self._take()
             stop = next((i for i, op in enumerate(batch) if op.kind == _STOP), len(batch))
             try:
-                self._run(batch[:stop])
+                if self._conn is None:
+                    self._send(self._run(batch[:stop]))
+                else:
+                    with self._hold():
+                        done = self._run(batch[:stop])
+                    self._send(done)
             except BaseException as exc:  # a bug here must not strand the callers
                 if self._conn is not None:
-                    _rollback(self._conn)
+                    rollback(self._conn)
                 for op in batch[:stop]:
                     op.error = StoreError(f"SQLite store could not {op.action}: internal error")
                     op.error.__cause__ = exc
@@ -217,7 +251,7 @@ class ConnectionThread:
                 self._finish(batch[stop], batch[stop + 1 :])
                 return
 
-    def _take(self) -> list[_Op]:
+    def _take(self) -> list[Job]:
         """Block for one operation, then take whatever else is queued (up to the cap)."""
         batch = [self._queue.get()]
         while len(batch) < _MAX_BATCH:
@@ -227,15 +261,19 @@ class ConnectionThread:
                 break
         return batch
 
-    def _run(self, batch: list[_Op]) -> None:
-        """Run a batch in order: each run of transactional operations is one transaction."""
-        done: list[_Op] = []
+    def _run(self, batch: list[Job]) -> list[Job]:
+        """Run a batch in order: each run of transactional operations is one transaction.
+
+        Returns the jobs not answered yet: the caller answers them once it let go of the
+        connection (``hold``), so a caller woken by its answer finds the connection free.
+        """
+        done: list[Job] = []
         since = time.perf_counter()
         index = 0
         while index < len(batch):
             end = index + 1
-            if batch[index].kind == _TRANSACT:
-                while end < len(batch) and batch[end].kind == _TRANSACT:
+            if batch[index].kind == TRANSACT:
+                while end < len(batch) and batch[end].kind == TRANSACT:
                     end += 1
             group = [op for op in batch[index:end] if not op.future.cancelled()]
             index = end
@@ -246,17 +284,17 @@ class ConnectionThread:
                     op.error = StoreError(f"SQLite store could not {op.action}: not open")
                     op.error.__cause__ = self._connect_error
             elif group[0].kind == _CALL:
-                _run_wrapped(group[0], self._conn)
+                run_wrapped(group[0], self._conn)
             else:
                 self._commit(self._conn, group)
             done += group
-            if time.perf_counter() - since > _FLUSH_AFTER_S:
+            if index < len(batch) and time.perf_counter() - since > _FLUSH_AFTER_S:
                 self._send(done)
                 done, since = [], time.perf_counter()
-        self._send(done)
+        return done
 
     def _commit(
-        self, conn: sqlite3.Connection, group: list[_Op], *, savepoints: bool = False
+        self, conn: sqlite3.Connection, group: list[Job], *, savepoints: bool = False
     ) -> None:
         """Run ``group`` in one transaction; an operation that fails is undone alone.
 
@@ -278,33 +316,20 @@ class ConnectionThread:
                 op.error = store_error(op.action, exc)
             return
         try:
-            for op in group:
-                if savepoints:
-                    conn.execute("SAVEPOINT op")
-                changes = conn.total_changes
-                _run_wrapped(op, conn)
-                if op.error is not None:
-                    if not conn.in_transaction:  # SQLite rolled back everything (disk full…)
-                        raise _TransactionLost
-                    if savepoints:
-                        conn.execute("ROLLBACK TO op")
-                    elif conn.total_changes != changes:
-                        raise _Undo
-                if savepoints:
-                    conn.execute("RELEASE op")
+            run_group(conn, group, savepoints=savepoints)
             conn.execute("COMMIT")
-        except _Undo:
-            _rollback(conn)
-            self._commit(conn, _forget(group), savepoints=True)
-        except (sqlite3.Error, _TransactionLost):
+        except Undo:
+            rollback(conn)
+            self._commit(conn, forget(group), savepoints=True)
+        except (sqlite3.Error, TransactionLost):
             # Nothing of the batch is on disk: give each operation its own transaction, so
             # an error is answered to the operation that causes it and to no other.
-            _rollback(conn)
-            for op in _forget(group):
+            rollback(conn)
+            for op in forget(group):
                 self._alone(conn, op)
 
     @staticmethod
-    def _alone(conn: sqlite3.Connection, op: _Op) -> None:
+    def _alone(conn: sqlite3.Connection, op: Job) -> None:
         """Run one operation in its own ``BEGIN IMMEDIATE`` … ``COMMIT``."""
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -312,9 +337,9 @@ class ConnectionThread:
             conn.execute("COMMIT")
         except BaseException as exc:  # delivered to the caller
             op.result, op.error = None, store_error(op.action, exc)
-            _rollback(conn)
+            rollback(conn)
 
-    def _finish(self, stop: _Op, late: list[_Op]) -> None:
+    def _finish(self, stop: Job, late: list[Job]) -> None:
         """Close the connection, refuse what was queued after the stop, answer the closer."""
         for op in late:  # only a caller on another thread could have slipped these in
             op.error = StoreError(f"SQLite store could not {op.action}: the store was closed")
@@ -328,7 +353,7 @@ class ConnectionThread:
         self._send([*late, stop])
 
     @staticmethod
-    def _send(ops: list[_Op]) -> None:
+    def _send(ops: list[Job]) -> None:
         """Hand the outcomes to their event loops, one wake-up per loop."""
         by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
         for op in ops:
@@ -336,18 +361,46 @@ class ConnectionThread:
         for loop, outcomes in by_loop.items():
             # A closed loop raises RuntimeError: nobody is waiting there any more.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, outcomes)
+                loop.call_soon_threadsafe(settle, outcomes)
 
 
-class _TransactionLost(Exception):
+def run_group(conn: sqlite3.Connection, group: list[Job], *, savepoints: bool) -> None:
+    """Inside an open transaction, run ``group`` in order; each outcome is kept on its job.
+
+    Without ``savepoints`` an operation that fails is undone by SQLite only as far as its
+    failed statement; when it had changed rows before (``total_changes`` moved),
+    :class:`Undo` is raised and the caller must undo the group and run it again with them.
+
+    Raises:
+        Undo: A failed operation had written rows (only without ``savepoints``).
+        TransactionLost: SQLite rolled the whole transaction back after a failure.
+        sqlite3.Error: A ``SAVEPOINT`` statement itself failed.
+    """
+    for op in group:
+        if savepoints:
+            conn.execute("SAVEPOINT op")
+        changes = conn.total_changes
+        run_wrapped(op, conn)
+        if op.error is not None:
+            if not conn.in_transaction:  # SQLite rolled back everything (disk full…)
+                raise TransactionLost
+            if savepoints:
+                conn.execute("ROLLBACK TO op")
+            elif conn.total_changes != changes:
+                raise Undo
+        if savepoints:
+            conn.execute("RELEASE op")
+
+
+class TransactionLost(Exception):
     """SQLite ended the batch's transaction on its own after an operation failed."""
 
 
-class _Undo(Exception):
+class Undo(Exception):
     """An operation failed after it wrote: the batch must be run again with savepoints."""
 
 
-def _forget(group: list[_Op]) -> list[_Op]:
+def forget(group: list[Job]) -> list[Job]:
     """Clear the outcomes of a rolled-back batch; the operations still worth running again."""
     for op in group:
         op.result = op.error = None

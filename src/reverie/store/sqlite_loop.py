@@ -1,0 +1,198 @@
+"""Loop-local group commit of :class:`reverie.store.sqlite.SQLiteStore`: writes without a hop.
+
+A write handed to the writer thread (:mod:`reverie.store.sqlite_writer`) pays two thread
+hops; running a short transaction on the event loop itself costs less than one
+(``benchmarks/sqlite_writes.py`` measures both). A :class:`LoopWriter` shares the writer
+thread's connection and runs writes on the loop when it can:
+
+- **group commit on the loop**: a write is queued and, if none is pending, a flush is scheduled
+  with ``call_soon`` (no timer: a lone write commits on the loop's next turn). The flush takes
+  every write queued meanwhile (a thousand runs woken by one timer queue a thousand) and runs
+  them in one ``BEGIN IMMEDIATE`` … ``COMMIT``, each isolated as on the writer thread
+  (:func:`~reverie.store.sqlite_writer.run_group`): a write that fails is undone alone and
+  raises in its own caller only; every caller is answered after the ``COMMIT``.
+- **never blocking the loop on a lock**: the connection's ``busy_timeout`` is 0 while the
+  loop uses it, so ``BEGIN IMMEDIATE`` fails at once when another process (or another store
+  on the file) holds the write lock; the batch then goes to the writer thread, which waits
+  for the lock with the store's ``busy_timeout``. So does a batch that finds the writer
+  thread busy (it holds :attr:`LoopWriter.lock` for its whole batch), and one queued while the
+  WAL is past its hard limit (:mod:`reverie.store.sqlite_checkpoint`).
+- a batch the loop started but could not finish as one transaction (SQLite rolled it back on
+  its own, a failed ``COMMIT``) is handed to the writer thread whole, which gives each write
+  its own outcome. A write may thus run twice, the first run rolled back (as on the thread).
+- ``synchronous=FULL`` and ``EXTRA`` sync the WAL in every ``COMMIT``: those stores keep
+  their writes on the writer thread (``inline=False``), so the loop never waits for a disk.
+
+Writes issued from another event loop than the one that opened the store go to the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from reverie.errors import StoreError
+from reverie.store.sqlite_checkpoint import Checkpointer
+from reverie.store.sqlite_schema import store_error
+from reverie.store.sqlite_writer import (
+    TRANSACT,
+    ConnectionThread,
+    Job,
+    TransactionLost,
+    Undo,
+    forget,
+    rollback,
+    run_group,
+    run_wrapped,
+    settle,
+)
+
+__all__ = ["LoopWriter"]
+
+T = TypeVar("T")
+
+_MAX_LOOP_BATCH = 256
+"""Writes per loop transaction; the rest are flushed on the loop's next turn."""
+
+
+class LoopWriter:
+    """The writes of one store: on the event loop when that is possible, else on the thread.
+
+    Args:
+        thread: The writer thread; its connection is shared (see :attr:`lock`).
+        checkpointer: Told of every commit; bounds the WAL.
+        busy_ms: The ``busy_timeout`` the writer thread waits with.
+        inline: Whether lone and grouped writes run on the loop at all (``False``: every
+            write goes to the writer thread, as for ``synchronous=FULL``).
+    """
+
+    def __init__(
+        self,
+        thread: ConnectionThread,
+        checkpointer: Checkpointer,
+        *,
+        busy_ms: int,
+        inline: bool,
+    ) -> None:
+        self._thread = thread
+        self._checkpointer = checkpointer
+        self._busy_ms = busy_ms
+        self._inline = inline
+        self.lock = threading.Lock()
+        """Held by whoever uses the connection: the loop for one flush, the thread per batch."""
+        self._loop = asyncio.get_running_loop()
+        self._queue: list[Job] = []
+        self._scheduled = False
+        self._closed = False
+        self.loop_batches = 0
+        """Transactions committed on the event loop (for diagnostics and tests)."""
+        self.handed_over = 0
+        """Writes handed to the writer thread (for diagnostics and tests)."""
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """The writer thread's side, around each of its batches (see ``ConnectionThread``)."""
+        with self.lock:
+            conn = self._thread.connection
+            if conn is None:
+                yield
+                return
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            try:
+                self._checkpointer.bound(conn, self._busy_ms)
+                yield
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA busy_timeout = 0")
+                self._checkpointer.committed()
+
+    def transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue ``fn`` for the next group commit; the future resolves after its ``COMMIT``."""
+        if self._closed:
+            raise StoreError(f"SQLite store could not {action}: the connection is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = Job(TRANSACT, action, fn, future, loop)
+        if not self._inline or loop is not self._loop:
+            self._hand_over([job])
+            return future
+        self._queue.append(job)
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return future
+
+    def close(self) -> None:
+        """Run what is queued (on the loop or handed over) and refuse new writes."""
+        self._closed = True
+        while self._queue:
+            self._flush()
+
+    # the flush, on the event loop ------------------------------------------------------------
+    def _flush(self) -> None:
+        self._scheduled = False
+        batch = [job for job in self._queue[:_MAX_LOOP_BATCH] if not job.future.cancelled()]
+        del self._queue[:_MAX_LOOP_BATCH]
+        if self._queue and not self._scheduled:  # more than one transaction's worth
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+        if not batch:
+            return
+        conn = self._thread.connection
+        if conn is None or self._checkpointer.over or not self.lock.acquire(blocking=False):
+            self._hand_over(batch)
+            return
+        try:
+            late = self._commit(conn, batch)
+        except BaseException as exc:  # a bug here must not strand the callers
+            rollback(conn)
+            for job in batch:
+                job.error = StoreError(f"SQLite store could not {job.action}: internal error")
+                job.error.__cause__ = exc
+            late = []
+        finally:
+            self.lock.release()
+        if late:  # nothing of the batch committed: every job still waiting goes to the thread
+            self._hand_over(late)
+            return
+        self.loop_batches += 1
+        self._checkpointer.committed()
+        settle([job.outcome() for job in batch])
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[Job]) -> list[Job]:
+        """Run ``batch`` in one transaction on the loop; the jobs left for the writer thread."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return batch  # another connection writes: its lock is waited for off the loop
+            for job in batch:
+                job.error = store_error(job.action, exc)
+            return []
+        try:
+            if len(batch) == 1:
+                run_wrapped(batch[0], conn)
+                if batch[0].error is not None:
+                    rollback(conn)  # a lone failed write: nothing to keep
+                    return []
+            else:
+                # Undoing the batch to run it again with savepoints keeps the write lock.
+                conn.execute("SAVEPOINT batch")
+                try:
+                    run_group(conn, batch, savepoints=False)
+                except Undo:
+                    conn.execute("ROLLBACK TO batch")
+                    run_group(conn, forget(batch), savepoints=True)
+            conn.execute("COMMIT")
+        except (sqlite3.Error, TransactionLost):
+            rollback(conn)
+            return forget(batch)
+        return []
+
+    def _hand_over(self, jobs: list[Job]) -> None:
+        self.handed_over += len(jobs)
+        self._thread.hand_over(jobs)
