@@ -1,11 +1,16 @@
 """Per-model-call overhead of the loop, next to a bare asyncio loop doing the same work.
 
-    python benchmarks/loop_overhead.py [--repeat 3] [--steps 10,200,1000]
+    python benchmarks/loop_overhead.py [--repeat 3] [--steps 10,200,1000] [--postgres URL]
 
 An instant scripted model calls a trivial tool N-1 times, then replies. The figure is wall time
 per model call (median of ``repeat``), for the in-memory store and for durable SQLite
 (checkpoints on), at 10, 200 and 1,000 steps. Targets (issue 11), printed as ratios: durable
 SQLite <= 0.5 ms per call at 200 steps, in-memory <= 0.2 ms, flat from 10 to 1,000 steps.
+
+``--postgres URL`` (a role that may create schemas) adds PostgreSQL, each run in a schema of its
+own, and the server's commit floor measured in the same run (``pg_floor.py``): the cost of an
+empty commit and of a one-row insert commit (the WAL flush every durable step pays), so the
+per-call figure reads against what the server itself takes (target: <= 3 ms per call).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import pg_floor
+
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.testing import ScriptedModel, call, reply
 
 STEPS = (10, 200, 1000)
 SCOPE = Scope(tenant="bench", user="bench")
-TARGET_MS = {"memory": 0.2, "sqlite": 0.5}
+TARGET_MS = {"memory": 0.2, "sqlite": 0.5, "postgres": 3.0}
 """Per model call at 200 steps."""
 TARGET_STEPS = 200
 
@@ -69,7 +76,9 @@ async def reverie_loop(steps: int, url: str) -> float:
     return elapsed / steps
 
 
-async def main(repeat: int, steps_list: tuple[int, ...]) -> None:
+async def main(repeat: int, steps_list: tuple[int, ...], postgres: str | None) -> None:
+    if postgres is not None:
+        await pg_floor.report(postgres, steps_list, repeat, reverie_loop, TARGET_MS["postgres"])
     rows: list[tuple[int, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for steps in steps_list:
@@ -110,10 +119,11 @@ async def main(repeat: int, steps_list: tuple[int, ...]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--postgres", metavar="URL", help="also measure PostgreSQL at URL")
     parser.add_argument(
         "--steps",
         default=",".join(map(str, STEPS)),
         help="comma-separated step counts (default: %(default)s)",
     )
     a = parser.parse_args()
-    asyncio.run(main(a.repeat, tuple(int(n) for n in a.steps.split(","))))
+    asyncio.run(main(a.repeat, tuple(int(n) for n in a.steps.split(",")), a.postgres))

@@ -26,7 +26,8 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
-from typing import Any, ClassVar, Self, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, AsyncPipeline
@@ -40,9 +41,11 @@ from reverie.store.postgres_schema import MIGRATIONS, Conn
 from reverie.store.run_events import EventWaiters
 from reverie.store.sql_core import (
     EVENTS_CHANNEL,
+    GUARD_REFUSED,
     POSTGRES,
     Count,
     Dialect,
+    Guard,
     Many,
     Op,
     Query,
@@ -153,17 +156,74 @@ async def _send(conn: Conn, statement: Statement) -> Any:
     return await conn.execute(statement.sql, statement.params)
 
 
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is a :class:`~reverie.store.sql_core.Guard` that did not hold."""
+    return isinstance(exc, psycopg.errors.InvalidTextRepresentation) and GUARD_REFUSED in (
+        exc.diag.message_primary or ""
+    )
+
+
 async def drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None = None) -> T:
     """Run ``op`` on ``conn`` (inside the caller's transaction, if any).
 
     In ``pipeline`` mode every statement of a batch is sent before any result is read, so a
     batch costs one round trip, and a batch of writes whose results the op does not need is
     not waited for at all (its errors surface at the next sync: the ``COMMIT`` at the latest).
+    An op that yields a :class:`~reverie.store.sql_core.Guard` runs through
+    :meth:`PostgresConnections._write_op` only.
     """
+    result = await _drive(conn, op, pipeline)
+    if isinstance(result, _Guarded):
+        raise TypeError("a batch with a Guard is sent with its COMMIT: run the op as a write")
+    return result
+
+
+@dataclass(slots=True)
+class _Guarded(Generic[T]):
+    """An op's last batch, guarded, sent with the ``COMMIT``: its results are read after."""
+
+    op: Op[T]
+    batch: Sequence[Statement]
+    sent: list[Any]
+
+    async def finish(self, held: bool) -> T:
+        """Send the op the batch's results; its answer (or the error of a check it makes).
+
+        If the guard did not hold, the transaction failed there: the op is sent the rows read
+        before the guard, ``False`` for the guard and ``None`` for the statements after it.
+        """
+        results: list[Any] = []
+        for statement, cur in zip(self.batch, self.sent, strict=True):
+            if isinstance(statement, Guard):
+                results.append(held)
+                if not held:
+                    results += [None] * (len(self.batch) - len(results))
+                    break
+            elif isinstance(statement, Query):
+                results.append(await cur.fetchall())  # read already: no round trip
+            elif isinstance(statement, Count):
+                results.append(cur.rowcount)
+            else:
+                results.append(None)
+        try:
+            self.op.send(results)
+        except StopIteration as stop:
+            answer: T = stop.value
+            return answer
+        raise TypeError("an op yielded a batch after its guarded (last) one")
+
+
+async def _drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None) -> T | _Guarded[T]:
+    """Run ``op`` on ``conn``: its answer, or its guarded last batch, sent with ``COMMIT``."""
     try:
         batch = next(op)
         while True:
             sent = [await _send(conn, statement) for statement in batch]
+            if any(isinstance(st, Guard) for st in batch):
+                if pipeline is None:
+                    raise TypeError("a Guard is sent in pipeline mode (with its batch's COMMIT)")
+                await conn.execute("COMMIT")
+                return _Guarded(op, batch, sent)
             if pipeline is not None and any(isinstance(st, Count) for st in batch):
                 await pipeline.sync()  # a row count is known once the results are in
             results: list[Any] = []
@@ -344,18 +404,36 @@ class PostgresConnections:
 
         ``BEGIN`` and ``COMMIT`` are sent as statements of the pipeline (psycopg's
         ``transaction()`` would sync at both ends): ``BEGIN`` travels with the op's first
-        batch and ``COMMIT`` with its last, so an op of one batch costs one round trip.
+        batch and ``COMMIT`` with its last. An op whose last batch is guarded (a
+        :class:`~reverie.store.sql_core.Guard`: a step commit) sends its checks, its writes and
+        the ``COMMIT`` at once, and reads their results as the pipeline ends: one round trip.
         """
         with self._errors(action):
-            async with self._connection() as conn, conn.pipeline() as pipeline:
-                await conn.execute("BEGIN")
+            async with self._connection() as conn:
+                guarded: _Guarded[T] | None = None
+                held = True
                 try:
-                    result = await drive(conn, make(), pipeline)
-                except BaseException:
-                    await _rollback(conn, pipeline)
-                    raise
-                await conn.execute("COMMIT")  # sent, and its outcome read, as the pipeline ends
-            return result
+                    async with conn.pipeline() as pipeline:
+                        await conn.execute("BEGIN")
+                        try:
+                            outcome = await _drive(conn, make(), pipeline)
+                        except BaseException:
+                            await _rollback(conn, pipeline)
+                            raise
+                        if isinstance(outcome, _Guarded):
+                            guarded = outcome
+                        else:
+                            # Sent, and its outcome read, as the pipeline ends.
+                            await conn.execute("COMMIT")
+                except psycopg.Error as exc:
+                    if guarded is None or not refused(exc):
+                        raise
+                    held = False  # the transaction failed at the guard, so did its COMMIT
+                    await conn.execute("ROLLBACK")
+                if guarded is None:
+                    assert not isinstance(outcome, _Guarded)
+                    return outcome
+                return await guarded.finish(held)
 
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op outside a transaction (each statement its own snapshot)."""

@@ -35,6 +35,7 @@ __all__ = [
     "Count",
     "Dialect",
     "Exec",
+    "Guard",
     "Many",
     "Op",
     "Query",
@@ -78,7 +79,20 @@ class Many:
     rows: Sequence[Sequence[Any]] = field(default_factory=list)
 
 
-Statement = Query | Exec | Count | Many
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A check the writes after it in its batch rest on (its result: whether it held).
+
+    Only ops of a :attr:`Dialect.one_trip` dialect yield one, in their last batch: the backend
+    sends that batch with the ``COMMIT``, and a guard that does not hold fails the transaction
+    there, so none of the batch's writes land. Built by :meth:`Dialect.guard`.
+    """
+
+    sql: str
+    params: Sequence[Any] = ()
+
+
+Statement = Query | Exec | Count | Many | Guard
 Op = Generator[Sequence[Statement], list[Any], T]
 """An operation: yields batches of statements, is sent their results, returns its answer."""
 
@@ -95,6 +109,9 @@ def pg_text(value: str) -> str:
     """
     return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
+
+GUARD_REFUSED = "reverie: guard refused"
+"""What the error of a PostgreSQL :class:`Guard` that did not hold quotes."""
 
 EVENTS_CHANNEL = "reverie_run_events"
 """PostgreSQL ``NOTIFY`` channel of appended run events; the payload is the run id."""
@@ -125,6 +142,11 @@ class Dialect:
     """The column type of epoch seconds."""
     schema_lock: str | None = None
     """Serialises migrations across processes (``None``: the writer's lock does)."""
+    one_trip: bool = False
+    """A step commit sends its checks and writes in one batch behind a :class:`Guard` (a
+    batch is one round trip here; SQLite decides between two batches in process instead)."""
+    guard_sql: str = "SELECT ({}) AS ok"
+    """A :class:`Guard`: one row whose ``ok`` is the condition, or an error if it is false."""
     version_table_missing: str = (
         "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master"
         " WHERE type = 'table' AND name = 'schema_version') AS missing"
@@ -153,6 +175,10 @@ class Dialect:
     def count(self, statement: str, *params: Any) -> Count:
         """A :class:`Count` in this dialect."""
         return Count(self.sql(statement), params)
+
+    def guard(self, condition: str, *params: Any) -> Guard:
+        """A :class:`Guard` on ``condition`` (SQL written with ``?``) in this dialect."""
+        return Guard(self.sql(self.guard_sql.format(condition)), params)
 
     def insert(self, table: str, columns: Columns, suffix: str = "") -> Count:
         """Insert one row (``suffix``: an ``ON CONFLICT`` clause); counts the rows inserted."""
@@ -198,6 +224,12 @@ POSTGRES = Dialect(
     # Keyed on the current schema: stores in other schemas of the database migrate apart.
     schema_lock="SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))",
     version_table_missing="SELECT to_regclass('schema_version') IS NULL AS missing",
+    one_trip=True,
+    # No built-in raises an error on demand: a cast that cannot parse fails the transaction
+    # with the marker in its message (recognised by postgres_connections.refused).
+    guard_sql=(
+        f"SELECT CAST(CASE WHEN ({{}}) THEN 'true' ELSE '{GUARD_REFUSED}' END AS BOOLEAN) AS ok"
+    ),
 )
 """READ COMMITTED: rows a decision rests on are locked, and read again after the lock."""
 
@@ -228,6 +260,8 @@ def _run(db: sqlite3.Connection, statement: Statement) -> Any:
         return db.execute(statement.sql, statement.params).fetchall()
     if isinstance(statement, Count):
         return db.execute(statement.sql, statement.params).rowcount
+    if isinstance(statement, Guard):
+        raise TypeError("a Guard is for one-trip dialects; SQLite ops decide in process")
     if isinstance(statement, Exec):
         db.execute(statement.sql, statement.params)
     elif statement.rows:

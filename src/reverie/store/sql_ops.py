@@ -28,6 +28,7 @@ from reverie.errors import (
     NotFoundError,
     RunBusy,
     RunEndedError,
+    StoreError,
     ThreadBusy,
     TranscriptConflict,
     UsageError,
@@ -245,6 +246,21 @@ class PreparedStep:
     """The checkpoint, the ack and the seal: written only when no input waits."""
 
 
+# One-trip dialects write the guarded parts in the same batch as the checks: each statement
+# itself tests that no input waits past the guard cursor (the run row's lock, held since the
+# batch's second statement, keeps enqueues out until COMMIT, so the test is the receipt's).
+_NO_INPUT_AFTER = (
+    " NOT EXISTS (SELECT 1 FROM inputs AS waiting WHERE waiting.run_id = ? AND waiting.cursor > ?)"
+)
+_SAVE_CHECKPOINT_UNLESS_WAITING = (
+    "INSERT INTO checkpoints (run_id, kind, payload, created_at) SELECT ?, ?, ?, ?"
+    f" WHERE{_NO_INPUT_AFTER} ON CONFLICT (run_id) DO UPDATE SET kind = excluded.kind,"
+    " payload = excluded.payload, created_at = excluded.created_at"
+)
+_ACK_UNLESS_WAITING = f"{_ACK} AND{_NO_INPUT_AFTER}"
+_SEAL_UNLESS_WAITING = f"{_SEAL} AND{_NO_INPUT_AFTER}"
+
+
 def prepare_step(d: Dialect, run_id: str, step: StepWrite) -> PreparedStep:
     """Encode a step's rows (JSON, bytes) into its statements."""
     now = time.time()
@@ -256,37 +272,79 @@ def prepare_step(d: Dialect, run_id: str, step: StepWrite) -> PreparedStep:
     if step.items:
         rows = [item_row(d, item, created_at=now) for item in step_items(run_id, step)]
         always.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
+    # In one trip, the guarded writes test the input queue themselves (see above).
+    unless = d.one_trip and step.guard_cursor is not None
+    waiting = (run_id, step.guard_cursor) if unless else ()
     guarded: list[Statement] = []
     if step.checkpoint is not None and step.checkpoint_kind is not None:
         payload = bytes(step.checkpoint)
-        guarded.append(d.exec(_SAVE_CHECKPOINT, run_id, step.checkpoint_kind, payload, now))
+        sql = _SAVE_CHECKPOINT_UNLESS_WAITING if unless else _SAVE_CHECKPOINT
+        guarded.append(d.exec(sql, run_id, step.checkpoint_kind, payload, now, *waiting))
     if step.ack_cursor is not None:
-        guarded.append(d.exec(_ACK, run_id, step.ack_cursor))
+        sql = _ACK_UNLESS_WAITING if unless else _ACK
+        guarded.append(d.exec(sql, run_id, step.ack_cursor, *waiting))
     if step.seal:
-        guarded.append(d.exec(_SEAL, run_id))
+        guarded.append(d.exec(_SEAL_UNLESS_WAITING if unless else _SEAL, run_id, *waiting))
     return PreparedStep(always=always, guarded=guarded)
+
+
+def _step_guard(d: Dialect, run_id: str, step: StepWrite, fence: int) -> Statement:
+    """What the one-trip step commit's writes rest on: the checks of :func:`commit_step`."""
+    condition = (
+        "EXISTS (SELECT 1 FROM threads WHERE thread_id = ?)"
+        " AND EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND fence = ?)"
+    )
+    params: list[Any] = [step.thread_id, run_id, fence]
+    if step.items:
+        after = step.after_seq
+        # Rows that do not follow after_seq fail the step whatever the head (UsageError or
+        # TranscriptConflict, told apart below from the checks' rows).
+        placed_right = after is not None and all(
+            item.seq == after + n and item.thread_id == step.thread_id
+            for n, item in enumerate(step.items, start=1)
+        )
+        condition += " AND (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) = ? AND ?"
+        params += [step.thread_id, after, placed_right]
+    return d.guard(condition, *params)
 
 
 def commit_step(
     d: Dialect, run_id: str, step: StepWrite, *, fence: int, prepared: PreparedStep
 ) -> Op[StepReceipt]:
-    """:meth:`reverie.store.base.Store.commit_step`: every check, then every write."""
+    """:meth:`reverie.store.base.Store.commit_step`: every check, then every write.
+
+    In a :attr:`~reverie.store.sql_core.Dialect.one_trip` dialect the checks and the writes are
+    one batch, the writes behind a guard that repeats the checks in SQL: one round trip.
+    """
     # The thread, then the run (the order every op locks them in); the tops after both locks.
-    thread, run, [tops] = yield [
+    checks: list[Statement] = [
         d.query(_LOCK_THREAD, step.thread_id),
         d.query(_LOCK_RUN, run_id),
         d.query(_STEP_TOPS, step.thread_id, run_id),
     ]
+    if d.one_trip:
+        writes = [*prepared.always, *prepared.guarded]
+        thread, run, [tops], held, *_ = yield [
+            *checks,
+            _step_guard(d, run_id, step, fence),
+            *writes,
+        ]
+    else:
+        thread, run, [tops] = yield checks
+        held = True
     if not thread:
         raise NotFoundError(f"thread {step.thread_id} not found")
     raise_if_stale(run_id, fence, int(run[0]["fence"]) if run else None)
     head = int(tops["head"])
     if step.items:
         _check_items(step, head)
+    if not held:
+        raise StoreError(f"run {run_id}: the step commit's guard failed where its checks held")
     waiting = step.guard_cursor is not None and int(tops["top_cursor"]) > step.guard_cursor
-    writes = prepared.always if waiting else [*prepared.always, *prepared.guarded]
-    if writes:
-        yield writes
+    if not d.one_trip:
+        writes = prepared.always if waiting else [*prepared.always, *prepared.guarded]
+        if writes:
+            yield writes
     return StepReceipt(
         head_seq=head + len(step.items),
         inputs_waiting=waiting,
