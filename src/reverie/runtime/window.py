@@ -101,7 +101,11 @@ class SegmentTranscript:
         return items, after, journal
 
     def restore(self, items: list[TranscriptItem], journal: list[JournalWrite]) -> None:
-        """Put back what a failed commit did not write (it is written by the next one)."""
+        """Put back what a commit that raised may not have written.
+
+        The segment ends on that error (docs/durability.md); a caller that went on would have
+        its next commit write them, or refused (``TranscriptConflict``) if they had landed.
+        """
         self.items[:0] = items
         self.journal[:0] = journal
 
