@@ -182,6 +182,34 @@ async def test_an_input_arriving_during_a_step_is_read_and_delivered_once(
     assert [i.content for i in items if i.role == "user"].count("also mind X") == 1
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_an_input_queued_before_the_segment_begins_is_delivered_from_its_first_read(
+    kind: str, tmp_path: Path
+) -> None:
+    store = CountingStore(backend(kind, tmp_path))
+    requests: list[ModelRequest] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return reply("done")
+
+    agent = Agent(name="steered", model=ScriptedModel(script))
+    async with Runtime(store) as rt:
+        handle = await rt.start(agent, "go", scope=SCOPE)
+
+        async def steer_first(name: str, args: Any, kwargs: Any) -> None:
+            if name == "begin_segment":
+                store.hook = None
+                await handle.steer("also mind X")
+
+        store.hook = steer_first
+        result = await handle.result()
+    assert result.status == "completed"
+    # begin_segment read the queue: the first model call sees the input, with no poll.
+    assert [m.content for m in requests[0].messages if m.role == "user"] == ["go", "also mind X"]
+    assert store.counts["poll_inputs"] == 0
+
+
 async def test_a_foreign_append_under_a_step_resumes_the_run(tmp_path: Path) -> None:
     inner = SQLiteStore(tmp_path / "foreign.db")
     store = CountingStore(inner)

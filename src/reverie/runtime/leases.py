@@ -108,13 +108,14 @@ class Leases:
         Raises:
             RunBusy: A live worker holds it.
         """
+        owner, take_over = self._claim(run)
         return await self._store.acquire_lease(
-            run.run_id,
-            self.owner or new_owner(),
-            ttl_s=self.ttl_s,
-            now=time.time(),
-            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
+            run.run_id, owner, ttl_s=self.ttl_s, now=time.time(), take_over=take_over
         )
+
+    def _claim(self, run: RunRecord) -> tuple[str, str | None]:
+        """Who takes ``run``'s lease, and the dead owner it may be taken over from."""
+        return self.owner or new_owner(), run.lease_owner if owner_gone(run.lease_owner) else None
 
     async def begin(self, run: RunRecord, *, window: int) -> SegmentStart:
         """Lease ``run`` as :meth:`take` does and begin its segment (``Store.begin_segment``).
@@ -122,13 +123,9 @@ class Leases:
         Raises:
             RunBusy: A live worker holds it.
         """
+        owner, take_over = self._claim(run)
         return await self._store.begin_segment(
-            run.run_id,
-            self.owner or new_owner(),
-            ttl_s=self.ttl_s,
-            now=time.time(),
-            take_over=run.lease_owner if owner_gone(run.lease_owner) else None,
-            window=window,
+            run.run_id, owner, ttl_s=self.ttl_s, now=time.time(), take_over=take_over, window=window
         )
 
     def heartbeat(self, run_id: str, fence: int) -> contextlib.AbstractAsyncContextManager[None]:

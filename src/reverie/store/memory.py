@@ -209,21 +209,28 @@ class MemoryStore(MemoryDocuments):
 
     # runs and leases ----------------------------------------------------------------------
     async def create_run(self, run: RunRecord) -> RunRecord:
-        key = None
+        existing = self._admit(run)
+        return existing if existing is not None else self._insert_run(run)
+
+    def _admit(self, run: RunRecord) -> RunRecord | None:
+        """The run the owner's idempotency key names, or ``None`` if ``run`` may be inserted."""
         if run.idempotency_key is not None:
             key = (run.scope.tenant, run.scope.user, run.idempotency_key)
             if key in self._idem:
                 return self._runs[self._idem[key]]
         if run.run_id in self._runs:
             raise ConflictError(f"run {run.run_id} already exists")
-        active = await self.active_run(run.thread_id)
+        active = self._active(run.thread_id)
         if active is not None:
             raise ThreadBusy(run.thread_id, active.run_id, active.status)
+        return None
+
+    def _insert_run(self, run: RunRecord) -> RunRecord:
         now = _now()
         rec = dataclasses.replace(run, created_at=now, updated_at=now)
         self._runs[run.run_id] = rec
-        if key is not None:
-            self._idem[key] = run.run_id
+        if run.idempotency_key is not None:
+            self._idem[(run.scope.tenant, run.scope.user, run.idempotency_key)] = run.run_id
         self._inputs.setdefault(run.run_id, [])
         return rec
 
@@ -239,27 +246,15 @@ class MemoryStore(MemoryDocuments):
             run.scope.user,
         ):
             raise NotFoundError(f"thread {run.thread_id} not found")  # another owner's
-        key = None
-        if run.idempotency_key is not None:
-            key = (run.scope.tenant, run.scope.user, run.idempotency_key)
-            if key in self._idem:
-                return self._runs[self._idem[key]]
-        if run.run_id in self._runs:
-            raise ConflictError(f"run {run.run_id} already exists")
-        active = self._active(run.thread_id)
-        if active is not None:
-            raise ThreadBusy(run.thread_id, active.run_id, active.status)
-        now = _now()
+        existing = self._admit(run)
+        if existing is not None:
+            return existing
         if thread is None:
             self._threads[run.thread_id] = ThreadRecord(
-                thread_id=run.thread_id, scope=run.scope, created_at=now
+                thread_id=run.thread_id, scope=run.scope, created_at=_now()
             )
         refs = self._thread_items.setdefault(run.thread_id, [])
-        rec = dataclasses.replace(run, created_at=now, updated_at=now)
-        self._runs[run.run_id] = rec
-        if key is not None:
-            self._idem[key] = run.run_id
-        self._inputs.setdefault(run.run_id, [])
+        rec = self._insert_run(run)
         for item in items:
             row = placed(
                 item,
@@ -412,16 +407,8 @@ class MemoryStore(MemoryDocuments):
         exit: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         check_segment_end(status)
-        run = await self.get_run(run_id)
-        self._check_fence(run_id, fence)
-        rec = dataclasses.replace(
-            run,
-            status=status,
-            exit=dict(exit) if exit is not None else run.exit,
-            updated_at=_now(),
-            lease_owner=None,
-            lease_expires_at=None,
-        )
+        await self.set_run_status(run_id, status, fence=fence, exit=exit)  # no await inside
+        rec = dataclasses.replace(self._runs[run_id], lease_owner=None, lease_expires_at=None)
         self._runs[run_id] = rec
         if status in TERMINAL_STATUSES:
             self._sealed.add(run_id)

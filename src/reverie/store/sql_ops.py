@@ -615,11 +615,13 @@ def begin_segment(
     now: float,
     take_over: str | None,
     window: int,
-) -> Op[SegmentStart]:
+) -> Op[tuple[SegmentStart, list[Any]]]:
     """Take the lease (the test and the write are one UPDATE), then start the run and read it.
 
     The UPDATE returns the run as it was but for its lease: its status tells whether it had
-    ended (then nothing more is written) and whether its last worker died mid-segment.
+    ended (then nothing more is written) and whether its last worker died mid-segment. The
+    window's rows are returned as read, oldest first, for the store to decode once the
+    transaction is over (SQLite: through its item cache, on the event loop).
     """
     [row] = yield [
         d.query(
@@ -631,7 +633,7 @@ def begin_segment(
         raise RunBusy(f"run {run_id} is leased by a live worker")
     run = codec.row_run(row[0])
     if run.status in TERMINAL_STATUSES:
-        return SegmentStart(fence=run.fence, run=run, prior_status=run.status)
+        return SegmentStart(fence=run.fence, run=run, prior_status=run.status), []
     updated = time.time()
     reads: list[Statement] = [
         d.exec(
@@ -647,15 +649,15 @@ def begin_segment(
     if window > 0:
         reads.append(d.query(_NEWEST_ITEMS, run.thread_id, window))
     _, checkpoint, [top], inputs, *newest = yield reads
-    return SegmentStart(
+    start = SegmentStart(
         fence=run.fence,
         run=dataclasses.replace(run, status="running", updated_at=updated),
         prior_status=run.status,
         checkpoint=codec.row_checkpoint(checkpoint[0]) if checkpoint else None,
         head_seq=int(top["head"]),
-        items=[codec.row_item(r) for r in reversed(newest[0])] if newest else [],
         inputs=[codec.row_input(r) for r in inputs],
     )
+    return start, list(reversed(newest[0])) if newest else []
 
 
 def end_segment(

@@ -9,13 +9,14 @@ where it does more than the op (SQLite's item cache, PostgreSQL's ``LISTEN``).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from reverie.core.scope import Scope
 from reverie.core.vocabulary import GateDecision
-from reverie.store import sql_ops as ops
+from reverie.store import rows as codec, sql_ops as ops
 from reverie.store.base import (
     CheckpointKind,
     CheckpointRecord,
@@ -217,9 +218,9 @@ class SQLStore(OpRunner):
     ) -> SegmentStart:
         """Lease the run, mark it running and read what its segment loads: one transaction.
 
-        See :meth:`Store.begin_segment`.
+        See :meth:`Store.begin_segment`. The window's rows are decoded after it.
         """
-        return await self._write_op(
+        start, rows = await self._write_op(
             "begin a segment",
             lambda: ops.begin_segment(
                 self.dialect,
@@ -231,6 +232,13 @@ class SQLStore(OpRunner):
                 window=window,
             ),
         )
+        if not rows:
+            return start
+        return dataclasses.replace(start, items=[self._decode_item(row) for row in rows])
+
+    def _decode_item(self, row: Any) -> TranscriptItem:
+        """An ``items`` row as a record (a backend with an item cache reads it there)."""
+        return codec.row_item(row)
 
     async def end_segment(
         self,

@@ -102,6 +102,9 @@ class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLStore):
             self._items.add(ops.step_items(run_id, step))
         return receipt
 
+    def _decode_item(self, row: Row) -> TranscriptItem:
+        return self._items.decode(row)  # the rows a segment begins with
+
     async def get_items(self, refs: Sequence[str]) -> list[TranscriptItem]:
         """Rows by ref, in the order asked; :class:`NotFoundError` names the first missing."""
         sql = "SELECT ref, * FROM items WHERE ref IN ({marks})"
