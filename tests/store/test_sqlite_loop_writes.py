@@ -19,7 +19,7 @@ import pytest
 
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
-from reverie.errors import LeaseLost, ThreadBusy, TranscriptConflict
+from reverie.errors import ConflictError, LeaseLost, ThreadBusy, TranscriptConflict
 from reverie.store import NewItem, RunRecord, SQLiteStore, TranscriptItem, open_store
 from reverie.store.base import StepWrite
 
@@ -157,7 +157,7 @@ async def test_a_failing_op_that_wrote_before_failing_is_undone_alone(
     )
     assert _stat(store, "loop_transactions") - before == 1
     assert not isinstance(outcomes[0], BaseException)
-    assert isinstance(outcomes[1], Exception)
+    assert isinstance(outcomes[1], ConflictError)  # the second row only: the first was undone
     assert outcomes[2] is None
     assert [i.ref for i in await store.thread_items(thread_id)] == [existing.ref]
     assert [i.content for i in await store.thread_items(other_thread)] == ["a"]
