@@ -7,6 +7,7 @@ processes are real child processes on the same file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sqlite3
@@ -163,6 +164,47 @@ async def test_a_failing_op_that_wrote_before_failing_is_undone_alone(
     assert [i.content for i in await store.thread_items(other_thread)] == ["a"]
     loaded = await store.load_checkpoint(other_run)
     assert loaded is not None and loaded.payload == b"b"
+
+
+async def test_every_caller_is_answered_only_after_its_batch_committed(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    runs = [await _leased_run(store, n) for n in range(20)]
+    last_thread = runs[-1][0]
+    seen: list[tuple[int, int]] = []
+
+    async def commit(thread_id: str, run_id: str, fence: int) -> None:
+        await store.commit_step(run_id, _step(thread_id, run_id, 0, run_id), fence=fence)
+        # At once, before this task yields: another connection must see this write and the
+        # batch's last one committed.
+        with contextlib.closing(sqlite3.connect(db_path)) as db:
+            mine, last = (
+                db.execute("SELECT count(*) FROM items WHERE thread_id = ?", (t,)).fetchone()[0]
+                for t in (thread_id, last_thread)
+            )
+        seen.append((mine, last))
+
+    before = _stat(store, "loop_transactions")
+    await asyncio.gather(*(commit(*run) for run in runs))
+    assert _stat(store, "loop_transactions") - before == 1
+    assert seen == [(1, 1)] * 20
+
+
+async def test_writes_from_another_event_loop_go_through_the_writer_thread(
+    store: SQLiteStore,
+) -> None:
+    _, run_id, fence = await _leased_run(store, 1)
+    before = store.write_stats()
+
+    def elsewhere() -> None:
+        asyncio.run(store.save_checkpoint(run_id, "BeforeModel", b"other loop", fence=fence))
+
+    await asyncio.to_thread(elsewhere)
+    after = store.write_stats()
+    assert after["handed_over"] == before["handed_over"] + 1
+    assert after["loop_transactions"] == before["loop_transactions"]
+    loaded = await store.load_checkpoint(run_id)
+    assert loaded is not None and loaded.payload == b"other loop"
 
 
 # another process holds the lock: the writer thread waits, the loop does not --------------
