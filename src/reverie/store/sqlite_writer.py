@@ -53,7 +53,18 @@ from typing import Any, Final, TypeVar
 from reverie.errors import StoreError
 from reverie.store.sqlite_schema import store_error
 
-__all__ = ["ConnectionThread", "Job", "run_group"]
+__all__ = [
+    "TRANSACT",
+    "ConnectionThread",
+    "Job",
+    "TransactionLost",
+    "Undo",
+    "forget",
+    "rollback",
+    "run_group",
+    "run_wrapped",
+    "settle",
+]
 
 T = TypeVar("T")
 
