@@ -19,13 +19,13 @@ Layout of a :class:`SQLiteStore`:
 - WAL checkpoints run on a **checkpoint** thread with its own connection
   (:mod:`reverie.store.sqlite_checkpoint`), never in a ``COMMIT`` on the loop; the WAL is
   bounded.
+- a **reader** connection (``query_only``) on a second thread. Under WAL it reads the last
+  committed state while a write is in progress. Each read method is one hop; each statement
+  runs on its own, so a read never holds a snapshot open.
 
 The SQL of every method is shared with PostgreSQL (:mod:`reverie.store.sql_ops`, run through
 :class:`~reverie.store.sql_store.SQLStore`); here are only the transcript reads, which go
 through the decoded-item cache.
-- a **reader** connection (``query_only``) on a second thread. Under WAL it reads the last
-  committed state while a write is in progress. Each read method is one hop; each statement
-  runs on its own, so a read never holds a snapshot open.
 
 Operations hold the write lock while they run: they are kept to statements, and the step
 commit, the hot path, has its columns and JSON built before the operation is queued. Transcript

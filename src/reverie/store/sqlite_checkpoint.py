@@ -6,9 +6,9 @@ makes itself (:mod:`reverie.store.sqlite_loop`) would stop the loop for the time
 copy the pages into the database file and sync it. A :class:`Checkpointer` does it instead, on
 its own thread and connection:
 
-- after each batch, the writer calls :meth:`Checkpointer.committed` (one ``stat`` of the
-  ``-wal`` file). Past ``pages`` pages the checkpoint thread is woken and runs a ``PASSIVE``
-  checkpoint, which never blocks a writer or a reader.
+- after each batch, the writer calls :meth:`Checkpointer.committed` (every eighth call: one
+  ``stat`` of the ``-wal`` file). Past ``pages`` pages the checkpoint thread is woken and runs
+  a ``PASSIVE`` checkpoint, which never blocks a writer or a reader.
 - the writer sets ``journal_size_limit = 0``: once a checkpoint copied every frame, the next
   commit starts the WAL over and truncates it, so the file's size is the WAL's real length.
 - a passive checkpoint can fall behind (a steady stream of commits, a reader of another process
@@ -37,6 +37,9 @@ DEFAULT_CHECKPOINT_PAGES = 1000
 
 _HARD_FACTOR = 4
 """The WAL is bounded at this many times the checkpoint threshold."""
+
+_LOOK_EVERY = 8
+"""Commits between two looks at the WAL's size (so it may pass a limit by 8 commits)."""
 
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
@@ -73,6 +76,7 @@ class Checkpointer:
         """Checkpoints run so far (passive and restart), for diagnostics."""
         self._wake = threading.Event()
         self._mark = 0  # the WAL's size when the checkpoint thread was last woken
+        self._commits = 0
         self._closing = False
         self._thread = threading.Thread(
             target=self._serve, name="reverie-sqlite-checkpoint", daemon=True
@@ -92,9 +96,14 @@ class Checkpointer:
     def committed(self) -> None:
         """After a commit (any thread): wake the checkpoint thread past the threshold.
 
-        Woken again only once the WAL grew by another threshold's worth (or started over):
-        a checkpoint that could not finish is not retried after every commit.
+        The WAL's size is looked at every :data:`_LOOK_EVERY` commits (a ``stat`` is not free
+        on a busy machine, and the event loop calls this). The checkpoint thread is woken again
+        only once the WAL grew by another threshold's worth (or started over): a checkpoint
+        that could not finish is not retried after every commit.
         """
+        self._commits += 1
+        if self._commits % _LOOK_EVERY and not self.over:
+            return
         size = self.wal_size()
         self.over = size > self.hard_limit
         if size > self.soft_limit and not self._wake.is_set():

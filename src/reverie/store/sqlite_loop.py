@@ -159,7 +159,6 @@ class LoopWriter:
         if late:  # nothing of the batch committed: every job still waiting goes to the thread
             self._hand_over(late)
             return
-        self.loop_batches += 1
         self._checkpointer.committed()
         settle([job.outcome() for job in batch])
 
@@ -188,6 +187,7 @@ class LoopWriter:
                     conn.execute("ROLLBACK TO batch")
                     run_group(conn, forget(batch), savepoints=True)
             conn.execute("COMMIT")
+            self.loop_batches += 1
         except (sqlite3.Error, TransactionLost):
             rollback(conn)
             return forget(batch)

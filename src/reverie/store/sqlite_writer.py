@@ -7,6 +7,11 @@ futures of everything it served in one go with
 :meth:`~asyncio.AbstractEventLoop.call_soon_threadsafe`. One call costs one thread hop each way,
 however many statements the function runs.
 
+The writer's connection is shared with the event loop, which commits most writes itself
+(:mod:`reverie.store.sqlite_loop`); the writer thread takes the batches the loop cannot run
+without waiting (:meth:`ConnectionThread.hand_over`), and enters ``hold`` (the shared lock, its
+own ``busy_timeout``) around each batch.
+
 **Group commit** (:meth:`ConnectionThread.transact`, used on the writer). The thread takes
 everything queued when it wakes and runs the transactional operations among it, in the order
 they were queued, in ONE ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction:
@@ -48,7 +53,18 @@ from typing import Any, Final, TypeVar
 from reverie.errors import StoreError
 from reverie.store.sqlite_schema import store_error
 
-__all__ = ["ConnectionThread", "Job", "run_group"]
+__all__ = [
+    "TRANSACT",
+    "ConnectionThread",
+    "Job",
+    "TransactionLost",
+    "Undo",
+    "forget",
+    "rollback",
+    "run_group",
+    "run_wrapped",
+    "settle",
+]
 
 T = TypeVar("T")
 
