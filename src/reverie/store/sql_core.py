@@ -217,7 +217,12 @@ POSTGRES = Dialect(
     share=" FOR SHARE",
     text=pg_text,
     array_params=True,
-    events_lock="SELECT pg_advisory_xact_lock(hashtext(?))",
+    # The event log is best effort (a failed write is dropped, a follower rebuilds a missing
+    # run_finished from the run's exit): its commits do not wait for the WAL flush, which the
+    # next step commit of the run makes (a server crash may lose the newest events, no step).
+    events_lock=(
+        "SELECT pg_advisory_xact_lock(hashtext(?)), set_config('synchronous_commit', 'off', true)"
+    ),
     events_notify=f"SELECT pg_notify('{EVENTS_CHANNEL}', ?)",
     bytewise=' COLLATE "C"',
     real="DOUBLE PRECISION",
