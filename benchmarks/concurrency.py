@@ -1,6 +1,7 @@
 """Many concurrent runs in one process (DESIGN §18; issue 11's targets).
 
     python benchmarks/concurrency.py [--runs 1000] [--steps 5] [--latency-ms 20] [--gc MODE]
+        [--postgres URL [--pg-connections 8]]
 
 Each run makes ``steps`` tool calls against a model that takes ``latency`` per answer, so the
 ideal wall time is (steps + 1) x latency. The runs are started concurrently (``Runtime.start``
@@ -10,6 +11,10 @@ benchmark. Printed: wall time and its ratio to the ideal for a bare asyncio loop
 waits, the in-memory store and durable SQLite, and the ratio to each target; for reverie also
 the process's CPU time and the part of it spent in the garbage collector (steadier than wall
 time on a loaded machine).
+
+``--postgres URL`` (a role that may create schemas) adds PostgreSQL, in a schema of its own,
+with a store of ``--pg-connections`` connections: every operation of the 1,000 runs waits its
+turn for one of them (no timeout, so no pool exhaustion error), and the figure says how long.
 
 ``--gc default`` keeps Python's collector settings; ``--gc server`` applies what ``reverie
 serve`` and ``reverie worker`` do after start-up (``gc.freeze()`` and the server thresholds,
@@ -24,6 +29,7 @@ import gc
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest, ModelResponse
@@ -91,7 +97,9 @@ Figures = tuple[float, float, float]
 """Wall seconds, CPU seconds of the process, CPU seconds in the garbage collector."""
 
 
-async def reverie_runs(runs: int, steps: int, latency: float, url: str) -> Figures:
+async def reverie_runs(
+    runs: int, steps: int, latency: float, url: str, *, pg_connections: int = 8
+) -> Figures:
     model = Counted(steps, latency)
     agent = Agent(
         name="bench",
@@ -99,7 +107,14 @@ async def reverie_runs(runs: int, steps: int, latency: float, url: str) -> Figur
         tools=[bump],
         limits=Limits(max_iterations=steps + 5),
     )
-    async with Runtime.open(url, max_concurrent_runs=runs) as rt:
+    if url.startswith("postgresql://"):
+        from reverie.store.postgres import PostgresStore
+
+        store = PostgresStore(url, max_connections=pg_connections)
+        opened: Any = Runtime(store, max_concurrent_runs=runs)
+    else:
+        opened = Runtime.open(url, max_concurrent_runs=runs)
+    async with opened as rt:
         cpu, in_gc = time.process_time(), GC_CLOCK.seconds
         start = time.perf_counter()
         handles = await asyncio.gather(
@@ -118,7 +133,14 @@ async def reverie_runs(runs: int, steps: int, latency: float, url: str) -> Figur
     return elapsed, cpu, in_gc
 
 
-async def measure(runs: int, steps: int, latency_ms: float, gc_mode: str) -> None:
+async def measure(
+    runs: int,
+    steps: int,
+    latency_ms: float,
+    gc_mode: str,
+    postgres: str | None = None,
+    pg_connections: int = 8,
+) -> None:
     latency = latency_ms / 1000
     ideal = (steps + 1) * latency
     b = await bare(runs, steps, latency)
@@ -126,6 +148,15 @@ async def measure(runs: int, steps: int, latency_ms: float, gc_mode: str) -> Non
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'c.db'}"
         rows.append(("reverie SQLite", await reverie_runs(runs, steps, latency, url)))
+    if postgres is not None:
+        from reverie.store.postgres import temporary_schema
+
+        async with temporary_schema(postgres, prefix="reverie_bench") as scoped:
+            figures = await reverie_runs(
+                runs, steps, latency, scoped, pg_connections=pg_connections
+            )
+        rows.append(("reverie PostgreSQL", figures))
+        print(f"(PostgreSQL: one store of {pg_connections} connections)")
     print(
         f"{runs} runs x {steps} tool steps, model latency {latency_ms:.0f} ms "
         f"(ideal wall {ideal * 1e3:.0f} ms), gc {gc_mode} {gc.get_threshold()}"
@@ -141,12 +172,19 @@ async def measure(runs: int, steps: int, latency_ms: float, gc_mode: str) -> Non
         )
 
 
-async def main(runs: int, steps: int, latency_ms: float, gc_mode: str) -> None:
+async def main(
+    runs: int,
+    steps: int,
+    latency_ms: float,
+    gc_mode: str,
+    postgres: str | None = None,
+    pg_connections: int = 8,
+) -> None:
     modes = ["default", "server"] if gc_mode == "both" else [gc_mode]
     for mode in modes:
         if mode == "server":
             tune_gc_for_server()
-        await measure(runs, steps, latency_ms, mode)
+        await measure(runs, steps, latency_ms, mode, postgres, pg_connections)
 
 
 if __name__ == "__main__":
@@ -155,5 +193,7 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--gc", choices=("default", "server", "both"), default="default")
+    parser.add_argument("--postgres", metavar="URL", help="also measure PostgreSQL at URL")
+    parser.add_argument("--pg-connections", type=int, default=8, help="PostgreSQL pool size")
     a = parser.parse_args()
-    asyncio.run(main(a.runs, a.steps, a.latency_ms, a.gc))
+    asyncio.run(main(a.runs, a.steps, a.latency_ms, a.gc, a.postgres, a.pg_connections))

@@ -2,9 +2,8 @@
 
 A relay between the store and the server reads the client's protocol messages: the statements
 it sends (``Parse``) and the points where it asks for results and waits for them (``Sync``,
-``Flush``). A step commit is one round trip when the client sends everything from ``BEGIN`` to
-``COMMIT`` without asking for a result in between (pipeline mode). Needs
-``REVERIE_TEST_POSTGRES_URL``.
+``Flush``). A step commit is one round trip when the client sends all its statements before it
+first asks for a result (pipeline mode). Needs ``REVERIE_TEST_POSTGRES_URL``.
 """
 
 from __future__ import annotations
@@ -97,7 +96,7 @@ async def relayed() -> AsyncIterator[tuple[PostgresStore, Relay]]:
         relay = Relay(url)
         server, through = await relay.start()
         try:
-            async with PostgresStore(through) as store:
+            async with PostgresStore(through, max_connections=1) as store:  # one connection reused
                 yield store, relay
         finally:
             server.close()
@@ -125,18 +124,18 @@ def _step(seq: int, *, guard: int | None = None) -> StepWrite:
     )
 
 
-def _waits_inside_the_transaction(sent: list[str]) -> int:
-    """How often the client waited for results between its last ``BEGIN`` and ``COMMIT``."""
-    begin = len(sent) - 1 - sent[::-1].index("BEGIN")
-    commit = sent.index("COMMIT", begin)
-    return sent[begin:commit].count("wait")
+def _waits_before_the_last_statement(sent: list[str]) -> int:
+    """How often the client waited for results before it had sent all its statements."""
+    last = max(i for i, token in enumerate(sent) if token != "wait")
+    return sent[:last].count("wait")
 
 
 async def test_a_step_commit_is_one_round_trip(relayed: tuple[PostgresStore, Relay]) -> None:
     store, relay = relayed
     fence = await _running(store)
+    start = len(relay.sent)
     receipt = await store.commit_step("r", _step(2, guard=0), fence=fence)
-    assert _waits_inside_the_transaction(relay.sent) == 0
+    assert _waits_before_the_last_statement(relay.sent[start:]) == 0
     assert receipt.head_seq == 2 and not receipt.inputs_waiting
     cp = await store.load_checkpoint("r")
     assert cp is not None and cp.payload == b"state"
@@ -163,8 +162,9 @@ async def test_a_step_with_an_input_waiting_writes_its_rows_but_not_its_checkpoi
     store, relay = relayed
     fence = await _running(store)
     await store.enqueue_input("r", "steering", {"text": "also"}, input_id="in-1")
+    start = len(relay.sent)
     receipt = await store.commit_step("r", _step(2, guard=0), fence=fence)
-    assert _waits_inside_the_transaction(relay.sent) == 0
+    assert _waits_before_the_last_statement(relay.sent[start:]) == 0
     assert receipt.inputs_waiting
     assert await store.load_checkpoint("r") is None
     assert [i.seq for i in await store.thread_items("t")] == [1, 2]

@@ -22,7 +22,9 @@ How the rules of the ``Store`` protocol hold with many writers (READ COMMITTED, 
 
 The SQL of every method is shared with SQLite (:mod:`reverie.store.sql_ops`, run through
 :class:`~reverie.store.sql_store.SQLStore` in pipeline mode: a batch of statements is one
-round trip); here are only the transcript reads and the ``LISTEN`` of event followers.
+round trip, and a step commit is one batch); here are only the transcript reads, which go
+through the item cache (:mod:`reverie.store.item_cache`), and the ``LISTEN`` of event
+followers.
 
 Every ``psycopg`` error is re-raised as :class:`StoreError` (or :class:`ConflictError` for an
 integrity violation) with the original in ``__cause__``; messages name the database as

@@ -185,45 +185,83 @@ class _Guarded(Generic[T]):
     op: Op[T]
     batch: Sequence[Statement]
     sent: list[Any]
+    explicit: bool
+    """Sent inside a ``BEGIN`` … ``COMMIT`` (else: the pipeline's implicit transaction)."""
 
-    async def finish(self, held: bool) -> T:
+    async def finish(self, conn: Conn, held: bool) -> T:
         """Send the op the batch's results; its answer (or the error of a check it makes).
 
         If the guard did not hold, the transaction failed there: the op is sent the rows read
-        before the guard, ``False`` for the guard and ``None`` for the statements after it.
+        before the guard, ``None`` for the guard and for the statements after it, and what it
+        yields next runs in a new transaction.
         """
         results: list[Any] = []
         for statement, cur in zip(self.batch, self.sent, strict=True):
-            if isinstance(statement, Guard):
-                results.append(held)
-                if not held:
-                    results += [None] * (len(self.batch) - len(results))
-                    break
-            elif isinstance(statement, Query):
+            if isinstance(statement, Guard) and not held:
+                results += [None] * (len(self.batch) - len(results))
+                break
+            if isinstance(statement, Query | Guard):
                 results.append(await cur.fetchall())  # read already: no round trip
             elif isinstance(statement, Count):
                 results.append(cur.rowcount)
             else:
                 results.append(None)
         try:
-            self.op.send(results)
+            batch = self.op.send(results)
         except StopIteration as stop:
             answer: T = stop.value
             return answer
-        raise TypeError("an op yielded a batch after its guarded (last) one")
+        if held:
+            raise TypeError("an op yielded a batch after a guard that held (its last)")
+        async with conn.pipeline() as pipeline:
+            try:
+                outcome = await _drive(conn, self.op, pipeline, begin=True, first=batch)
+            except BaseException:
+                await _rollback(conn, pipeline)
+                raise
+            if isinstance(outcome, _Guarded):
+                raise TypeError("an op yielded a second guarded batch")
+            await conn.execute("COMMIT")
+        return outcome
 
 
-async def _drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None) -> T | _Guarded[T]:
-    """Run ``op`` on ``conn``: its answer, or its guarded last batch, sent with ``COMMIT``."""
+async def _drive(
+    conn: Conn,
+    op: Op[T],
+    pipeline: AsyncPipeline | None,
+    *,
+    begin: bool = False,
+    first: Sequence[Statement] | None = None,
+) -> T | _Guarded[T]:
+    """Run ``op`` on ``conn``: its answer, or its guarded last batch, sent to be committed.
+
+    ``begin``: open the op's transaction (``BEGIN``) first. An op whose first batch is
+    guarded needs no ``BEGIN`` and no ``COMMIT``: in pipeline mode the statements up to the
+    next ``Sync`` are one implicit transaction, committed at that ``Sync`` (and rolled back
+    there if a statement fails), which saves the client two statements of a step commit.
+    ``first``: the op's next batch, if it was taken already.
+    """
     try:
-        batch = next(op)
+        try:
+            batch = next(op) if first is None else first
+        except StopIteration:
+            if begin:  # an op with no statements: its COMMIT still has a transaction
+                await conn.execute("BEGIN")
+            raise
+        opening = True
         while True:
+            guarded = any(isinstance(st, Guard) for st in batch)
+            if guarded and pipeline is None:
+                raise TypeError("a Guard is sent in pipeline mode (with its batch's COMMIT)")
+            if opening and begin and not guarded:
+                await conn.execute("BEGIN")
             sent = [await _send(conn, statement) for statement in batch]
-            if any(isinstance(st, Guard) for st in batch):
-                if pipeline is None:
-                    raise TypeError("a Guard is sent in pipeline mode (with its batch's COMMIT)")
-                await conn.execute("COMMIT")
-                return _Guarded(op, batch, sent)
+            if guarded:
+                explicit = begin and not opening
+                if explicit:
+                    await conn.execute("COMMIT")
+                return _Guarded(op, batch, sent, explicit=explicit)
+            opening = False
             if pipeline is not None and any(isinstance(st, Count) for st in batch):
                 await pipeline.sync()  # a row count is known once the results are in
             results: list[Any] = []
@@ -406,7 +444,8 @@ class PostgresConnections:
         ``transaction()`` would sync at both ends): ``BEGIN`` travels with the op's first
         batch and ``COMMIT`` with its last. An op whose last batch is guarded (a
         :class:`~reverie.store.sql_core.Guard`: a step commit) sends its checks, its writes and
-        the ``COMMIT`` at once, and reads their results as the pipeline ends: one round trip.
+        the ``COMMIT`` at once (an op of one such batch needs neither: the pipeline's implicit
+        transaction), and reads their results as the pipeline ends: one round trip.
         """
         with self._errors(action):
             async with self._connection() as conn:
@@ -414,9 +453,8 @@ class PostgresConnections:
                 held = True
                 try:
                     async with conn.pipeline() as pipeline:
-                        await conn.execute("BEGIN")
                         try:
-                            outcome = await _drive(conn, make(), pipeline)
+                            outcome = await _drive(conn, make(), pipeline, begin=True)
                         except BaseException:
                             await _rollback(conn, pipeline)
                             raise
@@ -429,11 +467,12 @@ class PostgresConnections:
                     if guarded is None or not refused(exc):
                         raise
                     held = False  # the transaction failed at the guard, so did its COMMIT
-                    await conn.execute("ROLLBACK")
+                    if guarded.explicit:
+                        await conn.execute("ROLLBACK")
                 if guarded is None:
                     assert not isinstance(outcome, _Guarded)
                     return outcome
-                return await guarded.finish(held)
+                return await guarded.finish(conn, held)
 
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op outside a transaction (each statement its own snapshot)."""

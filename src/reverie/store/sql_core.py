@@ -81,11 +81,13 @@ class Many:
 
 @dataclass(frozen=True, slots=True)
 class Guard:
-    """A check the writes after it in its batch rest on (its result: whether it held).
+    """A check the writes after it in its batch rest on (its result: its row, or ``None``).
 
     Only ops of a :attr:`Dialect.one_trip` dialect yield one, in their last batch: the backend
     sends that batch with the ``COMMIT``, and a guard that does not hold fails the transaction
-    there, so none of the batch's writes land. Built by :meth:`Dialect.guard`.
+    there, so none of the batch's writes land, and the op is sent ``None`` for it (and for the
+    statements after it); it may then yield more batches, which run in a new transaction.
+    Built by :meth:`Dialect.guard`.
     """
 
     sql: str
@@ -145,7 +147,7 @@ class Dialect:
     one_trip: bool = False
     """A step commit sends its checks and writes in one batch behind a :class:`Guard` (a
     batch is one round trip here; SQLite decides between two batches in process instead)."""
-    guard_sql: str = "SELECT ({}) AS ok"
+    guard_sql: str = "SELECT ({condition}) AS ok{also}"
     """A :class:`Guard`: one row whose ``ok`` is the condition, or an error if it is false."""
     version_table_missing: str = (
         "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master"
@@ -176,9 +178,16 @@ class Dialect:
         """A :class:`Count` in this dialect."""
         return Count(self.sql(statement), params)
 
-    def guard(self, condition: str, *params: Any) -> Guard:
-        """A :class:`Guard` on ``condition`` (SQL written with ``?``) in this dialect."""
-        return Guard(self.sql(self.guard_sql.format(condition)), params)
+    def guard(
+        self, condition: str, *params: Any, also: str = "", also_params: Sequence[Any] = ()
+    ) -> Guard:
+        """A :class:`Guard` on ``condition`` (SQL written with ``?``) in this dialect.
+
+        ``also``: more columns of its row (``", (SELECT …) AS name"``), read in the guard's
+        snapshot, with their parameters.
+        """
+        sql = self.guard_sql.format(condition=condition, also=also)
+        return Guard(self.sql(sql), [*params, *also_params])
 
     def insert(self, table: str, columns: Columns, suffix: str = "") -> Count:
         """Insert one row (``suffix``: an ``ON CONFLICT`` clause); counts the rows inserted."""
@@ -217,7 +226,12 @@ POSTGRES = Dialect(
     share=" FOR SHARE",
     text=pg_text,
     array_params=True,
-    events_lock="SELECT pg_advisory_xact_lock(hashtext(?))",
+    # The event log is best effort (a failed write is dropped, a follower rebuilds a missing
+    # run_finished from the run's exit): its commits do not wait for the WAL flush, which the
+    # next step commit of the run makes (a server crash may lose the newest events, no step).
+    events_lock=(
+        "SELECT pg_advisory_xact_lock(hashtext(?)), set_config('synchronous_commit', 'off', true)"
+    ),
     events_notify=f"SELECT pg_notify('{EVENTS_CHANNEL}', ?)",
     bytewise=' COLLATE "C"',
     real="DOUBLE PRECISION",
@@ -228,7 +242,8 @@ POSTGRES = Dialect(
     # No built-in raises an error on demand: a cast that cannot parse fails the transaction
     # with the marker in its message (recognised by postgres_connections.refused).
     guard_sql=(
-        f"SELECT CAST(CASE WHEN ({{}}) THEN 'true' ELSE '{GUARD_REFUSED}' END AS BOOLEAN) AS ok"
+        "SELECT CAST(CASE WHEN ({condition}) THEN 'true'"
+        f" ELSE '{GUARD_REFUSED}' END AS BOOLEAN) AS ok{{also}}"
     ),
 )
 """READ COMMITTED: rows a decision rests on are locked, and read again after the lock."""

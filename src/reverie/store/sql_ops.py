@@ -28,7 +28,6 @@ from reverie.errors import (
     NotFoundError,
     RunBusy,
     RunEndedError,
-    StoreError,
     ThreadBusy,
     TranscriptConflict,
     UsageError,
@@ -288,8 +287,15 @@ def prepare_step(d: Dialect, run_id: str, step: StepWrite) -> PreparedStep:
     return PreparedStep(always=always, guarded=guarded)
 
 
+_GUARD_TOPS = (
+    ", (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) AS head,"
+    " (SELECT COALESCE(MAX(cursor), 0) FROM inputs WHERE run_id = ?) AS top_cursor"
+)
+
+
 def _step_guard(d: Dialect, run_id: str, step: StepWrite, fence: int) -> Statement:
-    """What the one-trip step commit's writes rest on: the checks of :func:`commit_step`."""
+    """The one-trip step commit's guard: the checks of :func:`commit_step` in SQL, read after
+    the locks; its row has the heads of the receipt."""
     condition = (
         "EXISTS (SELECT 1 FROM threads WHERE thread_id = ?)"
         " AND EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND fence = ?)"
@@ -297,15 +303,13 @@ def _step_guard(d: Dialect, run_id: str, step: StepWrite, fence: int) -> Stateme
     params: list[Any] = [step.thread_id, run_id, fence]
     if step.items:
         after = step.after_seq
-        # Rows that do not follow after_seq fail the step whatever the head (UsageError or
-        # TranscriptConflict, told apart below from the checks' rows).
         placed_right = after is not None and all(
             item.seq == after + n and item.thread_id == step.thread_id
             for n, item in enumerate(step.items, start=1)
         )
         condition += " AND (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) = ? AND ?"
         params += [step.thread_id, after, placed_right]
-    return d.guard(condition, *params)
+    return d.guard(condition, *params, also=_GUARD_TOPS, also_params=(step.thread_id, run_id))
 
 
 def commit_step(
@@ -313,42 +317,38 @@ def commit_step(
 ) -> Op[StepReceipt]:
     """:meth:`reverie.store.base.Store.commit_step`: every check, then every write.
 
-    In a :attr:`~reverie.store.sql_core.Dialect.one_trip` dialect the checks and the writes are
-    one batch, the writes behind a guard that repeats the checks in SQL: one round trip.
+    In a :attr:`~reverie.store.sql_core.Dialect.one_trip` dialect the locks, a guard that makes
+    the checks in SQL (and reads the heads) and the writes are one batch: one round trip. When
+    the guard refuses, nothing was written and the checks run again in a new transaction, two
+    batches as on SQLite, to raise the error they find (or, if the rows changed since, to write
+    the step after all).
     """
     # The thread, then the run (the order every op locks them in); the tops after both locks.
-    checks: list[Statement] = [
-        d.query(_LOCK_THREAD, step.thread_id),
-        d.query(_LOCK_RUN, run_id),
-        d.query(_STEP_TOPS, step.thread_id, run_id),
-    ]
+    locks: list[Statement] = [d.query(_LOCK_THREAD, step.thread_id), d.query(_LOCK_RUN, run_id)]
     if d.one_trip:
         writes = [*prepared.always, *prepared.guarded]
-        thread, run, [tops], held, *_ = yield [
-            *checks,
-            _step_guard(d, run_id, step, fence),
-            *writes,
-        ]
-    else:
-        thread, run, [tops] = yield checks
-        held = True
+        _, run, guard, *_ = yield [*locks, _step_guard(d, run_id, step, fence), *writes]
+        if guard is not None:
+            return _receipt(step, guard[0], run[0])
+    thread, run, [tops] = yield [*locks, d.query(_STEP_TOPS, step.thread_id, run_id)]
     if not thread:
         raise NotFoundError(f"thread {step.thread_id} not found")
     raise_if_stale(run_id, fence, int(run[0]["fence"]) if run else None)
-    head = int(tops["head"])
     if step.items:
-        _check_items(step, head)
-    if not held:
-        raise StoreError(f"run {run_id}: the step commit's guard failed where its checks held")
+        _check_items(step, int(tops["head"]))
+    receipt = _receipt(step, tops, run[0])
+    writes = prepared.always if receipt.inputs_waiting else [*prepared.always, *prepared.guarded]
+    if writes:
+        yield writes
+    return receipt
+
+
+def _receipt(step: StepWrite, tops: Mapping[str, Any], run: Mapping[str, Any]) -> StepReceipt:
     waiting = step.guard_cursor is not None and int(tops["top_cursor"]) > step.guard_cursor
-    if not d.one_trip:
-        writes = prepared.always if waiting else [*prepared.always, *prepared.guarded]
-        if writes:
-            yield writes
     return StepReceipt(
-        head_seq=head + len(step.items),
+        head_seq=int(tops["head"]) + len(step.items),
         inputs_waiting=waiting,
-        cancel_requested=bool(run[0]["cancel_requested"]),
+        cancel_requested=bool(run["cancel_requested"]),
     )
 
 

@@ -82,7 +82,8 @@ class SQLStore(OpRunner):
 
         The thread and run rows are read first (on PostgreSQL locked ``FOR NO KEY UPDATE``:
         appends to the thread, enqueues to the run and lease takeovers wait), then the heads,
-        then everything is written: on PostgreSQL in pipeline mode, two round trips in all.
+        then everything is written: on PostgreSQL in one round trip, the writes behind a guard
+        (:func:`reverie.store.sql_ops.commit_step`).
         """
         prepared = ops.prepare_step(self.dialect, run_id, step)  # before any lock is held
         return await self._write_op(
