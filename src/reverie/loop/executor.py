@@ -843,8 +843,12 @@ def response_bytes(response: ModelResponse) -> int:
     size = len(response.text.encode())
     for call in response.tool_calls:
         size += len(call.name.encode()) + len((call.arguments_error or "").encode())
-        size += len(json.dumps(dict(call.arguments), ensure_ascii=False, default=str).encode())
+        size += len(_ARGUMENTS_JSON.encode(dict(call.arguments)).encode())
     return size
+
+
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+"""Built once (``json.dumps`` with options builds an encoder per call)."""
 
 
 class _DeadlinePassed(Exception):

@@ -303,14 +303,16 @@ def encode_checkpoint(state: LoopExecutionState, *, family_digest: str) -> bytes
     reserved for hashes, where cross-implementation identity matters): the pure-Python RFC 8785
     encoder costs more than the rest of a tick, and the payload only round-trips through us.
     """
-    return json.dumps(
+    return _CHECKPOINT_JSON.encode(
         {
             "schema_id": STATE_SCHEMA_ID,
             "family_digest": family_digest,
             "state": state_to_dict(state),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
+        }
     ).encode()
+
+
+_CHECKPOINT_JSON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""One encoder for every checkpoint (``json.dumps`` with options builds a new one per call)."""

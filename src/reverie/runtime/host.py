@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.canonical import digest
@@ -22,6 +22,7 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
+from reverie.core.fastcopy import replace
 from reverie.core.ids import new_id
 from reverie.core.messages import (
     Message,
