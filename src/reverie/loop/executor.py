@@ -258,7 +258,8 @@ class _Executor:
         surface = self.family.capabilities.filter(s, full)
         if not set(surface.names()) <= set(full.names()):
             raise self._fail(s, "driver_bug", "capability strategy widened the surface")
-        s = replace(s, surface_version=surface.version)
+        if s.surface_version != surface.version:
+            s = replace(s, surface_version=surface.version)
         bundle = await self.host.prompt.build(s, plan, surface)
 
         # 4b. Compact the context when it outgrew its budget; the next checkpoint takes the

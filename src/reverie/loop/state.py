@@ -27,6 +27,12 @@ STATE_SCHEMA_ID = "reverie.loop.state/2"
 WavePolicy = Literal["parallel", "sequential"]
 
 
+def pushed(ring: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:
+    """``ring`` with ``values`` pushed on, keeping the last ``RING`` (for one state copy when
+    a ring changes with other fields)."""
+    return (ring + values)[-RING:]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetLedger:
     """What the run has consumed so far."""
@@ -142,13 +148,11 @@ class LoopExecutionState:
 
     def with_signatures(self, signatures: tuple[str, ...]) -> LoopExecutionState:
         """Push signatures onto the ring (keeps the last ``RING``)."""
-        return replace(
-            self, recent_call_signatures=(self.recent_call_signatures + signatures)[-RING:]
-        )
+        return replace(self, recent_call_signatures=pushed(self.recent_call_signatures, signatures))
 
     def with_failure_kinds(self, kinds: tuple[str, ...]) -> LoopExecutionState:
         """Push outcome kinds onto the failure ring (keeps the last ``RING``)."""
-        return replace(self, recent_failure_kinds=(self.recent_failure_kinds + kinds)[-RING:])
+        return replace(self, recent_failure_kinds=pushed(self.recent_failure_kinds, kinds))
 
     def with_nested_usage(self, usages: Sequence[Usage | None]) -> LoopExecutionState:
         """Charge what nested runs (subagents) spent for this wave's calls to the ledger.
