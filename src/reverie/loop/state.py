@@ -199,8 +199,10 @@ _RETIRED_SLOTS: frozenset[str] = frozenset(
 them empty (or not at all); they are read past."""
 
 
-def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
-    """JSON-able form of the state."""
+def state_to_dict(
+    state: LoopExecutionState, *, host_state: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """JSON-able form of the state; ``host_state`` (if given) stands for the state's own."""
     b = state.budget
     wave = state.pending_wave
     done = state.completion
@@ -245,7 +247,15 @@ def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
             "rejected": [list(r) for r in wave.rejected],
         },
         # Empty slots are left out (state_from_dict restores them as empty).
-        "slots": {name: dict(value) for name in _SLOTS if (value := getattr(state, name))},
+        "slots": {
+            name: dict(value)
+            for name in _SLOTS
+            if (
+                value := host_state
+                if name == "host_state" and host_state is not None
+                else getattr(state, name)
+            )
+        },
     }
 
 
@@ -300,8 +310,16 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
     )
 
 
-def encode_checkpoint(state: LoopExecutionState, *, family_digest: str) -> bytes:
+def encode_checkpoint(
+    state: LoopExecutionState,
+    *,
+    family_digest: str,
+    host_state: Mapping[str, Any] | None = None,
+) -> bytes:
     """Checkpoint payload: deterministic JSON of the state, the schema id and the family digest.
+
+    ``host_state`` (if given) is written in place of the state's own (the host adds its part
+    at each commit without copying the state for it).
 
     Sorted keys, no whitespace, no NaN: byte-identical for equal states. Not RFC 8785 (which is
     reserved for hashes, where cross-implementation identity matters): the pure-Python RFC 8785
@@ -311,7 +329,7 @@ def encode_checkpoint(state: LoopExecutionState, *, family_digest: str) -> bytes
         {
             "schema_id": STATE_SCHEMA_ID,
             "family_digest": family_digest,
-            "state": state_to_dict(state),
+            "state": state_to_dict(state, host_state=host_state),
         }
     ).encode()
 

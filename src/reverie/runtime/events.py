@@ -65,18 +65,21 @@ class EventBus:
     def __init__(self) -> None:
         self._buffer: deque[RunEvent] = deque(maxlen=MAX_BUFFERED_EVENTS)
         self._queues: list[EventQueue] = []
-        self._taps: list[Callable[[RunEvent], None]] = []
+        # A tuple, replaced on (un)tap: emit iterates it as it stands, with no copy per event.
+        self._taps: tuple[Callable[[RunEvent], None], ...] = ()
         self._closed = False
         self._closing: asyncio.Event | None = None
 
     def tap(self, listener: Callable[[RunEvent], None]) -> None:
         """Call ``listener`` with every event published from now on (it must not block)."""
-        self._taps.append(listener)
+        self._taps = (*self._taps, listener)
 
     def untap(self, listener: Callable[[RunEvent], None]) -> None:
         """Stop calling ``listener``."""
         if listener in self._taps:
-            self._taps.remove(listener)
+            taps = list(self._taps)
+            taps.remove(listener)
+            self._taps = tuple(taps)
 
     def emit(self, event: RunEvent) -> None:
         """Publish an event (never blocks)."""
@@ -85,7 +88,7 @@ class EventBus:
         self._buffer.append(event)
         for q in self._queues:
             q.put_nowait(event)
-        for listener in list(self._taps):
+        for listener in self._taps:
             listener(event)
 
     def close(self) -> None:

@@ -22,7 +22,6 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
-from reverie.core.fastcopy import replace
 from reverie.core.ids import new_id
 from reverie.core.messages import (
     Message,
@@ -370,8 +369,9 @@ class StoreCheckpoints:
             host_state["poisoned_hooks"] = sorted(ctx.poisoned)
             if ctx.gated:
                 host_state["gated_tools"] = dict(ctx.gated)
-            state = replace(state, host_state=host_state)
-            payload = encode_checkpoint(state, family_digest=ctx.family_digest)
+            payload = encode_checkpoint(
+                state, family_digest=ctx.family_digest, host_state=host_state
+            )
         elif not items and not journal and ack_cursor is None and not seal:
             return CommitReceipt(written=True)
         step = StepWrite(
