@@ -7,6 +7,7 @@ here, so key order or float spelling can never change an identity.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from typing import Any
 
@@ -44,11 +45,47 @@ def canonical_json(value: Any) -> bytes:
     Raises:
         NotCanonicalizable: ``value`` holds NaN, an infinity or a non-JSON type.
     """
+    if _plain(value):
+        try:
+            return _PLAIN_JSON.encode(value).encode()
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: the RFC 8785 encoder below says why it is refused
     _check_finite(value)
     try:
         return rfc8785.dumps(value)
     except Exception as exc:  # rfc8785 raises several types for unsupported values
         raise NotCanonicalizable(str(exc)) from exc
+
+
+_PLAIN_JSON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""For :func:`_plain` values the standard library writes RFC 8785 byte for byte: the same
+escapes (the short ones, else lowercase ``\\u00xx`` for control characters, nothing else),
+ASCII keys sort the same by code point as by UTF-16 unit, and no floats are involved. It is
+C code; the RFC 8785 package is pure Python and its cost showed in every model call."""
+
+_SAFE_INT = 2**53 - 1
+"""RFC 8785 numbers are IEEE doubles: past this an integer is not written as-is."""
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only exact ``str``/``bool``/``None``/safe ``int`` leaves and
+    ``dict`` (ASCII keys), ``list`` and ``tuple`` containers (anything else takes the RFC 8785
+    encoder: floats, subclasses, non-ASCII keys, large integers)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(-_SAFE_INT <= value <= _SAFE_INT)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii() or not _plain(item):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(_plain(item) for item in value)
+    return False
 
 
 def digest(value: Any) -> str:

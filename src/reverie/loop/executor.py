@@ -256,9 +256,10 @@ class _Executor:
         self._boundary()
         full = self.host.capabilities.surface()
         surface = self.family.capabilities.filter(s, full)
-        if not set(surface.names()) <= set(full.names()):
+        if surface is not full and not set(surface.names()) <= set(full.names()):
             raise self._fail(s, "driver_bug", "capability strategy widened the surface")
-        s = replace(s, surface_version=surface.version)
+        if s.surface_version != surface.version:
+            s = replace(s, surface_version=surface.version)
         bundle = await self.host.prompt.build(s, plan, surface)
 
         # 4b. Compact the context when it outgrew its budget; the next checkpoint takes the
@@ -843,8 +844,12 @@ def response_bytes(response: ModelResponse) -> int:
     size = len(response.text.encode())
     for call in response.tool_calls:
         size += len(call.name.encode()) + len((call.arguments_error or "").encode())
-        size += len(json.dumps(dict(call.arguments), ensure_ascii=False, default=str).encode())
+        size += len(_ARGUMENTS_JSON.encode(dict(call.arguments)).encode())
     return size
+
+
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
+"""Built once (``json.dumps`` with options builds an encoder per call)."""
 
 
 class _DeadlinePassed(Exception):

@@ -27,6 +27,12 @@ STATE_SCHEMA_ID = "reverie.loop.state/2"
 WavePolicy = Literal["parallel", "sequential"]
 
 
+def pushed(ring: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:
+    """``ring`` with ``values`` pushed on, keeping the last ``RING`` (for one state copy when
+    a ring changes with other fields)."""
+    return (ring + values)[-RING:]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetLedger:
     """What the run has consumed so far."""
@@ -142,13 +148,11 @@ class LoopExecutionState:
 
     def with_signatures(self, signatures: tuple[str, ...]) -> LoopExecutionState:
         """Push signatures onto the ring (keeps the last ``RING``)."""
-        return replace(
-            self, recent_call_signatures=(self.recent_call_signatures + signatures)[-RING:]
-        )
+        return replace(self, recent_call_signatures=pushed(self.recent_call_signatures, signatures))
 
     def with_failure_kinds(self, kinds: tuple[str, ...]) -> LoopExecutionState:
         """Push outcome kinds onto the failure ring (keeps the last ``RING``)."""
-        return replace(self, recent_failure_kinds=(self.recent_failure_kinds + kinds)[-RING:])
+        return replace(self, recent_failure_kinds=pushed(self.recent_failure_kinds, kinds))
 
     def with_nested_usage(self, usages: Sequence[Usage | None]) -> LoopExecutionState:
         """Charge what nested runs (subagents) spent for this wave's calls to the ledger.
@@ -195,8 +199,10 @@ _RETIRED_SLOTS: frozenset[str] = frozenset(
 them empty (or not at all); they are read past."""
 
 
-def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
-    """JSON-able form of the state."""
+def state_to_dict(
+    state: LoopExecutionState, *, host_state: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """JSON-able form of the state; ``host_state`` (if given) stands for the state's own."""
     b = state.budget
     wave = state.pending_wave
     done = state.completion
@@ -241,7 +247,15 @@ def state_to_dict(state: LoopExecutionState) -> dict[str, Any]:
             "rejected": [list(r) for r in wave.rejected],
         },
         # Empty slots are left out (state_from_dict restores them as empty).
-        "slots": {name: dict(value) for name in _SLOTS if (value := getattr(state, name))},
+        "slots": {
+            name: dict(value)
+            for name in _SLOTS
+            if (
+                value := host_state
+                if name == "host_state" and host_state is not None
+                else getattr(state, name)
+            )
+        },
     }
 
 
@@ -296,21 +310,31 @@ def state_from_dict(data: Mapping[str, Any]) -> LoopExecutionState:
     )
 
 
-def encode_checkpoint(state: LoopExecutionState, *, family_digest: str) -> bytes:
+def encode_checkpoint(
+    state: LoopExecutionState,
+    *,
+    family_digest: str,
+    host_state: Mapping[str, Any] | None = None,
+) -> bytes:
     """Checkpoint payload: deterministic JSON of the state, the schema id and the family digest.
+
+    ``host_state`` (if given) is written in place of the state's own (the host adds its part
+    at each commit without copying the state for it).
 
     Sorted keys, no whitespace, no NaN: byte-identical for equal states. Not RFC 8785 (which is
     reserved for hashes, where cross-implementation identity matters): the pure-Python RFC 8785
     encoder costs more than the rest of a tick, and the payload only round-trips through us.
     """
-    return json.dumps(
+    return _CHECKPOINT_JSON.encode(
         {
             "schema_id": STATE_SCHEMA_ID,
             "family_digest": family_digest,
-            "state": state_to_dict(state),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
+            "state": state_to_dict(state, host_state=host_state),
+        }
     ).encode()
+
+
+_CHECKPOINT_JSON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+"""One encoder for every checkpoint (``json.dumps`` with options builds a new one per call)."""

@@ -481,7 +481,9 @@ class RepetitionStop:
     ) -> StopDecision:
         """Check the rings."""
         window = state.recent_call_signatures[-self.signature_window :]
-        if window:
+        # Only a window that repeats a call can reach a threshold above one (the common case
+        # needs no count).
+        if window and (self.repeat_threshold <= 1 or len(set(window)) < len(window)):
             signature, count = Counter(window).most_common(1)[0]
             if count >= self.repeat_threshold:
                 tool = signature.split(":", 1)[0]

@@ -30,7 +30,7 @@ from reverie.loop.events import emit_tool_finished, emit_tool_started
 from reverie.loop.family import LoopFamily
 from reverie.loop.ports import LoopHost
 from reverie.loop.signatures import wave_signatures
-from reverie.loop.state import LoopExecutionState, PendingWave
+from reverie.loop.state import LoopExecutionState, PendingWave, pushed
 from reverie.loop.strategies import Abort, Block, CallResult, Retry, SkipAndContinue
 
 STOPPING_MESSAGE = "not run: the run is stopping and no new tool calls are started"
@@ -107,9 +107,9 @@ def admit_wave(
             admitted_calls.append(call)
             used += 1
     policy = family.batch.choose(admitted_calls, surface)
-    s = s.with_signatures(wave_signatures(calls))
     return replace(
         s,
+        recent_call_signatures=pushed(s.recent_call_signatures, wave_signatures(calls)),
         budget=replace(s.budget, capability_calls=used),
         pending_wave=PendingWave(
             assistant_ref=assistant_ref,
@@ -266,13 +266,6 @@ class WaveRunner:
                 for call, outcome in zip(calls, ordered, strict=True)
             ]
         )
-        s = replace(
-            s,
-            result_refs=tuple(r.ref for r in rows),
-            transcript_seq=rows[-1].seq if rows else s.transcript_seq,
-            pending_wave=None,
-            last_gate=None,
-        )
         # Calls refused at admission (fan-out, budget, stopping) never ran: they are not tool
         # failures, so they do not feed the failure-kind ring (a wave of 8 against a budget of
         # 3 must end as a budget stop, not as "no progress").
@@ -281,7 +274,14 @@ class WaveRunner:
         # before the model has seen those errors.
         refused = {index for index, _ in wave.rejected}
         kinds = (_ring_kind(o) for i, o in enumerate(ordered) if i not in refused)
-        s = s.with_failure_kinds(tuple(dict.fromkeys(kinds)))
+        s = replace(
+            s,
+            result_refs=tuple(r.ref for r in rows),
+            transcript_seq=rows[-1].seq if rows else s.transcript_seq,
+            pending_wave=None,
+            last_gate=None,
+            recent_failure_kinds=pushed(s.recent_failure_kinds, tuple(dict.fromkeys(kinds))),
+        )
         s = s.with_nested_usage([getattr(o, "usage", None) for o in ordered])
         return WaveResult(
             state=s,

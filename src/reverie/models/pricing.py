@@ -84,6 +84,8 @@ BUILTIN_PRICES: Mapping[str, Price] = MappingProxyType(
 _STRIPPED = ("hermes", "openai", "anthropic", "openai-compat")
 """Providers whose prefix a lookup removes (their model ids are priced under the bare id)."""
 _FREE = _p(0.0, 0.0)
+_FOUND_CAP = 1024
+"""Names whose lookup a table keeps (a bound, since names can come from requests)."""
 _DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 
@@ -124,6 +126,8 @@ class PriceTable:
         prices: model name → price. ``None`` for an empty table (see :meth:`default`).
         """
         self._prices: dict[str, Price] = dict(prices or {})
+        # The table never changes, so a name's answer never does: every model call asks.
+        self._found: dict[str, Price | None] = {}
 
     @classmethod
     def default(cls) -> PriceTable:
@@ -146,6 +150,16 @@ class PriceTable:
 
     def price_for(self, model_name: str) -> Price | None:
         """The price of ``model_name``, or ``None`` if the table does not know it."""
+        try:
+            return self._found[model_name]
+        except KeyError:
+            pass
+        found = self._look_up(model_name)
+        if len(self._found) < _FOUND_CAP:
+            self._found[model_name] = found
+        return found
+
+    def _look_up(self, model_name: str) -> Price | None:
         for candidate in _candidates(model_name):
             price = self._prices.get(candidate)
             if price is not None:

@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.canonical import digest
@@ -369,8 +369,9 @@ class StoreCheckpoints:
             host_state["poisoned_hooks"] = sorted(ctx.poisoned)
             if ctx.gated:
                 host_state["gated_tools"] = dict(ctx.gated)
-            state = replace(state, host_state=host_state)
-            payload = encode_checkpoint(state, family_digest=ctx.family_digest)
+            payload = encode_checkpoint(
+                state, family_digest=ctx.family_digest, host_state=host_state
+            )
         elif not items and not journal and ack_cursor is None and not seal:
             return CommitReceipt(written=True)
         step = StepWrite(

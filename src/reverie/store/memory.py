@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from reverie.core.fastcopy import replace as fast_replace
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.core.transcript import placed
@@ -176,7 +177,7 @@ class MemoryStore(MemoryDocuments):
                 outcome=None if entry.outcome is None else dict(entry.outcome),
             )
         for item in step.items:
-            self._items[item.ref] = dataclasses.replace(item, run_id=run_id, meta=dict(item.meta))
+            self._items[item.ref] = fast_replace(item, run_id=run_id, meta=dict(item.meta))
             refs.append(item.ref)
         if not waiting:
             if step.checkpoint is not None and step.checkpoint_kind is not None:
