@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from reverie.config.schema import (
     AgentConfig,
@@ -31,6 +32,7 @@ __all__ = [
     "config_error",
     "dotted",
     "from_validation",
+    "problem_of",
 ]
 
 EXAMPLE_MODEL: Final = "openai:gpt-4.1-mini"
@@ -146,19 +148,23 @@ def config_error(source: str, key: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(f"{source}: {key}: {problem}. Fix: {fix}")
 
 
+def problem_of(err: ErrorDetails) -> str:
+    """What a pydantic error says, as the PROBLEM of :func:`config_error` (no input values)."""
+    if err["type"] == "missing":
+        return "missing"
+    if err["type"] == "extra_forbidden":
+        return "unknown key"
+    msg = str(err["msg"])
+    return msg[:1].lower() + msg[1:]
+
+
 def from_validation(source: str, exc: ValidationError) -> ConfigError:
     # The first problem only: one precise message beats a wall of them. No input values.
     err = exc.errors(include_url=False, include_input=False)[0]
     loc = [p for p in err["loc"] if isinstance(p, str | int)]
     key = dotted(loc) or "(top level)"
     pattern = _pattern(loc)
-    if err["type"] == "missing":
-        problem = "missing"
-    elif err["type"] == "extra_forbidden":
-        problem = "unknown key"
-    else:
-        msg = str(err["msg"])
-        problem = msg[:1].lower() + msg[1:]
+    problem = problem_of(err)
     if err["type"] == "extra_forbidden":
         parent = pattern.rpartition(".")[0] if "." in pattern else ""
         schema = _TABLES.get(parent)

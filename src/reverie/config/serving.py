@@ -8,7 +8,7 @@ from typing import Final
 
 from pydantic import Field, ValidationError
 
-from reverie.config.problems import config_error, dotted
+from reverie.config.problems import config_error, dotted, problem_of
 from reverie.config.schema import ENV_NAME, ReverieConfig, Section
 from reverie.core.scope import Scope
 
@@ -128,13 +128,7 @@ def auth_tokens(
         except ValidationError as exc:
             err = exc.errors(include_url=False, include_input=False)[0]
             field = ".".join(str(p) for p in err["loc"])
-            if err["type"] == "missing":
-                problem = "missing"
-            elif err["type"] == "extra_forbidden":
-                problem = "unknown key"
-            else:
-                msg = str(err["msg"])
-                problem = msg[:1].lower() + msg[1:]
+            problem = problem_of(err)
             fix = _TOKEN_FIELD_FIXES.get(field, "an entry takes tenant, user and token_env")
             raise config_error(source, f"{name}.{field}", problem, fix) from None
         if spec.token_env is not None:
