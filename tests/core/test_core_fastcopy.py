@@ -33,3 +33,13 @@ def test_classes_with_post_init_still_validate() -> None:
 
     with pytest.raises(UsageError):
         replace(Limits(), max_iterations=0)
+
+
+def test_fast_replace_keeps_fields_outside_init() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Counted:
+        value: int
+        label: str = dataclasses.field(init=False, default="kept")
+
+    copy = replace(Counted(1), value=2)
+    assert (copy.value, copy.label) == (2, "kept")

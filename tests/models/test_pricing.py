@@ -74,3 +74,15 @@ def test_config_entries_merge_over_the_builtin_table() -> None:
 def test_bad_config_entries_are_config_errors_naming_the_model(entry: object) -> None:
     with pytest.raises(ConfigError, match="my-model"):
         PriceTable().merged({"my-model": entry})  # type: ignore[dict-item]
+
+
+def test_a_merged_table_answers_for_itself_after_its_base_was_asked() -> None:
+    # Lookups are remembered per table: a table made from another never answers with the
+    # other's remembered price.
+    base = PriceTable.default()
+    assert base.price_for("openai:gpt-4o-mini") == base.price_for("gpt-4o-mini")
+    merged = base.merged({"gpt-4o-mini": Price(input_per_mtok=9.0, output_per_mtok=9.0)})
+    assert merged.price_for("openai:gpt-4o-mini") == Price(input_per_mtok=9.0, output_per_mtok=9.0)
+    assert base.price_for("openai:gpt-4o-mini") != merged.price_for("openai:gpt-4o-mini")
+    assert base.price_for("my-custom-model") is None
+    assert base.price_for("my-custom-model") is None
