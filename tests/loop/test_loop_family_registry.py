@@ -41,6 +41,15 @@ def test_family_digest_is_content_addressed() -> None:
     assert other_stop.identity.digest != a.identity.digest
 
 
+def test_a_family_derived_after_its_digest_was_computed_gets_its_own_digest() -> None:
+    a = LoopFamily(id="f")
+    first = a.identity  # computed once and kept
+    assert a.identity is first
+    derived = dataclasses.replace(a, stop=RepetitionStop(repeat_threshold=4))
+    assert derived.identity.digest != first.digest
+    assert derived == dataclasses.replace(a, stop=RepetitionStop(repeat_threshold=4))
+
+
 def test_state_is_frozen_and_round_trips() -> None:
     state = LoopExecutionState(iteration=3, recent_call_signatures=("a:1",))
     with pytest.raises(dataclasses.FrozenInstanceError):

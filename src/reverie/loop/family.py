@@ -60,6 +60,8 @@ class LoopFamily:
     gates: GateHandlingStrategy = field(default_factory=BlockOnGates)
     stop: StopConditionStrategy = field(default_factory=RepetitionStop)
     budget: BudgetStrategy = field(default_factory=LimitsBudget)
+    _identity: ComponentIdentity | None = field(default=None, init=False, repr=False, compare=False)
+    """The digest, computed on first use (a family and its strategies are immutable)."""
 
     def description(self) -> dict[str, Any]:
         """The canonical description the digest is computed over."""
@@ -82,7 +84,11 @@ class LoopFamily:
     @property
     def identity(self) -> ComponentIdentity:
         """Content-addressed identity: change any strategy or its config, the digest changes."""
-        return ComponentIdentity(id=self.id, digest=digest(self.description()))
+        cached = self._identity
+        if cached is None:
+            cached = ComponentIdentity(id=self.id, digest=digest(self.description()))
+            object.__setattr__(self, "_identity", cached)  # frozen: set once, never changed
+        return cached
 
 
 def default_families() -> tuple[LoopFamily, ...]:
