@@ -180,6 +180,21 @@ def test_a_run_finished_object_does_not_share_the_exit_with_the_event() -> None:
     assert event.exit == {"status": "completed", "n": {}}
 
 
+def test_a_run_finished_object_is_the_exit_copied_as_asdict_copies_it() -> None:
+    exit_ = {
+        "status": "failed",
+        "usage": {"model_calls": 3, "usd": 0.25, "by_model": {"m": [1, 2.5, None, True]}},
+        "refs": ("itm_1", "itm_2"),
+        "nested": [{"a": ("b", {"c": []})}],
+    }
+    event = RunFinished(run_id=RUN, status="failed", exit=exit_)
+    data = event_to_dict(event)
+    assert data == dataclasses.asdict(event)
+    assert type(data["exit"]["refs"]) is tuple  # containers keep their own type
+    assert type(data["exit"]["nested"][0]["a"]) is tuple
+    assert data["exit"]["usage"]["by_model"] is not exit_["usage"]["by_model"]  # type: ignore[index]
+
+
 def test_an_assistant_messages_tool_names_stay_a_tuple() -> None:
     data = event_to_dict(AssistantMessage(run_id=RUN, text="t", tool_calls=("x",)))
     assert data["tool_calls"] == ("x",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import operator
 from collections.abc import Callable, Mapping
@@ -190,6 +191,7 @@ _FIELD_ORDER: dict[type[Any], tuple[str, ...]] = {
     for cls in get_args(RunEvent)
 }
 _SHALLOW = {cls: _shallow_reader(cls) for cls in get_args(RunEvent)}
+_ALL = {cls: operator.attrgetter(*_FIELD_ORDER[cls]) for cls in get_args(RunEvent)}
 
 
 def event_to_dict(event: RunEvent) -> dict[str, Any]:
@@ -197,14 +199,34 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
 
     Events are built on every step and stored as they come, so an event whose fields nobody
     can change is read off directly; one with a mutable field (``run_finished``'s exit) is
-    deep-copied, as :func:`dataclasses.asdict` does.
+    deep-copied, as :func:`dataclasses.asdict` would copy it.
     """
     cls = type(event)
     read = _SHALLOW.get(cls)
     if read is not None:
         return dict(zip(_FIELD_ORDER[cls], read(event), strict=True))
-    fields = dataclasses.asdict(event)
-    return {"kind": fields.pop("kind"), **fields}
+    values = _ALL[cls](event)
+    return {name: _detached(v) for name, v in zip(_FIELD_ORDER[cls], values, strict=True)}
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def _detached(value: Any) -> Any:
+    """``value`` copied as :func:`dataclasses.asdict` copies a field (containers rebuilt with
+    their own type, dataclasses turned into dicts, anything else deep-copied), without its
+    per-value overhead on the JSON-shaped values events carry."""
+    if isinstance(value, _ATOMS):
+        return value
+    if type(value) is dict:
+        return {_detached(k): _detached(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_detached(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_detached(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return copy.deepcopy(value)
 
 
 def event_from_dict(data: Mapping[str, Any]) -> RunEvent | None:
