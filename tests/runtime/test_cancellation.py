@@ -305,3 +305,43 @@ async def test_cancelling_a_blocked_run_keeps_the_usage_it_had(rt: Runtime) -> N
     assert cancelled is not None and cancelled.status == "cancelled"
     assert cancelled.usage == blocked.usage
     assert (await rt.get_result(blocked.run_id)).usage == blocked.usage
+
+
+async def test_cancelling_a_blocked_run_gives_its_lease_up_with_the_status(rt: Runtime) -> None:
+    @tool(effects={"write"}, needs_approval=True)
+    async def send_email(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    model = ScriptedModel([call("send_email", to="bob"), reply("sent it")])
+    blocked = await rt.run(Agent(name="c", model=model, tools=[send_email]), "go", scope=SCOPE)
+    assert blocked.status == "blocked"
+
+    await rt.cancel(blocked.run_id)
+
+    run = await rt.runs.get(blocked.run_id)
+    assert run.status == "cancelled" and run.lease_owner is None
+
+
+async def test_a_cancel_whose_status_write_fails_gives_the_lease_up(rt: Runtime) -> None:
+    @tool(effects={"write"}, needs_approval=True)
+    async def send_email(to: str) -> str:
+        """Send an email."""
+        return "sent"
+
+    model = ScriptedModel([call("send_email", to="bob"), reply("sent it")])
+    blocked = await rt.run(Agent(name="c", model=model, tools=[send_email]), "go", scope=SCOPE)
+    store = rt.store
+    real = store.end_segment
+
+    async def failing(*args: object, **kwargs: object) -> object:
+        raise OSError("disk gone")
+
+    store.end_segment = failing  # type: ignore[method-assign,assignment]
+    with pytest.raises(OSError):
+        await rt.cancel(blocked.run_id)
+    store.end_segment = real  # type: ignore[method-assign]
+
+    run = await rt.runs.get(blocked.run_id)
+    assert run.status == "blocked" and run.lease_owner is None  # nothing held for a lease's TTL
+    assert (await rt.cancel(blocked.run_id)) is not None  # a second cancel ends it

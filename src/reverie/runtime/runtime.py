@@ -536,11 +536,13 @@ class Runtime:
                             gate.ref, "denied", reason="run cancelled", now=time.time()
                         )
             usage = await usage_so_far(self.store, run)  # what it spent before it stopped
+            # The applier's end_segment releases the lease with the status.
             return await self._applier.apply(
                 run, Cancelled(reason=reason, usage=usage), fence=fence
             )
-        finally:
-            await self._leases.release(run_id, fence)
+        except BaseException:
+            await self._leases.release(run_id, fence)  # the status was not written
+            raise
 
     def _advanced_elsewhere(self, run: RunRecord) -> bool:
         """Whether a live worker other than this runtime holds the run's lease."""
