@@ -182,7 +182,7 @@ class ItemCache:
         before = entry.size
         seqs = sorted(entry.rows)
         dropped = 0
-        while seqs[dropped:] and self._bytes - (before - entry.size) > self.max_bytes:
+        while dropped < len(seqs) and self._bytes - (before - entry.size) > self.max_bytes:
             entry.drop([seqs[dropped]])
             dropped += 1
         self._bytes += entry.size - before

@@ -131,12 +131,14 @@ class Checkpointer:
                 busy = 1
             if not busy:
                 self.checkpoints += 1
-                break
+                self.over = False  # looked at again after this batch's commit
+                return
             if time.monotonic() > deadline:
-                break  # still busy: the batch goes on; the next one tries again
+                # Still busy: the batch goes on, and ``over`` stays set, so the next commit
+                # looks at the WAL again and the next batch goes to this thread to retry.
+                return
             time.sleep(pause)  # on the writer thread, never the event loop's
             pause = min(pause * 2, 0.05)
-        self.over = False  # looked at again after this batch's commit
 
     def close(self) -> None:
         """Run a last checkpoint and stop the thread (blocks until it ended)."""

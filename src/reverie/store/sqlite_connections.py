@@ -152,9 +152,11 @@ class SQLiteConnections:
                 self._loop_writer.close()  # runs or hands over what is queued
             self._reader = self._writer = self._loop_writer = self._checkpointer = None
             try:
-                await _close_all(reader)
-                if checkpointer is not None:  # its last checkpoint, off the loop
-                    await asyncio.to_thread(checkpointer.close)
+                try:
+                    await _close_all(reader)
+                finally:
+                    if checkpointer is not None:  # its last checkpoint, off the loop
+                        await asyncio.to_thread(checkpointer.close)
             finally:
                 # Last: closing the last connection to the file checkpoints it whole.
                 await _close_all(writer)
