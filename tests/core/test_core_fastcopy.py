@@ -8,7 +8,9 @@ import pytest
 
 from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
+from reverie.loop.family import LoopFamily
 from reverie.loop.state import BudgetLedger, LoopExecutionState
+from reverie.loop.strategies import DefaultRecovery
 
 
 def test_fast_replace_equals_dataclasses_replace() -> None:
@@ -43,3 +45,11 @@ def test_fast_replace_keeps_fields_outside_init() -> None:
 
     copy = replace(Counted(1), value=2)
     assert (copy.value, copy.label) == (2, "kept")
+
+
+def test_fast_replace_gives_a_field_outside_init_afresh_as_dataclasses_replace_does() -> None:
+    family = LoopFamily(id="f")
+    cached = family.identity  # kept on a field outside __init__
+    derived = replace(family, recovery=DefaultRecovery(max_tool_retries=7))
+    assert derived.identity.digest != cached.digest
+    assert derived.identity == dataclasses.replace(family, recovery=derived.recovery).identity

@@ -3,7 +3,8 @@
 ``dataclasses.replace`` re-runs ``__init__`` through ``fields()`` on every call; the executor
 rebuilds its state several times a tick, and that alone was a fifth of the loop's CPU time.
 This version copies the slots directly. It is only used for classes without ``__post_init__``
-(there is nothing to re-validate); anything else falls back to the standard function.
+(there is nothing to re-validate) and without fields outside ``__init__`` (they are set afresh
+by ``__init__``); anything else falls back to the standard function.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ def _copier(cls: type) -> Any:
         dataclasses.is_dataclass(cls)
         and "__slots__" in cls.__dict__
         and not hasattr(cls, "__post_init__")
+        # A field outside __init__ is set by __init__ (a default, or a cache derived from the
+        # others): a copy must get it afresh, as dataclasses.replace gives it.
+        and all(f.init for f in dataclasses.fields(cls))
     ):
         fields = dataclasses.fields(cls)
         # Each change is a keyword of its own (no dict to search) and each slot is set through

@@ -47,8 +47,15 @@ class EventQueue:
         return self._items.popleft()
 
     async def get(self) -> RunEvent | None:
-        """The oldest item, waiting for one if needed (one reader at a time)."""
+        """The oldest item, waiting for one if needed.
+
+        Raises:
+            RuntimeError: Another reader is waiting already (a queue has one reader: a second
+                one would overwrite its wake-up and leave it waiting for good).
+        """
         while not self._items:
+            if self._waiter is not None:
+                raise RuntimeError("an EventQueue has one reader; another one is waiting")
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiter = waiter
             try:

@@ -259,11 +259,7 @@ class SegmentRunner:
                 gated=dict(state.host_state.get("gated_tools", {})),
             )
             # Rows the resume just superseded (this run's, past its checkpoint) are not read.
-            rows = [
-                r
-                for r in start.items
-                if r.run_id != run_id or r.seq <= state.transcript_seq or start.checkpoint is None
-            ]
+            rows = [r for r in start.items if r.run_id != run_id or r.seq <= state.transcript_seq]
             ctx.segment.prime(start.head_seq, rows, complete=len(start.items) < MIN_CAPACITY)
             tap.poisoned.update(state.host_state.get("poisoned_hooks", ()))
             models = [typed_model(agent, m) for m in self._agents.model_chain(agent)]
@@ -306,16 +302,20 @@ class SegmentRunner:
         """End a run whose agent cannot be built (an unbound run's broken spec) under a lease."""
         fence = await self._leases.take(run)
         segment = self._telemetry.segment(run, resumed=resumed)
+        released = False
         try:
             # Another worker may have finished the run while we waited for the lease.
             run = await self._store.get_run(run.run_id)
             if run.status in TERMINAL_STATUSES:
                 return await self._applier.result_of(run)
-            return await self._applier.apply(run, failed, fence=fence, bus=active.bus)
+            result = await self._applier.apply(run, failed, fence=fence, bus=active.bus)
+            released = True  # end_segment gave the lease up with the status
+            return result
         finally:
             segment.close()
-            with contextlib.suppress(Exception):
-                await asyncio.shield(self._leases.release(run.run_id, fence))
+            if not released:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._leases.release(run.run_id, fence))
 
     def _run_memory(self, run: RunRecord) -> RunMemory | None:
         # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.
