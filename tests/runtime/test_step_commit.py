@@ -210,6 +210,36 @@ async def test_an_input_queued_before_the_segment_begins_is_delivered_from_its_f
     assert store.counts["poll_inputs"] == 0
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_an_input_arriving_after_the_segment_began_is_delivered_once(
+    kind: str, tmp_path: Path
+) -> None:
+    store = CountingStore(backend(kind, tmp_path))
+    requests: list[ModelRequest] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        seen = [m.content for m in request.messages if m.role == "user"]
+        return reply("done, minding X") if "also mind X" in seen else call("echo", n=0)
+
+    agent = Agent(name="late", model=ScriptedModel(script), tools=[echo])
+    async with Runtime(store) as rt:
+        handle = await rt.start(agent, "go", scope=SCOPE)
+
+        async def steer_after_begin(name: str, args: Any, kwargs: Any) -> None:
+            # begin_segment has read the queue; the input lands before the first step commit.
+            if name == "commit_step":
+                store.hook = None
+                await handle.steer("also mind X")
+
+        store.hook = steer_after_begin
+        result = await handle.result()
+        items = await rt.runs.thread_items(result.thread_id)
+    assert result.status == "completed"
+    assert result.text == "done, minding X"  # the model saw it before answering
+    assert [i.content for i in items if i.role == "user"] == ["go", "also mind X"]  # once
+
+
 async def test_a_foreign_append_under_a_step_resumes_the_run(tmp_path: Path) -> None:
     inner = SQLiteStore(tmp_path / "foreign.db")
     store = CountingStore(inner)
