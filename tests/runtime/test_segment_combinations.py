@@ -1,0 +1,280 @@
+"""A segment's start and end when something else happens at once (docs/durability.md).
+
+A cancel landing while ``Store.begin_segment`` or ``Store.end_segment`` is in flight, and a
+crash (an exception, the task cancelled as at a shutdown) between ``end_segment`` and the
+``after_turn`` hooks. The store is real (memory, SQLite, PostgreSQL when
+``REVERIE_TEST_POSTGRES_URL`` is set); :class:`Paused` wraps it and holds one call on an
+:class:`asyncio.Event`, before the call runs or after it committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reverie import Agent, Runtime, Scope, tool
+from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.errors import StoreError
+from reverie.hooks import AfterTurnContext
+from reverie.store import MemoryStore, SQLiteStore, Store
+from reverie.testing import ScriptedModel, call, reply
+
+SCOPE = Scope(tenant="acme", user="ana")
+POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
+WAIT_S = 60.0
+"""Generous: the machine may be loaded; nothing here waits for time to pass."""
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("memory", id="memory"),
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param(
+            "postgres",
+            id="postgres",
+            marks=[
+                pytest.mark.postgres,
+                pytest.mark.skipif(not POSTGRES_URL, reason="set REVERIE_TEST_POSTGRES_URL"),
+            ],
+        ),
+    ]
+)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A real store, not opened (the runtime opens and closes it; a fresh one reopens it)."""
+    if request.param == "memory":
+        yield _Reopenable(MemoryStore())
+    elif request.param == "sqlite":
+        yield SQLiteStore(tmp_path / "segments.db")
+    else:
+        from reverie.store.postgres import PostgresStore, temporary_schema
+
+        async with temporary_schema(POSTGRES_URL, prefix="reverie_segments") as url:
+            yield PostgresStore(url)
+
+
+class _Reopenable:
+    """A memory store that a second runtime can open after the first closed it (its rows are
+    the "disk" a restarted process finds)."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def close(self) -> None:
+        """Kept open: the next runtime finds what the first left."""
+
+
+class Paused:
+    """A real store whose first ``op`` call (that ``when`` accepts) waits for :attr:`go`.
+
+    ``landed=False``: it waits before the call runs; ``True``: after the call committed, before
+    its caller gets the answer. ``then`` replaces the answer (raise to lose it).
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        op: str,
+        *,
+        landed: bool,
+        when: Callable[[tuple[Any, ...]], bool] = lambda args: True,
+        then: Callable[[Any], Any] = lambda answer: answer,
+    ) -> None:
+        self._inner = inner
+        self._op = op
+        self._landed = landed
+        self._when = when
+        self._then = then
+        self._armed = True
+        self.reached = asyncio.Event()
+        self.go = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._inner, name)
+        if name != self._op:
+            return target
+
+        async def paused(*args: Any, **kwargs: Any) -> Any:
+            if not (self._armed and self._when(args)):
+                return await target(*args, **kwargs)
+            self._armed = False
+            if not self._landed:
+                self.reached.set()
+                await self.go.wait()
+            answer = await target(*args, **kwargs)
+            if self._landed:
+                self.reached.set()
+                await self.go.wait()
+            return self._then(answer)
+
+        return paused
+
+
+async def _reached(paused: Paused) -> None:
+    await asyncio.wait_for(paused.reached.wait(), WAIT_S)
+
+
+def _replier(text: str = "done") -> Agent:
+    return Agent(name="replier", model=ScriptedModel([reply(text)]))
+
+
+@tool(effects={"write"}, needs_approval=True)
+def deploy() -> str:
+    """Deploys (after an approval)."""
+    return "deployed"
+
+
+def _gated() -> Agent:
+    def script(request: ModelRequest) -> ModelResponse:
+        if any(m.role == "tool" for m in request.messages):
+            return reply("shipped")
+        return call("deploy")
+
+    return Agent(name="gated", model=ScriptedModel(script), tools=[deploy])
+
+
+# a cancel while begin_segment is in flight ------------------------------------------------
+@pytest.mark.parametrize("landed", [False, True], ids=["before", "landed"])
+async def test_a_cancel_while_the_segment_begins_ends_the_run_cancelled_before_any_model_call(
+    backend: Store, landed: bool
+) -> None:
+    store = Paused(backend, "begin_segment", landed=landed)
+    model = ScriptedModel([reply("never")])
+    async with Runtime(store) as rt:
+        handle = await rt.start(Agent(name="a", model=model), "go", scope=SCOPE)
+        await _reached(store)
+        assert await rt.cancel(handle.run_id, reason="stop") is None  # its segment ends it
+        store.go.set()
+        result = await asyncio.wait_for(handle.result(), WAIT_S)
+        run = await rt.store.get_run(handle.run_id)
+        rows = await rt.store.thread_items(handle.thread_id)
+    assert (result.status, getattr(result.exit, "reason", None)) == ("cancelled", "stop")
+    assert (run.status, run.lease_owner) == ("cancelled", None)
+    assert model.requests == []
+    assert [(r.role, r.content) for r in rows] == [("user", "go")]
+
+
+# a cancel while end_segment is in flight ------------------------------------------------------
+@pytest.mark.parametrize("landed", [False, True], ids=["before", "landed"])
+async def test_a_cancel_while_a_completed_run_ends_leaves_it_completed_and_the_thread_free(
+    backend: Store, landed: bool
+) -> None:
+    store = Paused(backend, "end_segment", landed=landed)
+    async with Runtime(store) as rt:
+        handle = await rt.start(_replier(), "go", scope=SCOPE)
+        await _reached(store)
+        assert await rt.cancel(handle.run_id, reason="stop") is None
+        store.go.set()
+        result = await asyncio.wait_for(handle.result(), WAIT_S)
+        run = await rt.store.get_run(handle.run_id)
+        # The thread is free: the next turn starts (the default policy rejects a busy thread).
+        nxt = await rt.run(_replier("again"), "more", scope=SCOPE, thread_id=handle.thread_id)
+    assert (result.status, result.text) == ("completed", "done")
+    assert (run.status, run.lease_owner) == ("completed", None)
+    assert (nxt.status, nxt.text) == ("completed", "again")
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["before", "landed"])
+async def test_a_cancel_while_a_run_ends_blocked_ends_it_cancelled_and_closes_its_gate(
+    backend: Store, landed: bool
+) -> None:
+    store = Paused(backend, "end_segment", landed=landed, when=lambda args: args[1] == "blocked")
+    async with Runtime(store) as rt:
+        handle = await rt.start(_gated(), "ship it", scope=SCOPE)
+        await _reached(store)
+        assert await rt.cancel(handle.run_id, reason="stop") is None  # left to its segment
+        store.go.set()
+        result = await asyncio.wait_for(handle.result(), WAIT_S)
+        run = await rt.store.get_run(handle.run_id)
+        gates = await rt.store.list_gates(scope=SCOPE, status=None)
+    # Not left blocked with its gate open for a person to approve after the cancel.
+    assert (result.status, getattr(result.exit, "reason", None)) == ("cancelled", "stop")
+    assert (run.status, run.lease_owner) == ("cancelled", None)
+    assert [g.status for g in gates if g.run_id == handle.run_id] == ["denied"]
+
+
+async def test_a_cancel_from_another_process_while_a_run_ends_blocked_ends_it_cancelled(
+    backend: Store,
+) -> None:
+    # Another process's cancel finds the run leased by this one: it records the request and
+    # leaves the ending to the segment, which must not end it blocked.
+    store = Paused(backend, "end_segment", landed=False, when=lambda args: args[1] == "blocked")
+    async with Runtime(store) as rt:
+        handle = await rt.start(_gated(), "ship it", scope=SCOPE)
+        await _reached(store)
+        await rt.store.request_cancel(handle.run_id)  # what the other process's cancel writes
+        store.go.set()
+        result = await asyncio.wait_for(handle.result(), WAIT_S)
+        run = await rt.store.get_run(handle.run_id)
+    assert result.status == "cancelled"
+    assert (run.status, run.lease_owner) == ("cancelled", None)
+
+
+# a crash between end_segment and the after_turn hooks -----------------------------------------
+def _audit(rt: Runtime, seen: list[str]) -> None:
+    async def audit(ctx: AfterTurnContext) -> None:
+        seen.append(ctx.run_id)
+
+    rt.hooks.register("after_turn", audit, name="audit")
+
+
+async def test_after_turn_fires_once_when_nothing_crashes(backend: Store) -> None:
+    # The baseline of the two tests below: the same run, the hook fires.
+    seen: list[str] = []
+    async with Runtime(backend) as rt:
+        _audit(rt, seen)
+        result = await rt.run(_replier(), "go", scope=SCOPE)
+    assert seen == [result.run_id]
+
+
+async def test_a_lost_answer_to_end_segment_leaves_the_run_ended_and_its_hooks_unrun(
+    backend: Store,
+) -> None:
+    def lost(answer: Any) -> Any:
+        raise StoreError("the connection dropped after COMMIT")
+
+    store = Paused(backend, "end_segment", landed=True, then=lost)
+    store.go.set()
+    seen: list[str] = []
+    async with Runtime(store) as rt:
+        _audit(rt, seen)
+        handle = await rt.start(_replier(), "go", scope=SCOPE)
+        with pytest.raises(StoreError, match="dropped"):
+            await asyncio.wait_for(handle.result(), WAIT_S)
+        stored = await rt.get_result(handle.run_id)
+        run = await rt.store.get_run(handle.run_id)
+    async with Runtime(backend, agents=[_replier()]) as fresh:
+        _audit(fresh, seen)
+        assert await fresh.recover() == []  # a terminal run is not resumed
+        again = await fresh.get_result(handle.run_id)
+    assert (stored.status, stored.text) == (again.status, again.text) == ("completed", "done")
+    assert (run.status, run.lease_owner) == ("completed", None)
+    assert seen == []  # after_turn runs at most once: never for a turn whose end was lost
+
+
+async def test_a_shutdown_while_end_segment_answers_leaves_the_run_ended_and_its_hooks_unrun(
+    backend: Store,
+) -> None:
+    store = Paused(backend, "end_segment", landed=True)
+    seen: list[str] = []
+    rt = Runtime(store)
+    await rt.__aenter__()
+    _audit(rt, seen)
+    handle = await rt.start(_replier(), "go", scope=SCOPE)
+    await _reached(store)
+    await rt.aclose()  # the process stops: the segment's task is cancelled at that await
+    async with Runtime(backend, agents=[_replier()]) as fresh:
+        _audit(fresh, seen)
+        assert await fresh.recover() == []
+        result = await fresh.get_result(handle.run_id)
+        run = await fresh.store.get_run(handle.run_id)
+    assert (result.status, result.text) == ("completed", "done")
+    assert (run.status, run.lease_owner) == ("completed", None)
+    assert seen == []
