@@ -278,3 +278,104 @@ async def test_a_shutdown_while_end_segment_answers_leaves_the_run_ended_and_its
     assert (result.status, result.text) == ("completed", "done")
     assert (run.status, run.lease_owner) == ("completed", None)
     assert seen == []
+
+
+# a start with the interrupt policy, racing ---------------------------------------------------
+def _stuck(started: asyncio.Event) -> Agent:
+    @tool(effects={"write"})
+    async def wait_forever() -> str:
+        """Never returns by itself (a cancel interrupts it)."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    return Agent(name="stuck", model=ScriptedModel([call("wait_forever")]), tools=[wait_forever])
+
+
+async def test_two_interrupting_starts_on_one_thread_leave_one_run_active_at_a_time(
+    backend: Store,
+) -> None:
+    started = asyncio.Event()
+    async with Runtime(backend) as rt:
+        first = await rt.start(_stuck(started), "go", scope=SCOPE)
+        await asyncio.wait_for(started.wait(), WAIT_S)
+        handles = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    rt.start(
+                        _replier(text),
+                        text,
+                        scope=SCOPE,
+                        thread_id=first.thread_id,
+                        thread_policy="interrupt",
+                    )
+                    for text in ("b", "c")
+                )
+            ),
+            WAIT_S,
+        )
+        results = [await asyncio.wait_for(h.result(), WAIT_S) for h in (first, *handles)]
+        runs = [await rt.store.get_run(h.run_id) for h in (first, *handles)]
+        rows = await rt.store.thread_items(first.thread_id)
+    assert len({h.run_id for h in handles}) == 2  # two new runs, neither joined the other
+    assert results[0].status == "cancelled"
+    # The later start interrupted the earlier one (or found it ended): the last one completes.
+    statuses = sorted(r.status for r in results[1:])
+    assert statuses in (["cancelled", "completed"], ["completed", "completed"])
+    assert all(r.status in ("completed", "cancelled") for r in runs) and len(runs) == 3
+    # Every tool call of the thread has its one result (the interrupted call's too).
+    calls = [c.id for r in rows for c in r.tool_calls]
+    results_for = [r.tool_call_id for r in rows if r.role == "tool"]
+    assert sorted(calls) == sorted(results_for)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["before", "landed"])
+async def test_an_interrupting_start_racing_the_active_runs_completion_starts_after_it(
+    backend: Store, landed: bool
+) -> None:
+    ending = Paused(backend, "end_segment", landed=landed)
+    async with Runtime(ending) as rt:
+        first = await rt.start(_replier("first"), "go", scope=SCOPE)
+        await _reached(ending)  # its status is being written
+        second = asyncio.create_task(
+            rt.start(
+                _replier("second"),
+                "next",
+                scope=SCOPE,
+                thread_id=first.thread_id,
+                thread_policy="interrupt",
+            )
+        )
+        await asyncio.sleep(0)
+        ending.go.set()
+        handle = await asyncio.wait_for(second, WAIT_S)
+        results = [await asyncio.wait_for(h.result(), WAIT_S) for h in (first, handle)]
+        stored = await rt.store.get_run(first.run_id)
+    # The end being written stands: the interrupt does not turn a completed run cancelled.
+    assert [(r.status, r.text) for r in results] == [
+        ("completed", "first"),
+        ("completed", "second"),
+    ]
+    assert (stored.status, stored.lease_owner) == ("completed", None)
+
+
+async def test_a_cancel_that_read_the_run_running_does_not_rewrite_its_completion(
+    backend: Store,
+) -> None:
+    # The cancel's request lands while the run is still running; the run completes before the
+    # cancel goes on (it finds no segment here): the completion stands.
+    ending = Paused(backend, "end_segment", landed=False)
+    requested = Paused(ending, "request_cancel", landed=True)
+    async with Runtime(requested) as rt:
+        handle = await rt.start(_replier("done"), "go", scope=SCOPE)
+        await _reached(ending)
+        cancelling = asyncio.create_task(rt.cancel(handle.run_id, reason="stop"))
+        await _reached(requested)  # the request is written; the run still reads running
+        ending.go.set()
+        result = await asyncio.wait_for(handle.result(), WAIT_S)
+        requested.go.set()
+        outcome = await asyncio.wait_for(cancelling, WAIT_S)
+        stored = await rt.store.get_run(handle.run_id)
+    assert (result.status, result.text) == ("completed", "done")
+    assert outcome is None or outcome.status == "completed"
+    assert (stored.status, stored.lease_owner) == ("completed", None)

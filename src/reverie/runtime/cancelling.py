@@ -18,7 +18,7 @@ from reverie.runtime.applier import ExitApplier
 from reverie.runtime.leases import Leases
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import usage_so_far
-from reverie.store.base import RunRecord, Store
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
 
 __all__ = ["end_cancelled"]
 
@@ -26,9 +26,10 @@ __all__ = ["end_cancelled"]
 async def end_cancelled(
     store: Store, leases: Leases, applier: ExitApplier, run: RunRecord, reason: str
 ) -> RunResult | None:
-    """End ``run`` ``Cancelled(reason)`` under its lease; ``None`` if a live worker took it.
+    """End ``run`` ``Cancelled(reason)`` under its lease; ``None`` if it ended or a worker took it.
 
-    A worker that took the lease in the meantime finds the cancel in the run's input queue.
+    A worker that took the lease in the meantime finds the cancel in the run's input queue; a
+    run that ended since the caller read it keeps its end.
     """
     try:
         fence = await leases.take(run)
@@ -39,6 +40,12 @@ async def end_cancelled(
             )
         return None
     try:
+        # The run the caller read may have ended since (its segment finished here, or a
+        # worker elsewhere): its end stands. Under the lease nobody else can end it now.
+        run = await store.get_run(run.run_id)
+        if run.status in TERMINAL_STATUSES:
+            await leases.release(run.run_id, fence)
+            return None
         for gate in await store.list_gates(scope=run.scope, status="pending"):
             if gate.run_id == run.run_id:
                 with contextlib.suppress(GateResolvedError):
