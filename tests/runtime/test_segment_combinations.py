@@ -325,7 +325,7 @@ async def test_two_interrupting_starts_on_one_thread_leave_one_run_active_at_a_t
     assert all(r.status in ("completed", "cancelled") for r in runs) and len(runs) == 3
     # Every tool call of the thread has its one result (the interrupted call's too).
     calls = [c.id for r in rows for c in r.tool_calls]
-    results_for = [r.tool_call_id for r in rows if r.role == "tool"]
+    results_for = [r.tool_call_id or "" for r in rows if r.role == "tool"]
     assert sorted(calls) == sorted(results_for)
 
 
