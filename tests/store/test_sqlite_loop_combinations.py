@@ -295,3 +295,25 @@ async def test_a_lone_write_whose_commit_fails_raises_and_leaves_nothing(
     await store.close()
     assert await _contents(db_path) == ["a", "b"]
     assert loop_errors == []
+
+
+async def test_a_batch_whose_commit_fails_on_the_writer_thread_gives_each_write_its_outcome(
+    db_path: Path, loop_errors: list[dict[str, Any]]
+) -> None:
+    # loop_writes=False: the thread runs the batch itself; its failed COMMIT runs each write
+    # again alone (one transaction each), so the poisoned one alone fails.
+    async with SQLiteStore(db_path) as opened:
+        await opened.create_thread("thr", ANA)
+    await asyncio.to_thread(_poison, db_path)
+    async with SQLiteStore(db_path, loop_writes=False) as store:
+        texts = ["a", POISON, "b", POISON, "c"]
+        outcomes = await asyncio.gather(*(_append(store, t) for t in texts), return_exceptions=True)
+        assert _stat(store, "loop_transactions") == 0
+    assert [type(o) for o in outcomes[1::2]] == [ConflictError, ConflictError]
+    assert [o[0].content for o in outcomes[::2] if not isinstance(o, BaseException)] == [
+        "a",
+        "b",
+        "c",
+    ]
+    assert await _contents(db_path) == ["a", "b", "c"]
+    assert loop_errors == []
