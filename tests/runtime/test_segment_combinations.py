@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -379,3 +383,46 @@ async def test_a_cancel_that_read_the_run_running_does_not_rewrite_its_completio
     assert (result.status, result.text) == ("completed", "done")
     assert outcome is None or outcome.status == "completed"
     assert (stored.status, stored.lease_owner) == ("completed", None)
+
+
+# a lease taken, after the caller read the run, by a worker that died -----------------------
+def _dead_owner() -> str:
+    """A lease owner naming a process of this host that has exited (and was reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return f"{socket.gethostname()}:{proc.pid}:deadbeef"
+
+
+async def test_a_lease_a_worker_took_after_the_run_was_read_and_died_is_taken_over_at_once(
+    backend: Store,
+) -> None:
+    # The segment read the run with no lease on it; before its begin_segment, a worker takes
+    # the lease (unexpired for five minutes) and dies. The segment takes it over now.
+    store = Paused(backend, "begin_segment", landed=False)
+    async with Runtime(store) as rt:
+        handle = await rt.start(_replier(), "go", scope=SCOPE)
+        await _reached(store)
+        await backend.acquire_lease(handle.run_id, _dead_owner(), ttl_s=300, now=time.time())
+        store.go.set()
+        result = await asyncio.wait_for(handle.result(), WAIT_S)
+        run = await rt.store.get_run(handle.run_id)
+    assert (result.status, result.text) == ("completed", "done")
+    assert (run.status, run.lease_owner) == ("completed", None)
+
+
+async def test_a_cancel_of_a_blocked_run_takes_over_the_lease_of_a_worker_that_died_since(
+    backend: Store,
+) -> None:
+    # The cancel reads the blocked run (no lease); a worker resuming it takes the lease and
+    # dies before the cancel takes it: the cancel ends the run now, not once the lease expires.
+    requested = Paused(backend, "request_cancel", landed=True)
+    async with Runtime(requested) as rt:
+        blocked = await rt.run(_gated(), "ship it", scope=SCOPE)
+        cancelling = asyncio.create_task(rt.cancel(blocked.run_id, reason="stop"))
+        await _reached(requested)
+        await backend.acquire_lease(blocked.run_id, _dead_owner(), ttl_s=300, now=time.time())
+        requested.go.set()
+        result = await asyncio.wait_for(cancelling, WAIT_S)
+        run = await rt.store.get_run(blocked.run_id)
+    assert result is not None and result.status == "cancelled"
+    assert (run.status, run.lease_owner) == ("cancelled", None)
