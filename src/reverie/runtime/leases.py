@@ -7,9 +7,13 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
+from reverie.errors import RunBusy
 from reverie.store.base import RunRecord, SegmentStart, Store
+
+T = TypeVar("T")
 
 LEASE_TTL_S = 30.0
 """A worker renews its lease every third of this; a dead worker's runs are free after it."""
@@ -108,10 +112,13 @@ class Leases:
         Raises:
             RunBusy: A live worker holds it.
         """
-        owner, take_over = self._claim(run)
-        return await self._store.acquire_lease(
-            run.run_id, owner, ttl_s=self.ttl_s, now=time.time(), take_over=take_over
-        )
+
+        def acquire(owner: str, take_over: str | None) -> Awaitable[int]:
+            return self._store.acquire_lease(
+                run.run_id, owner, ttl_s=self.ttl_s, now=time.time(), take_over=take_over
+            )
+
+        return await self._taking_over(run, acquire)
 
     def _claim(self, run: RunRecord) -> tuple[str, str | None]:
         """Who takes ``run``'s lease, and the dead owner it may be taken over from."""
@@ -123,10 +130,36 @@ class Leases:
         Raises:
             RunBusy: A live worker holds it.
         """
+
+        def begin(owner: str, take_over: str | None) -> Awaitable[SegmentStart]:
+            return self._store.begin_segment(
+                run.run_id,
+                owner,
+                ttl_s=self.ttl_s,
+                now=time.time(),
+                take_over=take_over,
+                window=window,
+            )
+
+        return await self._taking_over(run, begin)
+
+    async def _taking_over(
+        self, run: RunRecord, lease: Callable[[str, str | None], Awaitable[T]]
+    ) -> T:
+        """``lease(owner, take_over)``, the dead owner judged from ``run`` as the caller read it.
+
+        A worker that took the lease after that read and died since makes the store answer
+        :class:`RunBusy`: the run is read again, and a lease whose owner is gone now is taken
+        over at once (not once it expires).
+        """
         owner, take_over = self._claim(run)
-        return await self._store.begin_segment(
-            run.run_id, owner, ttl_s=self.ttl_s, now=time.time(), take_over=take_over, window=window
-        )
+        try:
+            return await lease(owner, take_over)
+        except RunBusy:
+            holder = (await self._store.get_run(run.run_id)).lease_owner
+            if holder is None or holder == take_over or not owner_gone(holder):
+                raise
+            return await lease(owner, holder)
 
     def heartbeat(self, run_id: str, fence: int) -> contextlib.AbstractAsyncContextManager[None]:
         """Renew the lease while the body runs (see :func:`heartbeat`)."""

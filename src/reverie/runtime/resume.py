@@ -53,8 +53,11 @@ async def load_state(
         state = state_from_dict(raw_state)
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
-    # Rows a crashed segment wrote past its last checkpoint are not replayed.
-    await store.supersede_items_after(run.thread_id, run.run_id, state.transcript_seq)
+    if head_seq > state.transcript_seq:
+        # Rows a crashed segment wrote past its last checkpoint are not replayed. Only then
+        # can the thread reach past it (a step commit writes its rows with the checkpoint
+        # that covers them), so a gate's resume makes no write here.
+        await store.supersede_items_after(run.thread_id, run.run_id, state.transcript_seq)
     if cp.kind == "Final":
         if state.completion is not None and state.completion.kind == "cancelled":
             return Cancelled(

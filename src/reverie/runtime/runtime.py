@@ -13,7 +13,7 @@ from typing import Any
 
 from reverie.core.canonical import digest
 from reverie.core.content import ContentPart, UserContent
-from reverie.core.exits import HOST_STOP_REASONS, Cancelled
+from reverie.core.exits import HOST_STOP_REASONS
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
@@ -29,7 +29,6 @@ from reverie.core.vocabulary import (
 from reverie.errors import (
     ConfigError,
     ConflictError,
-    GateResolvedError,
     NotFoundError,
     RunBusy,
     RunEndedError,
@@ -47,6 +46,7 @@ from reverie.runtime.after_turn import AfterTurnWork
 from reverie.runtime.agent import Agent
 from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
+from reverie.runtime.cancelling import end_cancelled
 from reverie.runtime.curation import CurationHost, curator_for
 from reverie.runtime.dispatch import QueueDispatcher, Routing
 from reverie.runtime.events import EventBus
@@ -55,7 +55,6 @@ from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, o
 from reverie.runtime.output import family_for, typed_result
 from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
-from reverie.runtime.resume import usage_so_far
 from reverie.runtime.segment import ActiveSegment, SegmentRunner
 from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.thread_policy import BusyThreads, checked_policy
@@ -518,31 +517,7 @@ class Runtime:
                 )
             return None
         # Nobody advances it (blocked, queued, or its worker died): end it now under a lease.
-        try:
-            fence = await self._leases.take(run)
-        except RunBusy:
-            # A worker took it in the meantime: leave the request in its queue.
-            with contextlib.suppress(RunEndedError):
-                await self.store.enqueue_input(
-                    run_id, "cancel", {"reason": reason}, input_id=new_id("cancel")
-                )
-            return None
-        try:
-            # A cancelled run's pending gates can no longer be approved: close them.
-            for gate in await self.store.list_gates(scope=run.scope, status="pending"):
-                if gate.run_id == run_id:
-                    with contextlib.suppress(GateResolvedError):
-                        await self.store.resolve_gate(
-                            gate.ref, "denied", reason="run cancelled", now=time.time()
-                        )
-            usage = await usage_so_far(self.store, run)  # what it spent before it stopped
-            # The applier's end_segment releases the lease with the status.
-            return await self._applier.apply(
-                run, Cancelled(reason=reason, usage=usage), fence=fence
-            )
-        except BaseException:
-            await self._leases.release(run_id, fence)  # the status was not written
-            raise
+        return await end_cancelled(self.store, self._leases, self._applier, run, reason)
 
     def _advanced_elsewhere(self, run: RunRecord) -> bool:
         """Whether a live worker other than this runtime holds the run's lease."""

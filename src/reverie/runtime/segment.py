@@ -30,6 +30,7 @@ from reverie.runtime import subagents
 from reverie.runtime.agent import Agent
 from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
+from reverie.runtime.cancelling import end_cancelled
 from reverie.runtime.compaction import run_policy
 from reverie.runtime.event_hooks import EventHookTap
 from reverie.runtime.event_log import record_events
@@ -140,6 +141,8 @@ class SegmentRunner:
         try:
             async with self._slots:
                 result = await self.advance(run, active, resumed=resumed)
+                if result.status == "blocked":
+                    result = await self._unless_cancelled(run, active, result)
             if not active.done.done():
                 active.done.set_result(result)
         except BaseException as exc:
@@ -158,6 +161,25 @@ class SegmentRunner:
             ended = done.done() and not done.cancelled() and done.exception() is None
             if ended and done.result().status in TERMINAL_STATUSES:
                 self._agents.forget_run(run_id)  # nothing of it will be resumed
+
+    async def _unless_cancelled(
+        self, run: RunRecord, active: ActiveSegment, result: RunResult
+    ) -> RunResult:
+        """A run that ended blocked while a cancel was on its way is ended cancelled now.
+
+        A cancel that found this segment (the token) or the run leased by it (the stored
+        request, from another process) left the ending to it. Checked last, with no wait
+        between the check and the segment leaving ``active``: a later cancel ends the run itself.
+        """
+        stored = run
+        if not active.token.cancelled:
+            stored = await self._store.get_run(run.run_id)
+        if not (active.token.cancelled or stored.cancel_requested):
+            return result
+        ended = await end_cancelled(
+            self._store, self._leases, self._applier, stored, active.token.reason
+        )
+        return result if ended is None else ended
 
     async def advance(self, run: RunRecord, active: ActiveSegment, *, resumed: bool) -> RunResult:
         """Lease the run, load its checkpoint, run the loop, apply the exit.

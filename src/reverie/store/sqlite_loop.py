@@ -9,8 +9,8 @@ thread's connection and runs writes on the loop when it can:
   with ``call_soon`` (no timer: a lone write commits on the loop's next turn). The flush takes
   every write queued meanwhile (a thousand runs woken by one timer queue a thousand) and runs
   them in one ``BEGIN IMMEDIATE`` … ``COMMIT``, each isolated as on the writer thread
-  (:func:`~reverie.store.sqlite_writer.run_group`): a write that fails is undone alone and
-  raises in its own caller only; every caller is answered after the ``COMMIT``.
+  (both run :func:`~reverie.store.sqlite_writer.commit_group`): a write that fails is undone
+  alone and raises in its own caller only; every caller is answered after the ``COMMIT``.
 - **never blocking the loop on a lock**: the connection's ``busy_timeout`` is 0 while the
   loop uses it, so ``BEGIN IMMEDIATE`` fails at once when another process (or another store
   on the file) holds the write lock; the batch then goes to the writer thread, which waits
@@ -20,6 +20,7 @@ thread's connection and runs writes on the loop when it can:
 - a batch the loop started but could not finish as one transaction (SQLite rolled it back on
   its own, a failed ``COMMIT``) is handed to the writer thread whole, which gives each write
   its own outcome. A write may thus run twice, the first run rolled back (as on the thread).
+  A lone write's failed ``COMMIT`` is its own outcome: it is answered at once.
 - ``synchronous=FULL`` and ``EXTRA`` sync the WAL in every ``COMMIT``: those stores keep
   their writes on the writer thread (``inline=False``), so the loop never waits for a disk.
 
@@ -37,17 +38,13 @@ from typing import TypeVar
 
 from reverie.errors import StoreError
 from reverie.store.sqlite_checkpoint import Checkpointer
-from reverie.store.sqlite_schema import store_error
 from reverie.store.sqlite_writer import (
     TRANSACT,
     ConnectionThread,
     Job,
-    TransactionLost,
-    Undo,
+    commit_group,
     forget,
     rollback,
-    run_group,
-    run_wrapped,
     settle,
 )
 
@@ -199,34 +196,17 @@ class LoopWriter:
         settle([job.outcome() for job in batch])
 
     def _commit(self, conn: sqlite3.Connection, batch: list[Job]) -> list[Job]:
-        """Run ``batch`` in one transaction on the loop; the jobs left for the writer thread."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                return batch  # another connection writes: its lock is waited for off the loop
-            for job in batch:
-                job.error = store_error(job.action, exc)
-            return []
-        try:
-            if len(batch) == 1:
-                run_wrapped(batch[0], conn)
-                if batch[0].error is not None:
-                    rollback(conn)  # a lone failed write: nothing to keep
-                    return []
-            else:
-                # Undoing the batch to run it again with savepoints keeps the write lock.
-                conn.execute("SAVEPOINT batch")
-                try:
-                    run_group(conn, batch, savepoints=False)
-                except Undo:
-                    conn.execute("ROLLBACK TO batch")
-                    run_group(conn, forget(batch), savepoints=True)
-            conn.execute("COMMIT")
-            self.loop_batches += 1
-        except (sqlite3.Error, TransactionLost):
-            rollback(conn)
+        """Run ``batch`` in one transaction on the loop; the jobs left for the writer thread.
+
+        Another connection holding the write lock (``busy_timeout`` is 0 here) and a
+        transaction lost as a whole send the batch to the writer thread, which waits for the
+        lock and gives each write its own outcome.
+        """
+        end = commit_group(conn, batch)
+        if end in ("busy", "lost"):
             return forget(batch)
+        if end == "committed":
+            self.loop_batches += 1
         return []
 
     def _hand_over(self, jobs: list[Job]) -> None:

@@ -20,8 +20,8 @@ they were queued, in ONE ``BEGIN IMMEDIATE`` … ``COMMIT`` transaction:
   that caller's exception and undoes that operation's writes only; the others still commit.
   Each operation sees the writes of those before it, exactly as if each had committed alone.
   Most failures happen before the operation wrote anything, so the batch runs without
-  savepoints; if a failed operation did change rows, the batch is rolled back and run again
-  with a ``SAVEPOINT`` around each operation (see :meth:`ConnectionThread._commit`).
+  savepoints; if a failed operation did change rows, the batch is undone and run again with a
+  ``SAVEPOINT`` around each operation (see :func:`commit_group`, which the loop uses too).
 - futures are resolved only after ``COMMIT`` returned, so a write that answered is durable as
   far as ``PRAGMA synchronous`` promises. A failed ``COMMIT`` (or an error after which SQLite
   rolled the whole transaction back, e.g. a full disk) blames no one at random: each operation
@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from reverie.errors import StoreError
 from reverie.store.sqlite_schema import store_error
@@ -56,9 +56,11 @@ from reverie.store.sqlite_schema import store_error
 __all__ = [
     "TRANSACT",
     "ConnectionThread",
+    "GroupEnd",
     "Job",
     "TransactionLost",
     "Undo",
+    "commit_group",
     "forget",
     "rollback",
     "run_group",
@@ -309,51 +311,17 @@ class ConnectionThread:
                 done, since = [], time.perf_counter()
         return done
 
-    def _commit(
-        self, conn: sqlite3.Connection, group: list[Job], *, savepoints: bool = False
-    ) -> None:
-        """Run ``group`` in one transaction; an operation that fails is undone alone.
-
-        Most failures (a stale fence, a gate resolved twice, a duplicate) are found before the
-        operation wrote anything, so by default the batch goes on without savepoints: each
-        would cost two more statements per operation, and under load every statement is a
-        wait for the GIL. When a failed operation did change rows (``total_changes`` moved;
-        a failed statement's own changes are undone by SQLite's ``ABORT``), the batch is
-        rolled back and run again with a ``SAVEPOINT`` around every operation.
-        """
-        if len(group) <= 1:
-            for op in group:
-                self._alone(conn, op)
-            return
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:  # e.g. another process held the lock past busy_timeout
-            for op in group:
-                op.error = store_error(op.action, exc)
-            return
-        try:
-            run_group(conn, group, savepoints=savepoints)
-            conn.execute("COMMIT")
-        except Undo:
-            rollback(conn)
-            self._commit(conn, forget(group), savepoints=True)
-        except (sqlite3.Error, TransactionLost):
-            # Nothing of the batch is on disk: give each operation its own transaction, so
-            # an error is answered to the operation that causes it and to no other.
-            rollback(conn)
-            for op in forget(group):
-                self._alone(conn, op)
-
     @staticmethod
-    def _alone(conn: sqlite3.Connection, op: Job) -> None:
-        """Run one operation in its own ``BEGIN IMMEDIATE`` … ``COMMIT``."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            op.result = op.fn(conn)
-            conn.execute("COMMIT")
-        except BaseException as exc:  # delivered to the caller
-            op.result, op.error = None, store_error(op.action, exc)
-            rollback(conn)
+    def _commit(conn: sqlite3.Connection, group: list[Job]) -> None:
+        """Run ``group`` in one transaction (:func:`commit_group`); each job gets its outcome.
+
+        When the transaction is lost (a failed ``COMMIT``, or SQLite rolled the whole batch
+        back), nothing of the batch is on disk: each operation is run again in a transaction
+        of its own, so an error is answered to the operation that causes it and to no other.
+        """
+        if commit_group(conn, group) == "lost":
+            for op in forget(group):
+                commit_group(conn, [op])  # alone: never lost, its COMMIT's error is its own
 
     def _finish(self, stop: Job, late: list[Job]) -> None:
         """Close the connection, refuse what was queued after the stop, answer the closer."""
@@ -378,6 +346,63 @@ class ConnectionThread:
             # A closed loop raises RuntimeError: nobody is waiting there any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, outcomes)
+
+
+GroupEnd = Literal["committed", "answered", "busy", "lost"]
+"""How :func:`commit_group` ended (see there)."""
+
+
+def commit_group(conn: sqlite3.Connection, group: list[Job]) -> GroupEnd:
+    """Run ``group`` in one ``BEGIN IMMEDIATE`` … ``COMMIT``; each job keeps its outcome.
+
+    One operation's failure is that job's error and undoes that operation's writes only; the
+    others still commit. Most failures happen before the operation wrote anything, so the
+    group runs without savepoints (each would cost two more statements per operation, and
+    under load every statement is a wait for the GIL); when a failed operation did change rows
+    (:class:`Undo`), the group is undone to a ``SAVEPOINT`` taken after ``BEGIN`` — the write
+    lock is kept — and run again with a ``SAVEPOINT`` around every operation. A lone operation
+    needs none: when it fails, its transaction is rolled back.
+
+    Returns:
+        ``"committed"``: the ``COMMIT`` ran; every job holds its outcome. ``"answered"``:
+        nothing was committed and every job holds its error (a lone operation failed, its
+        ``COMMIT`` too, or ``BEGIN`` failed for another reason than the lock). ``"busy"``:
+        ``BEGIN IMMEDIATE`` found the write lock taken (past the connection's
+        ``busy_timeout``); nothing ran and every job holds that error. ``"lost"``: the group
+        ran but its transaction ended without committing (a failed ``COMMIT``, or SQLite
+        rolled it back on its own): nothing of it is on disk; the caller runs it again
+        (:func:`forget` clears the outcomes).
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        for op in group:
+            op.error = store_error(op.action, exc)
+        code = getattr(exc, "sqlite_errorcode", None)
+        return "busy" if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) else "answered"
+    if len(group) == 1:
+        [op] = group
+        run_wrapped(op, conn)
+        try:
+            if op.error is None:
+                conn.execute("COMMIT")
+                return "committed"
+        except sqlite3.Error as exc:
+            op.result, op.error = None, store_error(op.action, exc)
+        rollback(conn)  # a lone failed operation: nothing to keep
+        return "answered"
+    try:
+        conn.execute("SAVEPOINT batch")
+        try:
+            run_group(conn, group, savepoints=False)
+        except Undo:
+            conn.execute("ROLLBACK TO batch")
+            run_group(conn, forget(group), savepoints=True)
+        conn.execute("COMMIT")
+    except (sqlite3.Error, TransactionLost):
+        rollback(conn)
+        return "lost"
+    return "committed"
 
 
 def run_group(conn: sqlite3.Connection, group: list[Job], *, savepoints: bool) -> None:
