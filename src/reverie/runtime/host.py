@@ -46,7 +46,7 @@ from reverie.hooks import (
 from reverie.loop.compaction import compacted_view
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
-from reverie.loop.state import LoopExecutionState, encode_checkpoint
+from reverie.loop.state import CheckpointEncoder, LoopExecutionState
 from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
 from reverie.runtime import tool_steps as steps
@@ -351,6 +351,8 @@ class StoreCheckpoints:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
+        self._encoder = CheckpointEncoder(ctx.family_digest)
+        self._digest = ctx.family_digest
 
     async def commit(
         self,
@@ -369,9 +371,10 @@ class StoreCheckpoints:
             host_state["poisoned_hooks"] = sorted(ctx.poisoned)
             if ctx.gated:
                 host_state["gated_tools"] = dict(ctx.gated)
-            payload = encode_checkpoint(
-                state, family_digest=ctx.family_digest, host_state=host_state
-            )
+            if ctx.family_digest != self._digest:
+                self._encoder = CheckpointEncoder(ctx.family_digest)
+                self._digest = ctx.family_digest
+            payload = self._encoder.encode(state, host_state=host_state)
         elif not items and not journal and ack_cursor is None and not seal:
             return CommitReceipt(written=True)
         step = StepWrite(
