@@ -119,7 +119,7 @@ class RunContext:
 
     def hooked(self, point: HookPoint) -> bool:
         """Whether any hook is bound to ``point`` (a dispatch with none is skipped)."""
-        return bool(self.hooks.registry.hooks(point))
+        return point in self.hooks.registry.bound_points
 
     def record_hook_failures(
         self, failures: Sequence[HookFailure], newly_poisoned: frozenset[str]
@@ -139,6 +139,26 @@ class StorePrompt:
         self.ctx = ctx
         self.instructions = instructions
         self.memory = memory
+        # Built once and reused while what they are made of stays the same object: every
+        # request of a segment opens with the same instructions and offers the same surface.
+        self._system: Message | None = None
+        self._specs: tuple[Surface, tuple[ToolSpec, ...]] | None = None
+
+    def _system_message(self) -> Message:
+        system = self._system
+        if system is None or system.content is not self.instructions:
+            system = self._system = Message(role="system", content=self.instructions)
+        return system
+
+    def _tool_specs(self, surface: Surface) -> tuple[ToolSpec, ...]:
+        specs = self._specs
+        if specs is None or specs[0] is not surface:
+            tools = tuple(
+                ToolSpec(name=d.name, description=d.description, parameters=d.parameters)
+                for d in surface.descriptors
+            )
+            specs = self._specs = (surface, tools)
+        return specs[1]
 
     async def build(
         self,
@@ -151,7 +171,7 @@ class StorePrompt:
         ctx = self.ctx
         messages: list[Message] = []
         if self.instructions:
-            messages.append(Message(role="system", content=self.instructions))
+            messages.append(self._system_message())
         if ctx.hooked("before_prompt"):
             result = await ctx.hooks.before_prompt(
                 PromptHookContext(scope=ctx.scope, run_id=ctx.run_id, iteration=state.iteration),
@@ -182,14 +202,7 @@ class StorePrompt:
         messages.extend(made[start:])
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
-        tools = (
-            None
-            if surface is None
-            else tuple(
-                ToolSpec(name=d.name, description=d.description, parameters=d.parameters)
-                for d in surface.descriptors
-            )
-        )
+        tools = None if surface is None else self._tool_specs(surface)
         return PromptBundle(
             request=ModelRequest(messages=tuple(messages), tools=tools), rows=tuple(rows)
         )
@@ -402,7 +415,7 @@ class StoreCheckpoints:
             ctx.bus.emit(
                 CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
             )
-            if ctx.hooks.registry.hooks("after_checkpoint"):
+            if "after_checkpoint" in ctx.hooks.registry.bound_points:
                 result = await ctx.hooks.observe(
                     "after_checkpoint",
                     CheckpointHookContext(

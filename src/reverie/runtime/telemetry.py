@@ -47,7 +47,6 @@ from reverie.core.events import (
     ModelFallback,
     ModelRequested,
     RunEvent,
-    TextDeltaEvent,
     ToolStarted,
 )
 from reverie.core.exits import Blocked, Failed
@@ -393,11 +392,12 @@ class _ObservedModel:
         emit_text: bool = True,
         max_bytes: int | None = None,
     ) -> ModelResponse:
-        name, request_model = self._model_name(model_index)
         run_id = self._segment.run_id
         span = None
         if self._tracer is not None:
             from opentelemetry.trace import SpanKind
+
+            name, request_model = self._model_name(model_index)
 
             attributes: dict[str, Any] = {
                 "gen_ai.operation.name": "chat",
@@ -432,6 +432,7 @@ class _ObservedModel:
         except BaseException as exc:
             kind = _error_type(exc)
             if not isinstance(exc, asyncio.CancelledError):
+                name = self._model_name(model_index)[0]
                 log.warning("run %s: model %s call failed (%s)", run_id, name, kind)
                 log.debug("run %s: model error: %s", run_id, exc)
             if span is not None:
@@ -579,7 +580,9 @@ class _TracedCheckpoints:
 class _LoggedEvents:
     """Logs run events: retries and limits at WARNING, every event at DEBUG.
 
-    (A failed hook is logged at WARNING by the hook dispatcher itself.)
+    (A failed hook is logged at WARNING by the hook dispatcher itself.) Every event of every
+    step passes here: the kind is compared first, so an event with nothing to warn of costs
+    one level check.
     """
 
     def __init__(self, inner: EventPort) -> None:
@@ -587,15 +590,19 @@ class _LoggedEvents:
 
     def emit(self, event: RunEvent) -> None:
         self._inner.emit(event)
-        if isinstance(event, ModelRequested) and event.attempt > 0:
-            log.warning("run %s: retrying the model call (attempt %d)", event.run_id, event.attempt)
-        elif isinstance(event, ToolStarted) and event.attempt > 0:
-            log.warning(
-                "run %s: retrying tool %s (attempt %d)", event.run_id, event.tool, event.attempt
-            )
-        elif isinstance(event, LimitReached):
+        kind = event.kind
+        if kind == "model_request" or kind == "tool_started":
+            if isinstance(event, ModelRequested) and event.attempt > 0:
+                log.warning(
+                    "run %s: retrying the model call (attempt %d)", event.run_id, event.attempt
+                )
+            elif isinstance(event, ToolStarted) and event.attempt > 0:
+                log.warning(
+                    "run %s: retrying tool %s (attempt %d)", event.run_id, event.tool, event.attempt
+                )
+        elif kind == "limit_reached" and isinstance(event, LimitReached):
             log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
-        elif isinstance(event, ModelFallback):
+        elif kind == "model_fallback" and isinstance(event, ModelFallback):
             log.warning(
                 "run %s: model %s failed (%s); falling back to model %s",
                 event.run_id,
@@ -603,7 +610,7 @@ class _LoggedEvents:
                 event.error_kind,
                 event.to_model,
             )
-        if isinstance(event, TextDeltaEvent) or not log.isEnabledFor(logging.DEBUG):
+        if kind == "text_delta" or not log.isEnabledFor(logging.DEBUG):
             return  # deltas are the reply itself, not a detail of the run
         detail = {
             f.name: getattr(event, f.name)

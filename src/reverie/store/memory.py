@@ -152,7 +152,8 @@ class MemoryStore(MemoryDocuments):
 
     async def commit_step(self, run_id: str, step: StepWrite, *, fence: int) -> StepReceipt:
         # Every check first, then every write: no await in between, so it is one transaction.
-        await self.get_thread(step.thread_id)
+        if step.thread_id not in self._threads:
+            await self.get_thread(step.thread_id)  # raises NotFoundError
         self._check_fence(run_id, fence)
         refs = self._thread_items[step.thread_id]
         if step.items:
@@ -164,7 +165,8 @@ class MemoryStore(MemoryDocuments):
                 if item.seq != expected or item.thread_id != step.thread_id:
                     raise UsageError(f"step item {item.ref} must have seq {expected}")
         queue = self._inputs.get(run_id, [])
-        waiting = step.guard_cursor is not None and any(r.cursor > step.guard_cursor for r in queue)
+        guard = step.guard_cursor
+        waiting = guard is not None and bool(queue) and any(r.cursor > guard for r in queue)
         for entry in step.journal:
             prior = self._journal.get((run_id, entry.call_id))
             if entry.state == "started" and prior is not None:
