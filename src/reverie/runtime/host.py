@@ -51,6 +51,7 @@ from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
 from reverie.runtime import tool_steps as steps
 from reverie.runtime.events import EventBus
+from reverie.runtime.telemetry import log_event, log_model_failure
 from reverie.runtime.window import SegmentTranscript, to_message
 from reverie.store.base import GateRecord, StepWrite, Store
 
@@ -233,37 +234,43 @@ class StreamingModel:
         model = self.models[min(model_index, len(self.models) - 1)]
         final: ModelResponse | None = None
         streamed = 0
-        stream = model.stream(bundle.request)
         try:
-            async for event in stream:
-                if isinstance(event, TextDelta):
-                    # A runaway stream is cut here, not buffered to its end.
-                    streamed += len(event.text.encode())
-                    if max_bytes is not None and streamed > max_bytes:
-                        raise ModelOutputTooLarge(max_bytes)
-                    if emit_text and not self.ctx.token.cancelled:
-                        self.ctx.bus.emit(TextDeltaEvent(run_id=self.ctx.run_id, text=event.text))
-                elif isinstance(event, ResponseComplete):
-                    final = event.response
-        finally:
-            # Close the provider's stream now (a cut stream must not stay open until GC).
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        if final is None:
-            raise ModelError("internal", f"model {model.name} ended without a response")
-        if not self.ctx.hooked("after_model"):
-            return final
-        result = await self.ctx.hooks.observe(
-            "after_model",
-            ModelHookContext(
-                scope=self.ctx.scope,
-                run_id=self.ctx.run_id,
-                text=final.text or None,
-                tool_names=tuple(c.name for c in final.tool_calls),
-            ),
-            poisoned=self.ctx.poisoned,
-        )
+            stream = model.stream(bundle.request)
+            try:
+                async for event in stream:
+                    if isinstance(event, TextDelta):
+                        # A runaway stream is cut here, not buffered to its end.
+                        streamed += len(event.text.encode())
+                        if max_bytes is not None and streamed > max_bytes:
+                            raise ModelOutputTooLarge(max_bytes)
+                        if emit_text and not self.ctx.token.cancelled:
+                            self.ctx.bus.emit(
+                                TextDeltaEvent(run_id=self.ctx.run_id, text=event.text)
+                            )
+                    elif isinstance(event, ResponseComplete):
+                        final = event.response
+            finally:
+                # Close the provider's stream now (a cut stream must not stay open until GC).
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if final is None:
+                raise ModelError("internal", f"model {model.name} ended without a response")
+            if not self.ctx.hooked("after_model"):
+                return final
+            result = await self.ctx.hooks.observe(
+                "after_model",
+                ModelHookContext(
+                    scope=self.ctx.scope,
+                    run_id=self.ctx.run_id,
+                    text=final.text or None,
+                    tool_names=tuple(c.name for c in final.tool_calls),
+                ),
+                poisoned=self.ctx.poisoned,
+            )
+        except BaseException as exc:
+            log_model_failure(self.ctx.run_id, model.name, exc)
+            raise
         self.ctx.record_hook_failures(result.failures, result.newly_poisoned)
         return final
 
@@ -459,6 +466,7 @@ class BusEvents:
     def emit(self, event: RunEvent) -> None:
         # ``event`` hooks see it through the segment's EventHookTap (runtime/event_hooks.py).
         self.ctx.bus.emit(event)
+        log_event(event)
 
 
 @dataclass(slots=True, kw_only=True)
