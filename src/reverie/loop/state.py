@@ -342,6 +342,10 @@ _EMPTY_HOST_STATE = '{"host_state":{"poisoned_hooks":[]}}'
 """The ``slots`` of nearly every checkpoint: no strategy state, no poisoned hook, no gate."""
 
 
+_NO_MEMO: tuple[object, str] = (object(), "")
+"""A memo no value is (``is``) the object of."""
+
+
 def _generic(value: Any) -> str:
     return _CHECKPOINT_JSON.encode(value)
 
@@ -464,22 +468,20 @@ class CheckpointEncoder:
     them do not change between two boundaries, and a tuple of strings cannot change in place.
     """
 
-    __slots__ = ("_head", "_memo")
+    __slots__ = ("_assistant", "_head", "_kinds", "_results", "_signatures")
 
     def __init__(self, family_digest: str) -> None:
         self._head = (
             f'{{"family_digest":{_optional_string(family_digest)},'
             f'"schema_id":{_string(STATE_SCHEMA_ID)},"state":{{"assistant_refs":'
         )
-        self._memo: dict[str, tuple[object, str]] = {}
+        # ``(tuple, its encoded form)`` of the previous checkpoint, one per reference field.
+        self._assistant = self._results = self._signatures = self._kinds = _NO_MEMO
 
-    def _refs(self, name: str, values: tuple[str, ...]) -> str:
-        memo = self._memo.get(name)
-        if memo is not None and memo[0] is values:
-            return memo[1]
+    def _remember(self, field: str, values: tuple[str, ...]) -> str:
         text, plain = _strings(values)
         if plain and type(values) is tuple:
-            self._memo[name] = (values, text)
+            setattr(self, field, (values, text))
         return text
 
     def encode(
@@ -512,17 +514,22 @@ class CheckpointEncoder:
         if not int is type(cursor) is type(iteration) is type(seq):
             cursor, iteration, seq = _number(cursor), _number(iteration), _number(seq)
         surface = state.surface_version
+        m, values = self._assistant, state.assistant_refs
+        assistant = m[1] if m[0] is values else self._remember("_assistant", values)
+        m, values = self._results, state.result_refs
+        results = m[1] if m[0] is values else self._remember("_results", values)
+        m, values = self._signatures, state.recent_call_signatures
+        signatures = m[1] if m[0] is values else self._remember("_signatures", values)
+        m, values = self._kinds, state.recent_failure_kinds
+        kinds = m[1] if m[0] is values else self._remember("_kinds", values)
         return (
-            f"{self._head}{self._refs('assistant_refs', state.assistant_refs)},"
+            f"{self._head}{assistant},"
             f'"budget":{_budget(state.budget)}{completion},'
             f'"graceful_stop":{_optional_string(state.graceful_stop)},'
             f'"input_cursor":{cursor},"iteration":{iteration},'
             f'"last_gate":{_optional_string(state.last_gate)},"pending_wave":{pending},'
-            f'"recent_call_signatures":'
-            f"{self._refs('recent_call_signatures', state.recent_call_signatures)},"
-            f'"recent_failure_kinds":'
-            f"{self._refs('recent_failure_kinds', state.recent_failure_kinds)},"
-            f'"result_refs":{self._refs("result_refs", state.result_refs)},'
+            f'"recent_call_signatures":{signatures},"recent_failure_kinds":{kinds},'
+            f'"result_refs":{results},'
             f'"slots":{_slots(state, host_state)},'
             f'"surface_version":{_string(surface) if type(surface) is str else _generic(surface)},'
             f'"transcript_seq":{seq}}}}}'
