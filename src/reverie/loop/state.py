@@ -35,6 +35,10 @@ def pushed(ring: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:
     return (ring + values)[-RING:]
 
 
+_NO_USAGE = ModelUsage()
+"""What a model not called yet has used (frozen: one for every ledger)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BudgetLedger:
     """What the run has consumed so far."""
@@ -51,7 +55,7 @@ class BudgetLedger:
 
     def charged(self, model: str) -> BudgetLedger:
         """The ledger with one more model call, sent to ``model``."""
-        mine = self.by_model.get(model, ModelUsage())
+        mine = self.by_model.get(model) or _NO_USAGE
         return replace(
             self,
             model_calls=self.model_calls + 1,
@@ -62,7 +66,7 @@ class BudgetLedger:
         self, model: str, *, input_tokens: int, output_tokens: int, usd: float
     ) -> BudgetLedger:
         """The ledger with the tokens and price of an answer from ``model``."""
-        mine = self.by_model.get(model, ModelUsage())
+        mine = self.by_model.get(model) or _NO_USAGE
         return replace(
             self,
             input_tokens=self.input_tokens + input_tokens,
