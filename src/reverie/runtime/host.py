@@ -365,6 +365,14 @@ class StoreTranscript:
         return [found[r] for r in refs]
 
 
+_RECEIPTS = {
+    (written, cancel): CommitReceipt(written=written, cancel_requested=cancel)
+    for written in (False, True)
+    for cancel in (False, True)
+}
+"""The four receipts a commit can return (frozen: one of each for every commit)."""
+
+
 class StoreCheckpoints:
     """Step commits: staged rows + journal, then the checkpoint (canonical state + schema id +
     family digest, with poisoned hooks), the ack and the seal, in one store operation."""
@@ -387,16 +395,19 @@ class StoreCheckpoints:
         items, after_seq, journal = ctx.segment.take()
         payload: bytes | None = None
         if kind is not None:
-            host_state = dict(state.host_state)
-            host_state["poisoned_hooks"] = sorted(ctx.poisoned)
-            if ctx.gated:
-                host_state["gated_tools"] = dict(ctx.gated)
+            if state.host_state or ctx.poisoned or ctx.gated:
+                host_state = dict(state.host_state)
+                host_state["poisoned_hooks"] = sorted(ctx.poisoned)
+                if ctx.gated:
+                    host_state["gated_tools"] = dict(ctx.gated)
+            else:
+                host_state = {"poisoned_hooks": []}
             if ctx.family_digest != self._digest:
                 self._encoder = CheckpointEncoder(ctx.family_digest)
                 self._digest = ctx.family_digest
             payload = self._encoder.encode(state, host_state=host_state)
         elif not items and not journal and ack_cursor is None and not seal:
-            return CommitReceipt(written=True)
+            return _RECEIPTS[True, False]
         step = StepWrite(
             thread_id=ctx.thread_id,
             items=items,
@@ -434,7 +445,7 @@ class StoreCheckpoints:
                     poisoned=ctx.poisoned,
                 )
                 ctx.record_hook_failures(result.failures, result.newly_poisoned)
-        return CommitReceipt(written=written, cancel_requested=receipt.cancel_requested)
+        return _RECEIPTS[written, bool(receipt.cancel_requested)]
 
 
 class StoreInputs:
