@@ -277,3 +277,31 @@ async def test_sync_tool_does_not_block_the_event_loop(ctx: ToolContext) -> None
     await asyncio.to_thread(started.wait, 5)
     release.set()  # only possible if the loop is not stuck inside the tool
     assert await task == CallCompleted(output="released")
+
+
+async def test_a_sync_tool_that_returns_a_coroutine_has_the_coroutine_awaited(
+    ctx: ToolContext,
+) -> None:
+    async def later(n: int) -> int:
+        return n * 2
+
+    @tool(effects=set())
+    def deferred(n: int) -> Any:
+        """Return a coroutine."""
+        return later(n)
+
+    outcome = await deferred.invoke({"n": 21}, ctx)
+    assert isinstance(outcome, CallCompleted)
+    assert outcome.output == "42"
+
+
+@pytest.mark.parametrize(("value", "text"), [(3, "3"), (2.5, "2.5"), (True, "True"), (None, "")])
+async def test_a_scalar_result_reads_as_its_text(ctx: ToolContext, value: Any, text: str) -> None:
+    @tool(effects=set())
+    def give() -> Any:
+        """Return the value."""
+        return value
+
+    outcome = await give.invoke({}, ctx)
+    assert isinstance(outcome, CallCompleted)
+    assert outcome.output == text

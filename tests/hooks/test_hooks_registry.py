@@ -155,3 +155,17 @@ def test_restricted_flag_follows_trust_class(registry: HookRegistry) -> None:
         trusts[registration.name] = registration.trust
         assert registration.restricted == (registration.trust in ("installed", "self_authored"))
     assert set(trusts.values()) == {"trusted", "builtin", "installed", "self_authored"}
+
+
+def test_bound_points_follow_registration_and_removal(registry: HookRegistry) -> None:
+    assert registry.bound_points == frozenset()
+    registry.register("after_model", noop, name="a")
+    registry.register("after_model", noop, name="b")
+    registry.register("before_prompt", noop, name="c")
+    assert registry.bound_points == {"after_model", "before_prompt"}
+    child = registry.extended([])
+    registry.unregister("a")
+    assert registry.bound_points == {"after_model", "before_prompt"}
+    registry.unregister("b")
+    assert registry.bound_points == {"before_prompt"}
+    assert child.bound_points == {"after_model", "before_prompt"}  # a copy, not a view

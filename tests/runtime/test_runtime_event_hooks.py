@@ -79,3 +79,28 @@ async def test_an_event_hook_filtered_on_run_finished_sees_a_curation_pass_end()
     assert {(t.run_id, "completed") for t in turns} <= set(finished)
     assert (record.run_id, "completed") in finished  # the background pass's end
     assert len(finished) == 3
+
+
+async def test_an_event_hook_registered_while_a_run_is_going_sees_the_events_after_it() -> None:
+    seen: list[str] = []
+
+    async def watch(ctx: EventHookContext) -> None:
+        seen.append(ctx.event.kind)
+
+    async with Runtime.open(":memory:") as rt:
+
+        @tool(effects=set())
+        def register() -> str:
+            """Register the watcher mid-run."""
+            rt.hooks.register("event", watch, name="late", event_kinds={"tool_finished"})
+            return "ok"
+
+        agent = Agent(
+            name="late",
+            model=ScriptedModel([call("register"), call("register_again"), reply("done")]),
+            tools=[register],
+        )
+        result = await rt.run(agent, "go", scope=SCOPE)
+        assert result.status == "completed"
+    # The call that registered it finished after it was bound, and so did the unknown tool's.
+    assert seen == ["tool_finished", "tool_finished"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -304,3 +305,18 @@ async def test_a_denied_gate_is_a_resolve_gate_span_and_a_denied_execute_tool_sp
     assert parent_of(denied) == span_id(resumed)
     assert attr(denied, "reverie.tool.outcome") == "denied"
     assert attr(denied, "error.type") == "denied"
+
+
+async def test_with_tracing_on_a_failed_model_call_and_its_retry_are_each_logged_once(
+    traces: Traces, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="reverie")
+    model = ScriptedModel([error("transient", "try again"), reply("fine")])
+    async with Runtime.open(":memory:", tracer_provider=traces.provider) as rt:
+        r = await rt.run(Agent(name="calc", model=model, tools=[add]), "hi", scope=SCOPE)
+    assert r.status == "completed"
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warnings.count(f"run {r.run_id}: model scripted:scripted call failed (transient)") == 1
+    assert warnings.count(f"run {r.run_id}: retrying the model call (attempt 1)") == 1
+    failed, _ = traces.named("chat ")
+    assert attr(failed, "error.type") == "transient"

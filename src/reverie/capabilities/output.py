@@ -20,6 +20,8 @@ DEFAULT_MAX_OUTPUT_BYTES = 16_384
 """Default cap on one tool result, in UTF-8 bytes."""
 
 _JSON_TYPES = (BaseModel, Mapping, list, tuple, set, frozenset)
+_SCALARS = frozenset({int, float, bool})
+"""Exact types that are never structured (a subclass takes the general path)."""
 
 
 def serialize_output(value: object) -> str:
@@ -35,6 +37,8 @@ def serialize_output(value: object) -> str:
         return ""
     if isinstance(value, str):
         return value
+    if type(value) in _SCALARS:
+        return str(value)  # what the last line gives them, without the structure checks
     if _is_structured(value):
         # pydantic's serializer knows models, dataclasses, enums, datetimes, UUIDs, …; anything
         # it does not know falls back to str() instead of failing the call. NaN/inf become null

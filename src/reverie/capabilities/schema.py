@@ -288,15 +288,23 @@ def _is_context_hint(hint: Any) -> bool:
     return False
 
 
+_FINITE_ATOMS = frozenset({str, int, bool, type(None)})
+"""Exact types that never hold a float (a subclass takes the general path)."""
+
+
 def find_non_finite(value: Any, path: str = "") -> str | None:
     """The path (``a.b[0]``) of the first NaN/±inf float inside ``value``, if any.
 
     JSON has no such numbers; a model (or a lenient JSON parser) can still produce them.
     """
+    if type(value) in _FINITE_ATOMS:
+        return None  # most arguments: no recursion, no abstract-class check
     if isinstance(value, float):
         return None if math.isfinite(value) else (path or "<root>")
     if isinstance(value, Mapping):
         for key, item in value.items():
+            if type(item) in _FINITE_ATOMS:
+                continue
             found = find_non_finite(item, f"{path}.{key}" if path else str(key))
             if found is not None:
                 return found

@@ -46,6 +46,9 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 DEFAULT_TIMEOUT_S = 60.0
 
+_NOT_AWAITABLE = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+"""Exact result types that cannot be awaitable (checked before the general test)."""
+
 
 @runtime_checkable
 class Capability(Protocol):
@@ -198,8 +201,8 @@ class Tool(Generic[P, R]):
             # Sync tools never block the event loop. A timed-out or cancelled thread cannot be
             # killed: it runs to completion in the background and its result is dropped.
             result = await asyncio.to_thread(call, *args, **kwargs)
-        if inspect.isawaitable(result):  # a sync function that returned a coroutine
-            result = await result
+        if type(result) not in _NOT_AWAITABLE and inspect.isawaitable(result):
+            result = await result  # a function that returned a coroutine
         return result
 
 

@@ -61,8 +61,9 @@ def _copier(cls: type) -> Any:
 
 def replace(obj: T, /, **changes: Any) -> T:
     """Like :func:`dataclasses.replace`, without re-running ``__init__`` when that is safe."""
-    copier = _COPIERS.get(type(obj), _MISSING)
-    if copier is _MISSING:
+    try:
+        copier = _COPIERS[type(obj)]
+    except KeyError:
         copier = _copier(type(obj))
     if copier is None:
         return dataclasses.replace(obj, **changes)  # type: ignore[type-var]

@@ -12,7 +12,8 @@ _pool = b""
 _offset = 0
 
 
-def _random8() -> bytes:
+def new_id(prefix: str) -> str:
+    """A new id like ``run_0191f3c2a8b4_9f2c4e1ab37d5e60``: time-ordered, then random."""
     # os.urandom per id costs a system call (and a GIL hand-off) on every id; one read per
     # 1,024 ids keeps them unpredictable at a fraction of the cost.
     global _pool, _offset
@@ -21,12 +22,7 @@ def _random8() -> bytes:
             _pool, _offset = os.urandom(_POOL_BYTES), 0
         chunk = _pool[_offset : _offset + 8]
         _offset += 8
-        return chunk
-
-
-def new_id(prefix: str) -> str:
-    """A new id like ``run_0191f3c2a8b4_9f2c4e1ab37d5e60``: time-ordered, then random."""
-    return f"{prefix}_{time.time_ns() // 1_000_000:012x}_{_random8().hex()}"
+    return f"{prefix}_{time.time_ns() // 1_000_000:012x}_{chunk.hex()}"
 
 
 def _reset_after_fork() -> None:

@@ -141,6 +141,9 @@ class HookRegistry:
         """Create an empty registry."""
         self._by_name: dict[str, HookRegistration] = {}
         self._by_point: dict[HookPoint, tuple[HookRegistration, ...]] = {}
+        self.bound_points: frozenset[HookPoint] = frozenset()
+        """The points at least one hook is bound to. Replaced (never changed in place) when
+        hooks are added or removed, so a hot path tells "no hook here" without a call."""
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -285,6 +288,7 @@ class HookRegistry:
         child = HookRegistry()
         child._by_name = dict(self._by_name)
         child._by_point = dict(self._by_point)
+        child.bound_points = self.bound_points
         for h in hooks:
             child.register(
                 h.point,
@@ -326,6 +330,7 @@ class HookRegistry:
         # Kept sorted at registration so a dispatch is a plain tuple walk.
         bound = [r for r in self._by_name.values() if r.point == point]
         self._by_point[point] = tuple(sorted(bound, key=lambda r: r.order_key))
+        self.bound_points = frozenset(p for p, hooks in self._by_point.items() if hooks)
 
 
 def _validated(

@@ -24,22 +24,25 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._fired = False
+        """Set with the event: a boundary reads a flag, not the event (several per step)."""
         self._interrupts: list[_Interrupt] = []
         self.reason = "cancelled"
 
     @property
     def cancelled(self) -> bool:
         """Whether cancellation was requested."""
-        return self._event.is_set()
+        return self._fired
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Request cancellation (idempotent: the first reason is kept).
 
         Work awaited through :func:`race_cancellation` is interrupted.
         """
-        if self._event.is_set():
+        if self._fired:
             return
         self.reason = reason
+        self._fired = True
         self._event.set()
         interrupts, self._interrupts = self._interrupts, []
         for interrupt in interrupts:
@@ -51,7 +54,7 @@ class CancelToken:
 
     def check(self) -> None:
         """A cancellation boundary: raise :class:`Cancelled` if requested."""
-        if self._event.is_set():
+        if self._fired:
             raise Cancelled(self.reason)
 
 
@@ -94,7 +97,7 @@ async def race_cancellation(work: Awaitable[T], token: CancelToken) -> T:
     A token that fired before the race closes ``work`` unstarted (a coroutine is never left
     unawaited).
     """
-    if token.cancelled:
+    if token._fired:
         if inspect.iscoroutine(work):
             work.close()
         raise Cancelled(token.reason)
@@ -122,7 +125,7 @@ async def race_cancellation(work: Awaitable[T], token: CancelToken) -> T:
             token._interrupts.remove(interrupt)
     if interrupt.fired:
         task.uncancel()  # the work swallowed the interruption: drop the request it left
-    if token.cancelled:
+    if token._fired:
         raise Cancelled(token.reason)
     return result
 

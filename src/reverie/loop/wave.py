@@ -268,7 +268,7 @@ class WaveRunner:
                 )
 
         # Commit the results in the model's order; the provider's id is only echoed back.
-        ordered = [outcomes.get(i, CallCancelled()) for i in range(len(calls))]
+        ordered = [outcomes.get(i) or CallCancelled() for i in range(len(calls))]
         rows = await self.host.transcript.append(
             [
                 NewItem(

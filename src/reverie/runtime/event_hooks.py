@@ -35,6 +35,7 @@ class EventHookTap:
         self, dispatcher: HookDispatcher, *, scope: Scope, run_id: str, bus: EventBus
     ) -> None:
         self._dispatcher = dispatcher
+        self._registry = dispatcher.registry
         self._scope = scope
         self._run_id = run_id
         self._bus = bus
@@ -44,7 +45,7 @@ class EventHookTap:
 
     def __call__(self, event: RunEvent) -> None:
         """Dispatch ``event`` to the matching ``event`` hooks (never blocks)."""
-        if not self._dispatcher.registry.hooks("event"):
+        if "event" not in self._registry.bound_points:
             return
         task = asyncio.get_running_loop().create_task(self._observe(event))
         self._tasks.add(task)

@@ -46,11 +46,12 @@ from reverie.hooks import (
 from reverie.loop.compaction import compacted_view
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
-from reverie.loop.state import LoopExecutionState, encode_checkpoint
+from reverie.loop.state import CheckpointEncoder, LoopExecutionState
 from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
 from reverie.runtime import tool_steps as steps
 from reverie.runtime.events import EventBus
+from reverie.runtime.telemetry import log_event, log_model_failure
 from reverie.runtime.window import SegmentTranscript, to_message
 from reverie.store.base import GateRecord, StepWrite, Store
 
@@ -119,7 +120,7 @@ class RunContext:
 
     def hooked(self, point: HookPoint) -> bool:
         """Whether any hook is bound to ``point`` (a dispatch with none is skipped)."""
-        return bool(self.hooks.registry.hooks(point))
+        return point in self.hooks.registry.bound_points
 
     def record_hook_failures(
         self, failures: Sequence[HookFailure], newly_poisoned: frozenset[str]
@@ -139,6 +140,26 @@ class StorePrompt:
         self.ctx = ctx
         self.instructions = instructions
         self.memory = memory
+        # Built once and reused while what they are made of stays the same object: every
+        # request of a segment opens with the same instructions and offers the same surface.
+        self._system: Message | None = None
+        self._specs: tuple[Surface, tuple[ToolSpec, ...]] | None = None
+
+    def _system_message(self) -> Message:
+        system = self._system
+        if system is None or system.content is not self.instructions:
+            system = self._system = Message(role="system", content=self.instructions)
+        return system
+
+    def _tool_specs(self, surface: Surface) -> tuple[ToolSpec, ...]:
+        specs = self._specs
+        if specs is None or specs[0] is not surface:
+            tools = tuple(
+                ToolSpec(name=d.name, description=d.description, parameters=d.parameters)
+                for d in surface.descriptors
+            )
+            specs = self._specs = (surface, tools)
+        return specs[1]
 
     async def build(
         self,
@@ -151,7 +172,7 @@ class StorePrompt:
         ctx = self.ctx
         messages: list[Message] = []
         if self.instructions:
-            messages.append(Message(role="system", content=self.instructions))
+            messages.append(self._system_message())
         if ctx.hooked("before_prompt"):
             result = await ctx.hooks.before_prompt(
                 PromptHookContext(scope=ctx.scope, run_id=ctx.run_id, iteration=state.iteration),
@@ -182,14 +203,7 @@ class StorePrompt:
         messages.extend(made[start:])
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
-        tools = (
-            None
-            if surface is None
-            else tuple(
-                ToolSpec(name=d.name, description=d.description, parameters=d.parameters)
-                for d in surface.descriptors
-            )
-        )
+        tools = None if surface is None else self._tool_specs(surface)
         return PromptBundle(
             request=ModelRequest(messages=tuple(messages), tools=tools), rows=tuple(rows)
         )
@@ -220,37 +234,43 @@ class StreamingModel:
         model = self.models[min(model_index, len(self.models) - 1)]
         final: ModelResponse | None = None
         streamed = 0
-        stream = model.stream(bundle.request)
         try:
-            async for event in stream:
-                if isinstance(event, TextDelta):
-                    # A runaway stream is cut here, not buffered to its end.
-                    streamed += len(event.text.encode())
-                    if max_bytes is not None and streamed > max_bytes:
-                        raise ModelOutputTooLarge(max_bytes)
-                    if emit_text and not self.ctx.token.cancelled:
-                        self.ctx.bus.emit(TextDeltaEvent(run_id=self.ctx.run_id, text=event.text))
-                elif isinstance(event, ResponseComplete):
-                    final = event.response
-        finally:
-            # Close the provider's stream now (a cut stream must not stay open until GC).
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        if final is None:
-            raise ModelError("internal", f"model {model.name} ended without a response")
-        if not self.ctx.hooked("after_model"):
-            return final
-        result = await self.ctx.hooks.observe(
-            "after_model",
-            ModelHookContext(
-                scope=self.ctx.scope,
-                run_id=self.ctx.run_id,
-                text=final.text or None,
-                tool_names=tuple(c.name for c in final.tool_calls),
-            ),
-            poisoned=self.ctx.poisoned,
-        )
+            stream = model.stream(bundle.request)
+            try:
+                async for event in stream:
+                    if isinstance(event, TextDelta):
+                        # A runaway stream is cut here, not buffered to its end.
+                        streamed += len(event.text.encode())
+                        if max_bytes is not None and streamed > max_bytes:
+                            raise ModelOutputTooLarge(max_bytes)
+                        if emit_text and not self.ctx.token.cancelled:
+                            self.ctx.bus.emit(
+                                TextDeltaEvent(run_id=self.ctx.run_id, text=event.text)
+                            )
+                    elif isinstance(event, ResponseComplete):
+                        final = event.response
+            finally:
+                # Close the provider's stream now (a cut stream must not stay open until GC).
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if final is None:
+                raise ModelError("internal", f"model {model.name} ended without a response")
+            if not self.ctx.hooked("after_model"):
+                return final
+            result = await self.ctx.hooks.observe(
+                "after_model",
+                ModelHookContext(
+                    scope=self.ctx.scope,
+                    run_id=self.ctx.run_id,
+                    text=final.text or None,
+                    tool_names=tuple(c.name for c in final.tool_calls),
+                ),
+                poisoned=self.ctx.poisoned,
+            )
+        except BaseException as exc:
+            log_model_failure(self.ctx.run_id, model.name, exc)
+            raise
         self.ctx.record_hook_failures(result.failures, result.newly_poisoned)
         return final
 
@@ -345,12 +365,22 @@ class StoreTranscript:
         return [found[r] for r in refs]
 
 
+_RECEIPTS = {
+    (written, cancel): CommitReceipt(written=written, cancel_requested=cancel)
+    for written in (False, True)
+    for cancel in (False, True)
+}
+"""The four receipts a commit can return (frozen: one of each for every commit)."""
+
+
 class StoreCheckpoints:
     """Step commits: staged rows + journal, then the checkpoint (canonical state + schema id +
     family digest, with poisoned hooks), the ack and the seal, in one store operation."""
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
+        self._encoder = CheckpointEncoder(ctx.family_digest)
+        self._digest = ctx.family_digest
 
     async def commit(
         self,
@@ -365,15 +395,19 @@ class StoreCheckpoints:
         items, after_seq, journal = ctx.segment.take()
         payload: bytes | None = None
         if kind is not None:
-            host_state = dict(state.host_state)
-            host_state["poisoned_hooks"] = sorted(ctx.poisoned)
-            if ctx.gated:
-                host_state["gated_tools"] = dict(ctx.gated)
-            payload = encode_checkpoint(
-                state, family_digest=ctx.family_digest, host_state=host_state
-            )
+            if state.host_state or ctx.poisoned or ctx.gated:
+                host_state = dict(state.host_state)
+                host_state["poisoned_hooks"] = sorted(ctx.poisoned)
+                if ctx.gated:
+                    host_state["gated_tools"] = dict(ctx.gated)
+            else:
+                host_state = {"poisoned_hooks": []}
+            if ctx.family_digest != self._digest:
+                self._encoder = CheckpointEncoder(ctx.family_digest)
+                self._digest = ctx.family_digest
+            payload = self._encoder.encode(state, host_state=host_state)
         elif not items and not journal and ack_cursor is None and not seal:
-            return CommitReceipt(written=True)
+            return _RECEIPTS[True, False]
         step = StepWrite(
             thread_id=ctx.thread_id,
             items=items,
@@ -399,7 +433,7 @@ class StoreCheckpoints:
             ctx.bus.emit(
                 CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
             )
-            if ctx.hooks.registry.hooks("after_checkpoint"):
+            if "after_checkpoint" in ctx.hooks.registry.bound_points:
                 result = await ctx.hooks.observe(
                     "after_checkpoint",
                     CheckpointHookContext(
@@ -411,7 +445,7 @@ class StoreCheckpoints:
                     poisoned=ctx.poisoned,
                 )
                 ctx.record_hook_failures(result.failures, result.newly_poisoned)
-        return CommitReceipt(written=written, cancel_requested=receipt.cancel_requested)
+        return _RECEIPTS[written, bool(receipt.cancel_requested)]
 
 
 class StoreInputs:
@@ -443,6 +477,7 @@ class BusEvents:
     def emit(self, event: RunEvent) -> None:
         # ``event`` hooks see it through the segment's EventHookTap (runtime/event_hooks.py).
         self.ctx.bus.emit(event)
+        log_event(event)
 
 
 @dataclass(slots=True, kw_only=True)

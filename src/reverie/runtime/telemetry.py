@@ -15,11 +15,10 @@ Spans are built around the host ports of one run segment, never inside the loop:
 Message content and tool arguments go on spans only when the operator opts in
 (``Runtime.open(..., trace_content=True)`` or ``[telemetry] trace_content = true``).
 
-Without the ``otel`` extra, or with no tracer provider configured, no span is made and the tool
-and checkpoint ports are not wrapped: the hot path pays no tracing cost. Logs use the stdlib
-``reverie.runtime`` logger: lifecycle at INFO, retries and degradations at WARNING, details at
-DEBUG; for them the model and event ports are wrapped while ``reverie`` logs at WARNING or
-below (a call and a level check per model call and per event).
+Without the ``otel`` extra, or with no tracer provider configured, no span is made and no port
+is wrapped: the hot path pays no tracing cost. Logs use the stdlib ``reverie.runtime`` logger:
+lifecycle at INFO, retries and degradations at WARNING, details at DEBUG. The model and event
+ports write their own (:func:`log_model_failure`, :func:`log_event`): a level check per event.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ from reverie.core.events import (
     ModelFallback,
     ModelRequested,
     RunEvent,
-    TextDeltaEvent,
     ToolStarted,
 )
 from reverie.core.exits import Blocked, Failed
@@ -236,24 +234,18 @@ class Segment:
         tracer = self._telemetry.tracer()
         if tracer is not None:
             self._start_span(tracer, state)
-        if self._span is None and not log.isEnabledFor(logging.WARNING):
-            return host  # nothing to report to: the loop talks to the plain ports
-        tracing = tracer if self._span is not None else None
+        if self._span is None or tracer is None:
+            return host  # no span to report to: the loop talks to the plain ports
         return _ObservedHost(
             run_id=host.run_id,
             token=host.token,
             prompt=host.prompt,
-            model=_ObservedModel(host.model, self, tracing),
-            # Without tracing the tool port stays bare: tool_finished events carry the outcome.
-            capabilities=_ObservedTools(host.capabilities, self, tracing)
-            if tracing is not None
-            else host.capabilities,
+            model=_ObservedModel(host.model, self, tracer),
+            capabilities=_ObservedTools(host.capabilities, self, tracer),
             transcript=host.transcript,
-            checkpoints=_TracedCheckpoints(host.checkpoints, self._span)
-            if self._span is not None
-            else host.checkpoints,
+            checkpoints=_TracedCheckpoints(host.checkpoints, self._span),
             inputs=host.inputs,
-            events=_LoggedEvents(host.events),
+            events=host.events,
         )
 
     def _start_span(self, tracer: Tracer, state: LoopExecutionState) -> None:
@@ -365,9 +357,9 @@ class _ObservedHost:
 
 
 class _ObservedModel:
-    """``chat {model}`` spans and model-failure logs around the model port."""
+    """``chat {model}`` spans around the model port (which logs its own failures)."""
 
-    def __init__(self, inner: Any, segment: Segment, tracer: Tracer | None) -> None:
+    def __init__(self, inner: Any, segment: Segment, tracer: Tracer) -> None:
         self._inner = inner
         self._segment = segment
         self._tracer = tracer
@@ -393,75 +385,62 @@ class _ObservedModel:
         emit_text: bool = True,
         max_bytes: int | None = None,
     ) -> ModelResponse:
-        name, request_model = self._model_name(model_index)
-        run_id = self._segment.run_id
-        span = None
-        if self._tracer is not None:
-            from opentelemetry.trace import SpanKind
+        from opentelemetry.trace import SpanKind
 
-            attributes: dict[str, Any] = {
-                "gen_ai.operation.name": "chat",
-                "gen_ai.provider.name": provider_of(name),
-                "gen_ai.request.model": request_model,
-                "reverie.model.name": name,
-                "reverie.run.id": run_id,
-            }
-            if self._segment._telemetry.trace_content:
-                attributes["gen_ai.input.messages"] = _clip(
-                    json.dumps(
-                        [{"role": m.role, "content": m.content} for m in bundle.request.messages],
-                        ensure_ascii=False,
-                    )
+        run_id = self._segment.run_id
+        name, request_model = self._model_name(model_index)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_of(name),
+            "gen_ai.request.model": request_model,
+            "reverie.model.name": name,
+            "reverie.run.id": run_id,
+        }
+        if self._segment._telemetry.trace_content:
+            attributes["gen_ai.input.messages"] = _clip(
+                json.dumps(
+                    [{"role": m.role, "content": m.content} for m in bundle.request.messages],
+                    ensure_ascii=False,
                 )
-            span = self._tracer.start_span(
-                f"chat {request_model}", kind=SpanKind.CLIENT, attributes=attributes
             )
+        span = self._tracer.start_span(
+            f"chat {request_model}", kind=SpanKind.CLIENT, attributes=attributes
+        )
+        assert otel_trace is not None
         try:
-            if span is None:
+            with otel_trace.use_span(
+                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ):
                 response: ModelResponse = await self._inner.call(
                     bundle, model_index=model_index, emit_text=emit_text, max_bytes=max_bytes
                 )
-            else:
-                assert otel_trace is not None
-                with otel_trace.use_span(
-                    span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-                ):
-                    response = await self._inner.call(
-                        bundle, model_index=model_index, emit_text=emit_text, max_bytes=max_bytes
-                    )
         except BaseException as exc:
-            kind = _error_type(exc)
-            if not isinstance(exc, asyncio.CancelledError):
-                log.warning("run %s: model %s call failed (%s)", run_id, name, kind)
-                log.debug("run %s: model error: %s", run_id, exc)
-            if span is not None:
-                _set_error(span, kind)
-                span.end()
-            raise
-        if span is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
-            if response.model_name:
-                span.set_attribute("gen_ai.response.model", response.model_name)
-            if response.finish_reason:
-                span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
-            if self._segment._telemetry.trace_content:
-                span.set_attribute(
-                    "gen_ai.output.messages",
-                    _clip(
-                        json.dumps(
-                            [
-                                {
-                                    "role": "assistant",
-                                    "content": response.text,
-                                    "tool_calls": [c.name for c in response.tool_calls],
-                                }
-                            ],
-                            ensure_ascii=False,
-                        )
-                    ),
-                )
+            _set_error(span, _error_type(exc))
             span.end()
+            raise
+        span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+        if response.model_name:
+            span.set_attribute("gen_ai.response.model", response.model_name)
+        if response.finish_reason:
+            span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
+        if self._segment._telemetry.trace_content:
+            span.set_attribute(
+                "gen_ai.output.messages",
+                _clip(
+                    json.dumps(
+                        [
+                            {
+                                "role": "assistant",
+                                "content": response.text,
+                                "tool_calls": [c.name for c in response.tool_calls],
+                            }
+                        ],
+                        ensure_ascii=False,
+                    )
+                ),
+            )
+        span.end()
         return response
 
     def cost(self, response: ModelResponse, *, model_index: int) -> float:
@@ -576,41 +555,48 @@ class _TracedCheckpoints:
         )
 
 
-class _LoggedEvents:
-    """Logs run events: retries and limits at WARNING, every event at DEBUG.
+def log_event(event: RunEvent) -> None:
+    """Log a run event: retries and limits at WARNING, every event at DEBUG.
 
-    (A failed hook is logged at WARNING by the hook dispatcher itself.)
+    Called by the event port for every event it publishes (a failed hook is logged at WARNING
+    by the hook dispatcher itself). The kind is compared first, so an event with nothing to
+    warn of costs one level check.
     """
-
-    def __init__(self, inner: EventPort) -> None:
-        self._inner = inner
-
-    def emit(self, event: RunEvent) -> None:
-        self._inner.emit(event)
+    kind = event.kind
+    if kind == "model_request" or kind == "tool_started":
         if isinstance(event, ModelRequested) and event.attempt > 0:
             log.warning("run %s: retrying the model call (attempt %d)", event.run_id, event.attempt)
         elif isinstance(event, ToolStarted) and event.attempt > 0:
             log.warning(
                 "run %s: retrying tool %s (attempt %d)", event.run_id, event.tool, event.attempt
             )
-        elif isinstance(event, LimitReached):
-            log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
-        elif isinstance(event, ModelFallback):
-            log.warning(
-                "run %s: model %s failed (%s); falling back to model %s",
-                event.run_id,
-                event.from_model,
-                event.error_kind,
-                event.to_model,
-            )
-        if isinstance(event, TextDeltaEvent) or not log.isEnabledFor(logging.DEBUG):
-            return  # deltas are the reply itself, not a detail of the run
-        detail = {
-            f.name: getattr(event, f.name)
-            for f in fields(event)
-            if f.name not in ("kind", "run_id", "text")
-        }
-        log.debug("run %s: %s %s", event.run_id, event.kind, detail)
+    elif kind == "limit_reached" and isinstance(event, LimitReached):
+        log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
+    elif kind == "model_fallback" and isinstance(event, ModelFallback):
+        log.warning(
+            "run %s: model %s failed (%s); falling back to model %s",
+            event.run_id,
+            event.from_model,
+            event.error_kind,
+            event.to_model,
+        )
+    if kind == "text_delta" or not log.isEnabledFor(logging.DEBUG):
+        return  # deltas are the reply itself, not a detail of the run
+    detail = {
+        f.name: getattr(event, f.name)
+        for f in fields(event)
+        if f.name not in ("kind", "run_id", "text")
+    }
+    log.debug("run %s: %s %s", event.run_id, event.kind, detail)
 
 
-__all__ = ["TRACE_STATE_KEY", "PassSpan", "Segment", "Telemetry"]
+def log_model_failure(run_id: str, model: str, exc: BaseException) -> None:
+    """Log a failed model call at WARNING (the error itself at DEBUG); a cancellation is not
+    a failure and is not logged."""
+    if isinstance(exc, asyncio.CancelledError):
+        return
+    log.warning("run %s: model %s call failed (%s)", run_id, model, _error_type(exc))
+    log.debug("run %s: model error: %s", run_id, exc)
+
+
+__all__ = ["TRACE_STATE_KEY", "PassSpan", "Segment", "Telemetry", "log_event", "log_model_failure"]

@@ -13,11 +13,11 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Collection, Sequence
 
-from reverie.core.content import parts_from_meta
+from reverie.core.content import PARTS_META_KEY, parts_from_meta
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.transcript import NewItem, TranscriptItem, placed
-from reverie.loop.compaction import is_summary
+from reverie.loop.compaction import SUMMARY_META, is_summary
 from reverie.store.base import JournalWrite, Store
 
 MIN_CAPACITY = 256
@@ -26,13 +26,14 @@ MIN_CAPACITY = 256
 
 def to_message(row: TranscriptItem) -> Message:
     """The model-facing message of a transcript row."""
+    meta = row.meta
     return Message(
         role=row.role,
         content=row.content,
         tool_calls=row.tool_calls,
         tool_call_id=row.tool_call_id,
         name=row.name,
-        parts=parts_from_meta(row.meta),
+        parts=parts_from_meta(meta) if PARTS_META_KEY in meta else (),
     )
 
 
@@ -75,8 +76,11 @@ class SegmentTranscript:
 
     def _cache(self, rows: Sequence[TranscriptItem]) -> None:
         self._rows.extend(rows)
-        self._messages.extend(to_message(row) for row in rows)
-        self._summaries += sum(1 for row in rows if is_summary(row))
+        messages = self._messages
+        for row in rows:
+            messages.append(to_message(row))
+            if SUMMARY_META in row.meta and is_summary(row):
+                self._summaries += 1
         if len(self._rows) > 2 * self._capacity:
             # Trimmed in bulk (amortised): the newest ``_capacity`` rows stay.
             del self._rows[: -self._capacity], self._messages[: -self._capacity]

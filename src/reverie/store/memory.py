@@ -7,6 +7,7 @@ something true about the others.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,11 +50,7 @@ from reverie.store.base import (
 from reverie.store.memory_documents import MemoryDocuments
 from reverie.store.run_events import MAX_RUN_EVENTS, EventWaiters, RunEventRecord
 
-
-def _now() -> float:
-    import time
-
-    return time.time()
+_now = time.time
 
 
 class MemoryStore(MemoryDocuments):
@@ -67,12 +64,15 @@ class MemoryStore(MemoryDocuments):
         self._runs: dict[str, RunRecord] = {}
         self._idem: dict[tuple[str, str, str], str] = {}
         """(tenant, user, idempotency key) → run id: keys are per owner."""
-        self._checkpoints: dict[str, CheckpointRecord] = {}
+        # ``(kind, payload, created_at)``: the record is made when read (a step commit writes
+        # one, and most are never read back).
+        self._checkpoints: dict[str, tuple[CheckpointKind, bytes, float]] = {}
         self._journal: dict[tuple[str, str], JournalEntry] = {}
         self._inputs: dict[str, list[InputRecord]] = {}
         self._input_ids: dict[tuple[str, str], InputRecord] = {}
         self._gates: dict[str, GateRecord] = {}
-        self._events: dict[str, list[RunEventRecord]] = {}
+        # ``(seq, kind, data, created_at)``; records are made when read, as for checkpoints.
+        self._events: dict[str, list[tuple[int, str, dict[str, Any], float]]] = {}
         self._event_waiters = EventWaiters()
         self._sealed: set[str] = set()
 
@@ -152,7 +152,8 @@ class MemoryStore(MemoryDocuments):
 
     async def commit_step(self, run_id: str, step: StepWrite, *, fence: int) -> StepReceipt:
         # Every check first, then every write: no await in between, so it is one transaction.
-        await self.get_thread(step.thread_id)
+        if step.thread_id not in self._threads:
+            await self.get_thread(step.thread_id)  # raises NotFoundError
         self._check_fence(run_id, fence)
         refs = self._thread_items[step.thread_id]
         if step.items:
@@ -164,7 +165,8 @@ class MemoryStore(MemoryDocuments):
                 if item.seq != expected or item.thread_id != step.thread_id:
                     raise UsageError(f"step item {item.ref} must have seq {expected}")
         queue = self._inputs.get(run_id, [])
-        waiting = step.guard_cursor is not None and any(r.cursor > step.guard_cursor for r in queue)
+        guard = step.guard_cursor
+        waiting = guard is not None and bool(queue) and any(r.cursor > guard for r in queue)
         for entry in step.journal:
             prior = self._journal.get((run_id, entry.call_id))
             if entry.state == "started" and prior is not None:
@@ -181,12 +183,7 @@ class MemoryStore(MemoryDocuments):
             refs.append(item.ref)
         if not waiting:
             if step.checkpoint is not None and step.checkpoint_kind is not None:
-                self._checkpoints[run_id] = CheckpointRecord(
-                    run_id=run_id,
-                    kind=step.checkpoint_kind,
-                    payload=bytes(step.checkpoint),
-                    created_at=_now(),
-                )
+                self._checkpoints[run_id] = (step.checkpoint_kind, bytes(step.checkpoint), _now())
             if step.ack_cursor is not None:
                 for i, rec in enumerate(queue):
                     if rec.cursor <= step.ack_cursor and not rec.acked:
@@ -393,7 +390,7 @@ class MemoryStore(MemoryDocuments):
             fence=fence,
             run=started,
             prior_status=run.status,
-            checkpoint=self._checkpoints.get(run_id),
+            checkpoint=self._checkpoint(run_id),
             head_seq=len(refs),
             items=items,
             inputs=[r for r in self._inputs.get(run_id, []) if not r.acked],
@@ -428,12 +425,17 @@ class MemoryStore(MemoryDocuments):
         self, run_id: str, kind: CheckpointKind, payload: bytes, *, fence: int
     ) -> None:
         self._check_fence(run_id, fence)
-        self._checkpoints[run_id] = CheckpointRecord(
-            run_id=run_id, kind=kind, payload=bytes(payload), created_at=_now()
-        )
+        self._checkpoints[run_id] = (kind, bytes(payload), _now())
 
     async def load_checkpoint(self, run_id: str) -> CheckpointRecord | None:
-        return self._checkpoints.get(run_id)
+        return self._checkpoint(run_id)
+
+    def _checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        saved = self._checkpoints.get(run_id)
+        if saved is None:
+            return None
+        kind, payload, created_at = saved
+        return CheckpointRecord(run_id=run_id, kind=kind, payload=payload, created_at=created_at)
 
     # journal ------------------------------------------------------------------------------
     async def journal_started(self, run_id: str, call_id: str, tool: str, *, fence: int) -> None:
@@ -547,14 +549,11 @@ class MemoryStore(MemoryDocuments):
     ) -> int:
         """Append events after the run's last one; keep the newest ``keep``; the last seq."""
         stored = self._events.setdefault(run_id, [])
-        seq = stored[-1].seq if stored else 0
+        seq = stored[-1][0] if stored else 0
         now = _now()
         for data in events:
             seq += 1
-            record = RunEventRecord(
-                run_id=run_id, seq=seq, kind=str(data["kind"]), data=dict(data), created_at=now
-            )
-            stored.append(record)
+            stored.append((seq, str(data["kind"]), dict(data), now))
         del stored[: max(0, len(stored) - keep)]
         self._event_waiters.wake(run_id)
         return seq
@@ -563,8 +562,11 @@ class MemoryStore(MemoryDocuments):
         self, run_id: str, *, after_seq: int = 0, limit: int = 1000
     ) -> list[RunEventRecord]:
         """Stored events with a seq above ``after_seq``, oldest first, at most ``limit``."""
-        found = [r for r in self._events.get(run_id, ()) if r.seq > after_seq]
-        return found[: max(0, limit)]
+        found = [e for e in self._events.get(run_id, ()) if e[0] > after_seq][: max(0, limit)]
+        return [
+            RunEventRecord(run_id=run_id, seq=seq, kind=kind, data=data, created_at=at)
+            for seq, kind, data, at in found
+        ]
 
     async def wait_run_events(self, run_id: str, *, timeout_s: float) -> None:
         """Return when events of the run were appended, or after ``timeout_s``."""
