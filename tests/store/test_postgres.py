@@ -284,6 +284,18 @@ async def test_store_uses_at_most_max_connections_and_closes_them(url: str) -> N
 
 
 @needs_server
+async def test_operations_one_after_another_reuse_one_connection(url: str) -> None:
+    name = f"reverie_reuse_{os.getpid()}"
+    count = f"SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = '{name}'"
+    async with PostgresStore(f"{url}&application_name={name}", max_connections=8) as store:
+        await store.create_thread("thr-1", ANA)
+        for _ in range(20):
+            await store.append_items("thr-1", None, [NewItem(role="user", content="x")], fence=None)
+            await store.thread_items("thr-1", last=1)
+        assert await _scalar(url, count) == 1
+
+
+@needs_server
 async def test_cancelled_write_is_rolled_back_and_the_store_stays_usable(
     store: PostgresStore, url: str
 ) -> None:

@@ -1,8 +1,9 @@
 """The connections of :class:`reverie.store.postgres.PostgresStore`: a small pool and helpers.
 
 A store owns at most ``max_connections`` ``psycopg`` async connections. An
-:class:`asyncio.Queue` holds one *slot* per connection: a slot is an idle connection, or
-``None`` for one not opened yet (or dropped). An operation takes a slot, opens the connection
+:class:`asyncio.LifoQueue` holds one *slot* per connection: a slot is an idle connection, or
+``None`` for one not opened yet (or dropped); the slot given back last is taken first, so idle
+connections are reused before a new one is opened. An operation takes a slot, opens the connection
 if it has to, runs, and gives the slot back: so at most ``max_connections`` operations talk to
 the server at once and the rest wait their turn, without a thread and without blocking the
 event loop. A connection that comes back broken or inside a transaction (its operation was
@@ -350,10 +351,14 @@ class PostgresConnections:
                 except BaseException:
                     await conn.close()
                     raise
-            slots: asyncio.Queue[Conn | None] = asyncio.Queue()
-            slots.put_nowait(conn)
+            # Last in, first out, the open connection on top: an operation takes the connection
+            # used last, so a store opens a second one only when two operations overlap (a
+            # FIFO would cycle through every slot, opening all of them, each a new server
+            # process with cold caches).
+            slots: asyncio.Queue[Conn | None] = asyncio.LifoQueue()
             for _ in range(self.max_connections - 1):
                 slots.put_nowait(None)
+            slots.put_nowait(conn)
             self._slots = slots
 
     async def close(self) -> None:
