@@ -83,11 +83,12 @@ class Many:
 class Guard:
     """A check the writes after it in its batch rest on (its result: its row, or ``None``).
 
-    Only ops of a :attr:`Dialect.one_trip` dialect yield one, in their last batch: the backend
-    sends that batch with the ``COMMIT``, and a guard that does not hold fails the transaction
-    there, so none of the batch's writes land, and the op is sent ``None`` for it (and for the
-    statements after it); it may then yield more batches, which run in a new transaction.
-    Built by :meth:`Dialect.guard`.
+    Only ops of a dialect with a :attr:`Dialect.step_call` yield one (a step commit's single
+    statement), in their last batch: the backend sends that batch with the ``COMMIT``, and a
+    guard that does not hold fails the transaction there (an error whose message quotes
+    :data:`GUARD_REFUSED`), so none of the batch's writes land, and the op is sent ``None`` for
+    it (and for the statements after it); it may then yield more batches, which run in a new
+    transaction.
     """
 
     sql: str
@@ -144,11 +145,11 @@ class Dialect:
     """The column type of epoch seconds."""
     schema_lock: str | None = None
     """Serialises migrations across processes (``None``: the writer's lock does)."""
-    one_trip: bool = False
-    """A step commit sends its checks and writes in one batch behind a :class:`Guard` (a
-    batch is one round trip here; SQLite decides between two batches in process instead)."""
-    guard_sql: str = "SELECT ({condition}) AS ok{also}"
-    """A :class:`Guard`: one row whose ``ok`` is the condition, or an error if it is false."""
+    step_call: str | None = None
+    """A step commit as one statement, run as a :class:`Guard` (its columns: ``head``,
+    ``top_cursor``, ``cancel_requested``; its parameters: see
+    :func:`reverie.store.sql_ops.prepare_step`). ``None``: the op decides between two batches
+    in process (SQLite, whose statements cost no round trip)."""
     version_table_missing: str = (
         "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master"
         " WHERE type = 'table' AND name = 'schema_version') AS missing"
@@ -177,17 +178,6 @@ class Dialect:
     def count(self, statement: str, *params: Any) -> Count:
         """A :class:`Count` in this dialect."""
         return Count(self.sql(statement), params)
-
-    def guard(
-        self, condition: str, *params: Any, also: str = "", also_params: Sequence[Any] = ()
-    ) -> Guard:
-        """A :class:`Guard` on ``condition`` (SQL written with ``?``) in this dialect.
-
-        ``also``: more columns of its row (``", (SELECT …) AS name"``), read in the guard's
-        snapshot, with their parameters.
-        """
-        sql = self.guard_sql.format(condition=condition, also=also)
-        return Guard(self.sql(sql), [*params, *also_params])
 
     def insert(self, table: str, columns: Columns, suffix: str = "") -> Count:
         """Insert one row (``suffix``: an ``ON CONFLICT`` clause); counts the rows inserted."""
@@ -238,12 +228,13 @@ POSTGRES = Dialect(
     # Keyed on the current schema: stores in other schemas of the database migrate apart.
     schema_lock="SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))",
     version_table_missing="SELECT to_regclass('schema_version') IS NULL AS missing",
-    one_trip=True,
-    # No built-in raises an error on demand: a cast that cannot parse fails the transaction
-    # with the marker in its message (recognised by postgres_connections.refused).
-    guard_sql=(
-        "SELECT CAST(CASE WHEN ({condition}) THEN 'true'"
-        f" ELSE '{GUARD_REFUSED}' END AS BOOLEAN) AS ok{{also}}"
+    # The function of migration 5 (reverie.store.postgres_schema): the locks, the checks and
+    # every write of a step in one prepared statement. The casts pin the parameters' types
+    # (psycopg picks an integer's by its size).
+    step_call=(
+        "SELECT head, top_cursor, cancel_requested FROM reverie_commit_step(?, ?, ?::bigint,"
+        " ?::bigint, ?::boolean, ?::json, ?::json, ?, ?::bytea, ?::bigint, ?::boolean,"
+        " ?::bigint, ?::double precision)"
     ),
 )
 """READ COMMITTED: rows a decision rests on are locked, and read again after the lock."""
