@@ -21,6 +21,7 @@ SQLite writer may run an op twice, the first run rolled back).
 from __future__ import annotations
 
 import abc
+import json
 import sqlite3
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -145,6 +146,9 @@ class Dialect:
     """The column type of epoch seconds."""
     schema_lock: str | None = None
     """Serialises migrations across processes (``None``: the writer's lock does)."""
+    json_rows: bool = False
+    """A multi-row insert is one statement, its rows one JSON parameter (a statement costs the
+    PostgreSQL client a send and the server an execution; SQLite's cost neither)."""
     step_call: str | None = None
     """A step commit as one statement, run as a :class:`Guard` (its columns: ``head``,
     ``top_cursor``, ``cancel_requested``; its parameters: see
@@ -183,10 +187,25 @@ class Dialect:
         """Insert one row (``suffix``: an ``ON CONFLICT`` clause); counts the rows inserted."""
         return Count(self.sql(insert_sql(table, list(columns)) + suffix), list(columns.values()))
 
-    def insert_many(self, table: str, rows: Sequence[Columns]) -> Many:
-        """Insert rows (all with the same columns) with one prepared statement."""
+    def insert_many(self, table: str, rows: Sequence[Columns]) -> Statement:
+        """Insert rows (all with the same columns): see :meth:`insert_rows`."""
         names = list(rows[0]) if rows else []
-        return Many(self.sql(insert_sql(table, names)), [tuple(row.values()) for row in rows])
+        return self.insert_rows(table, names, [tuple(row.values()) for row in rows])
+
+    def insert_rows(
+        self, table: str, names: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> Statement:
+        """Insert rows of values in the order of ``names``: one prepared statement run per row
+        or, with :attr:`json_rows` and more than one row, one statement for them all."""
+        if self.json_rows and len(rows) > 1:
+            columns = ", ".join(names)
+            data = _JSON_ROWS.encode([dict(zip(names, row, strict=True)) for row in rows])
+            return self.exec(
+                f"INSERT INTO {table} ({columns}) SELECT {columns}"
+                f" FROM json_populate_recordset(NULL::{table}, ?::json)",
+                data,
+            )
+        return Many(self.sql(insert_sql(table, names)), rows)
 
     def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the clause and its parameters."""
@@ -203,6 +222,9 @@ class Dialect:
             for start in range(0, len(values), CHUNK)
         ]
 
+
+_JSON_ROWS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""Rows of :meth:`Dialect.insert_rows` as JSON (PostgreSQL's JSON has no NaN)."""
 
 CHUNK = 500
 """Values per ``IN (...)`` list, well under SQLite's bound-parameter limit."""
@@ -228,6 +250,7 @@ POSTGRES = Dialect(
     # Keyed on the current schema: stores in other schemas of the database migrate apart.
     schema_lock="SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))",
     version_table_missing="SELECT to_regclass('schema_version') IS NULL AS missing",
+    json_rows=True,
     # The function of migration 5 (reverie.store.postgres_schema): the locks, the checks and
     # every write of a step in one prepared statement. The casts pin the parameters' types
     # (psycopg picks an integer's by its size).

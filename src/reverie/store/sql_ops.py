@@ -55,10 +55,8 @@ from reverie.store.run_events import RunEventRecord
 from reverie.store.sql_core import (
     Dialect,
     Guard,
-    Many,
     Op,
     Statement,
-    insert_sql,
     raise_if_stale,
 )
 
@@ -161,7 +159,7 @@ def append_items(
     ]
     if out:
         rows = [item_row(d, rec, created_at=created_at) for rec in out]
-        yield [Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows)]
+        yield [d.insert_rows("items", ITEM_COLUMNS, rows)]
     return out
 
 
@@ -258,7 +256,7 @@ def prepare_step(d: Dialect, run_id: str, step: StepWrite, *, fence: int) -> Pre
         always.append(d.exec(sql, run_id, entry.call_id, entry.tool, outcome, now))
     rows = [item_row(d, item, created_at=now) for item in step_items(run_id, step)]
     if rows:
-        always.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
+        always.append(d.insert_rows("items", ITEM_COLUMNS, rows))
     guarded: list[Statement] = []
     payload = None
     if step.checkpoint is not None and step.checkpoint_kind is not None:
@@ -487,7 +485,7 @@ def start_run(
                 raise NotFoundError(f"run with idempotency key of {run.run_id} not found")
             return codec.row_run(found[0])
     if rows:
-        writes.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
+        writes.append(d.insert_rows("items", ITEM_COLUMNS, rows))
     if writes:
         yield writes
     return rec
