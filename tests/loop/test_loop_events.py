@@ -66,10 +66,13 @@ async def test_run_emits_its_events_in_order(rt: Runtime, scope: Scope) -> None:
     done = first(events, "tool_finished")
     assert before_model < request < delta < progress < before_side_effect < started < done
 
-    # Tick 1: the reply, then the Final checkpoint, then the end.
+    # Tick 1: the reply, then the Final checkpoint, then the end. The pure wave replays
+    # harmlessly from its BeforeSideEffect checkpoint: no BeforeModel checkpoint of its own.
     requests = [i for i, e in enumerate(events) if isinstance(e, ModelRequested)]
     assert len(requests) == 2
     assert done < requests[1]
+    checkpoints = [e.checkpoint_kind for e in events if isinstance(e, CheckpointEvent)]
+    assert checkpoints == ["BeforeModel", "BeforeSideEffect", "Final"]
     replies = [e for e in events if isinstance(e, AssistantMessage)]
     assert [(m.text, m.tool_calls) for m in replies] == [
         ("Let me add.", ("add",)),
@@ -88,6 +91,30 @@ async def test_run_emits_its_events_in_order(rt: Runtime, scope: Scope) -> None:
     assert tool_finished.outcome == "completed"
     assert all(isinstance(e, CheckpointEvent) for e in events if e.kind == "checkpoint")
     assert {e.run_id for e in events} == {h.run_id}
+
+
+async def test_a_wave_that_must_not_repeat_settles_with_a_checkpoint_of_its_own(
+    rt: Runtime, scope: Scope
+) -> None:
+    @tool(effects={"write"})
+    def save(a: int) -> int:
+        """Save a number (not safe to repeat)."""
+        return a
+
+    model = ScriptedModel([calls(("save", {"a": 1})), reply("saved")])
+    h = await rt.start(Agent(name="e", model=model, tools=[save]), "save 1", scope=scope)
+    events = await collect_events(h)
+    assert (await h.result()).status == "completed"
+    checkpoints = [e.checkpoint_kind for e in events if isinstance(e, CheckpointEvent)]
+    assert checkpoints == ["BeforeModel", "BeforeSideEffect", "BeforeModel", "Final"]
+    done = first(events, "tool_finished")
+    settled = [
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, CheckpointEvent) and e.checkpoint_kind == "BeforeModel"
+    ][1]
+    second_request = [i for i, e in enumerate(events) if isinstance(e, ModelRequested)][1]
+    assert done < settled < second_request
 
 
 async def test_late_subscriber_replays_the_whole_run(rt: Runtime, scope: Scope) -> None:

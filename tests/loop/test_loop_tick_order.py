@@ -19,11 +19,14 @@ from reverie.testing import call, reply
 ADD = CapabilityDescriptor(
     name="add", description="Add.", parameters={"type": "object"}, effects=frozenset()
 )
+SAVE = CapabilityDescriptor(
+    name="save", description="Save.", parameters={"type": "object"}, effects=frozenset({"write"})
+)
 FAMILY = LoopFamily(id="default")
 
 
 async def test_tick_order_checkpoints_before_the_model_and_before_side_effects() -> None:
-    host = FakeHost([call("add", a=1, b=2), reply("3")], tools=[ADD])
+    host = FakeHost([call("save", a=1, b=2), reply("3")], tools=[SAVE])
     exit_, state = await run_loop(host, FAMILY, LoopExecutionState(), LoopConfig())
 
     assert isinstance(exit_, Completed)
@@ -34,7 +37,7 @@ async def test_tick_order_checkpoints_before_the_model_and_before_side_effects()
         "model",
         "append assistant",
         "checkpoint BeforeSideEffect",
-        "invoke add",
+        "invoke save",
         "append tool",
         # tick 1: the reply completes the run
         "build",
@@ -46,6 +49,29 @@ async def test_tick_order_checkpoints_before_the_model_and_before_side_effects()
         "seal",
     ]
     assert state.iteration == 1
+
+
+async def test_a_harmless_wave_has_no_checkpoint_before_the_next_model_call() -> None:
+    host = FakeHost([call("add", a=1, b=2), reply("3")], tools=[ADD])
+    exit_, _ = await run_loop(host, FAMILY, LoopExecutionState(), LoopConfig())
+
+    assert isinstance(exit_, Completed)
+    assert host.log == [
+        "build",
+        "checkpoint BeforeModel",
+        "model",
+        "append assistant",
+        "checkpoint BeforeSideEffect",
+        "invoke add",
+        "append tool",
+        # the pure wave resumes from its BeforeSideEffect checkpoint: its row rides the next
+        # step commit (here the Final one), after a read of the queue
+        "build",
+        "model",
+        "append assistant",
+        "checkpoint Final",
+        "seal",
+    ]
 
 
 async def test_resume_sitting_at_the_iteration_limit_exits_at_once() -> None:

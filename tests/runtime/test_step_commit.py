@@ -4,7 +4,10 @@ A run's start, its segment's start and its segment's end are one store operation
 
 A tool step makes at most two (admit the wave; settle it with the next BeforeModel checkpoint),
 a reply step one, and no step reads what the runtime already has (the input queue is read only
-when a step commit says something is waiting; the prompt window comes from the segment).
+when a step commit says something is waiting; the prompt window comes from the segment). A wave
+whose calls replay harmlessly (idempotent or pure) settles with no commit of its own: its admit
+checkpoint resumes it, its results ride the next step commit, and one read of the input queue
+stands in for the settle commit's receipt.
 """
 
 from __future__ import annotations
@@ -21,33 +24,9 @@ from reverie.core.transcript import NewItem
 from reverie.store.memory import MemoryStore
 from reverie.store.sqlite import SQLiteStore
 from reverie.testing import ScriptedModel, call, calls, reply
+from runtime.runtime_support import CountingStore
 
 SCOPE = Scope(tenant="acme", user="ana")
-
-_BACKGROUND = frozenset({"append_run_events", "run_events", "wait_run_events", "renew_lease"})
-"""Written beside the run (the event log) or on a timer (the lease): not per step."""
-
-
-class CountingStore:
-    """Counts the store calls a runtime makes (the real store does the work)."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.counts: Counter[str] = Counter()
-        self.hook: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._inner, name)
-        if not callable(target) or name in ("open", "close") or name in _BACKGROUND:
-            return target
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self.counts[name] += 1
-            if self.hook is not None:
-                await self.hook(name, args, kwargs)
-            return await target(*args, **kwargs)
-
-        return counted
 
 
 def stepping_agent(steps: int, tool_obj: Any) -> Agent:
@@ -64,15 +43,22 @@ def echo(n: int) -> int:
     return n
 
 
+@tool(effects={"write"})
+def put(n: int) -> int:
+    """Store n (not safe to repeat)."""
+    return n
+
+
 def backend(kind: str, tmp_path: Path) -> Any:
     return MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "steps.db")
 
 
-async def counts_for(kind: str, tmp_path: Path, steps: int) -> Counter[str]:
-    store = CountingStore(backend(kind, tmp_path / str(steps)))
-    (tmp_path / str(steps)).mkdir()
+async def counts_for(kind: str, tmp_path: Path, steps: int, tool_obj: Any = put) -> Counter[str]:
+    where = tmp_path / f"{tool_obj.descriptor.name}{steps}"
+    store = CountingStore(backend(kind, where))
+    where.mkdir()
     async with Runtime(store) as rt:
-        result = await rt.run(stepping_agent(steps, echo), "go", scope=SCOPE)
+        result = await rt.run(stepping_agent(steps, tool_obj), "go", scope=SCOPE)
         assert result.status == "completed", result.exit
     return store.counts
 
@@ -83,9 +69,23 @@ async def test_a_tool_step_makes_two_step_commits_and_no_reads(kind: str, tmp_pa
     long = await counts_for(kind, tmp_path, 13)
     per_step = {name: (long[name] - short[name]) / 10 for name in long | short}
     assert per_step.pop("commit_step") == 2
+    # A call that must not repeat is durable before it runs and the moment it returns.
+    assert (per_step.pop("journal_started"), per_step.pop("journal_finished")) == (1, 1)
     # Nothing else grows with the number of steps: no reads of the window, the inputs or
     # the journal, and no separate writes.
     assert {name: n for name, n in per_step.items() if n} == {}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_wave_that_replays_harmlessly_makes_one_step_commit_and_one_queue_read(
+    kind: str, tmp_path: Path
+) -> None:
+    short = await counts_for(kind, tmp_path, 3, echo)
+    long = await counts_for(kind, tmp_path, 13, echo)
+    per_step = {name: (long[name] - short[name]) / 10 for name in long | short}
+    # The wave's results ride the next admit commit; the read tells whether an input (a
+    # steering message, a stop) arrived while the wave ran, as a settle receipt would.
+    assert {name: n for name, n in per_step.items() if n} == {"commit_step": 1, "poll_inputs": 1}
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -107,10 +107,32 @@ async def test_a_reply_only_run_makes_five_store_operations(kind: str, tmp_path:
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_a_one_tool_step_run_makes_seven_store_operations(kind: str, tmp_path: Path) -> None:
+async def test_a_one_tool_step_run_makes_nine_store_operations(kind: str, tmp_path: Path) -> None:
     counts = await counts_for(kind, tmp_path, 1)
-    # The tool step adds its two step commits (admit the wave; settle it before the next call).
-    assert dict(counts) == {"start_run": 1, "begin_segment": 1, "commit_step": 4, "end_segment": 1}
+    # The tool step adds its two step commits (admit the wave; settle it before the next call)
+    # and the journal records of a call that must not repeat.
+    assert dict(counts) == {
+        "start_run": 1,
+        "begin_segment": 1,
+        "commit_step": 4,
+        "journal_started": 1,
+        "journal_finished": 1,
+        "end_segment": 1,
+    }
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_one_pure_tool_step_run_makes_six_writes_and_one_read(
+    kind: str, tmp_path: Path
+) -> None:
+    counts = await counts_for(kind, tmp_path, 1, echo)
+    assert dict(counts) == {
+        "start_run": 1,
+        "begin_segment": 1,
+        "commit_step": 3,
+        "poll_inputs": 1,
+        "end_segment": 1,
+    }
 
 
 async def test_a_non_idempotent_call_is_durable_the_moment_it_returns(tmp_path: Path) -> None:

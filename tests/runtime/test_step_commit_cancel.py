@@ -26,14 +26,28 @@ SCOPE = Scope(tenant="acme", user="ana")
 
 @tool(effects=set())
 def echo(n: int) -> int:
-    """Return n."""
+    """Return n (pure: its results ride the next admit or Final commit, no BeforeModel)."""
     return n
 
 
-def script(request: ModelRequest) -> ModelResponse:
-    if any(m.role == "tool" for m in request.messages):
-        return reply("done")
-    return call("echo", n=7)
+@tool(effects={"write"})
+def note(n: int) -> int:
+    """Record n (not repeatable: its wave settles with a BeforeModel commit of its own)."""
+    return n
+
+
+TOOLS = {"pure": echo, "write": note}
+
+
+def agent_for(tool_kind: str) -> Agent:
+    name = TOOLS[tool_kind].descriptor.name
+
+    def script(request: ModelRequest) -> ModelResponse:
+        if any(m.role == "tool" for m in request.messages):
+            return reply("done")
+        return call(name, n=7)
+
+    return Agent(name="stepper", model=ScriptedModel(script), tools=[TOOLS[tool_kind]])
 
 
 class CancelledAfterCommit:
@@ -67,15 +81,22 @@ def backend(kind: str, tmp_path: Path) -> Any:
 
 @pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
 @pytest.mark.parametrize(
-    ("boundary", "nth"),
-    [("BeforeModel", 1), ("BeforeSideEffect", 1), ("BeforeModel", 2), ("Final", 1)],
+    ("boundary", "nth", "tool_kind"),
+    [
+        ("BeforeModel", 1, "pure"),
+        ("BeforeSideEffect", 1, "pure"),
+        ("Final", 1, "pure"),
+        ("BeforeSideEffect", 1, "write"),
+        ("BeforeModel", 2, "write"),
+        ("Final", 1, "write"),
+    ],
 )
 async def test_a_step_commit_cancelled_after_it_landed_writes_no_row_twice_and_loses_none(
-    store_kind: str, boundary: str, nth: int, tmp_path: Path
+    store_kind: str, boundary: str, nth: int, tool_kind: str, tmp_path: Path
 ) -> None:
     store = backend(store_kind, tmp_path)
     cancelled = CancelledAfterCommit(store, boundary, nth)
-    agent = Agent(name="stepper", model=ScriptedModel(script), tools=[echo])
+    agent = agent_for(tool_kind)
     rt = Runtime(cancelled)
     await rt.__aenter__()
     handle = await rt.start(agent, "go", scope=SCOPE)
@@ -98,23 +119,35 @@ async def test_a_step_commit_cancelled_after_it_landed_writes_no_row_twice_and_l
 
 @pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
 @pytest.mark.parametrize(
-    ("boundary", "nth", "rows_after"),
+    ("boundary", "nth", "tool_kind", "rows_after"),
     [
-        ("BeforeModel", 1, []),
-        ("BeforeSideEffect", 1, [("tool", "cancelled: the run ended before this call ran")]),
-        ("BeforeModel", 2, [("tool", "7")]),
+        ("BeforeModel", 1, "pure", []),
+        (
+            "BeforeSideEffect",
+            1,
+            "pure",
+            [("tool", "cancelled: the run ended before this call ran")],
+        ),
+        (
+            "BeforeSideEffect",
+            1,
+            "write",
+            [("tool", "cancelled: the run ended before this call ran")],
+        ),
+        ("BeforeModel", 2, "write", [("tool", "7")]),
     ],
 )
 async def test_a_run_cancelled_while_a_landed_step_commit_answers_ends_with_every_row_once(
     store_kind: str,
     boundary: str,
     nth: int,
+    tool_kind: str,
     rows_after: list[tuple[str, str]],
     tmp_path: Path,
 ) -> None:
     store = backend(store_kind, tmp_path)
     slow = CancelledAfterCommit(store, boundary, nth)
-    agent = Agent(name="stepper", model=ScriptedModel(script), tools=[echo])
+    agent = agent_for(tool_kind)
     async with Runtime(slow) as rt:
         handle = await rt.start(agent, "go", scope=SCOPE)
         await asyncio.wait_for(slow.landed.wait(), timeout=30)

@@ -207,6 +207,56 @@ async def test_writes_from_another_event_loop_go_through_the_writer_thread(
     assert loaded is not None and loaded.payload == b"other loop"
 
 
+# brief reads on the loop ----------------------------------------------------------------------
+async def test_a_poll_of_the_input_queue_is_answered_on_the_loop_without_a_thread_hop(
+    store: SQLiteStore,
+) -> None:
+    _, run_id, _ = await _leased_run(store, 1)
+    await store.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1")
+    before = _stat(store, "loop_reads")
+    polled = await store.poll_inputs(run_id, after_cursor=0)
+    assert [r.input_id for r in polled] == ["in-1"]
+    assert _stat(store, "loop_reads") == before + 1
+    # A write queued and committed since is seen by the next poll on the loop.
+    await store.enqueue_input(run_id, "steering", {"text": "b"}, input_id="in-2")
+    polled = await store.poll_inputs(run_id, after_cursor=polled[-1].cursor)
+    assert [r.input_id for r in polled] == ["in-2"]
+
+
+async def test_a_poll_while_the_writer_thread_holds_the_connection_goes_to_the_reader(
+    store: SQLiteStore,
+) -> None:
+    _, run_id, _ = await _leased_run(store, 1)
+    await store.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1")
+    holding, release = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def hold_the_connection() -> None:
+        with store._hold_writer():  # what the writer thread does around each batch
+            loop.call_soon_threadsafe(holding.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+
+    held = asyncio.create_task(asyncio.to_thread(hold_the_connection))
+    await asyncio.wait_for(holding.wait(), START_TIMEOUT_S)
+    before = _stat(store, "loop_reads")
+    polled = await asyncio.wait_for(store.poll_inputs(run_id, after_cursor=0), START_TIMEOUT_S)
+    assert [r.input_id for r in polled] == ["in-1"]
+    assert _stat(store, "loop_reads") == before  # answered by the reader thread
+    release.set()
+    await held
+
+
+async def test_a_store_that_syncs_every_commit_keeps_its_reads_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    async with open_store(f"sqlite:///{tmp_path / 'full.db'}?synchronous=FULL") as opened:
+        assert isinstance(opened, SQLiteStore)
+        _, run_id, _ = await _leased_run(opened, 1)
+        await opened.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1")
+        assert len(await opened.poll_inputs(run_id, after_cursor=0)) == 1
+        assert _stat(opened, "loop_reads") == 0
+
+
 # another process holds the lock: the writer thread waits, the loop does not --------------
 _LOCK_HOLDER = """
 import sqlite3, sys

@@ -53,6 +53,11 @@ class CapabilityDescriptor:
         """The concurrency hint derived from the effects."""
         return concurrency_hint(self.effects)
 
+    @property
+    def repeatable(self) -> bool:
+        """Running the call again after a crash is harmless: idempotent, or declared pure."""
+        return self.idempotent or self.effects == frozenset()
+
     def requires_approval(self, arguments: Mapping[str, Any]) -> bool:
         """Whether this call needs a person's approval."""
         rule = self.needs_approval

@@ -56,7 +56,7 @@ from reverie.loop.finalizer import FINALIZER_PROMPTS, failure_kind_for, reject_r
 from reverie.loop.ports import CheckpointKind, LoopHost, PromptBundle
 from reverie.loop.state import BudgetLedger, Completion, LoopExecutionState
 from reverie.loop.strategies import Abort, Finish, GracefulStop, NoProgress, Reprompt, Retry
-from reverie.loop.wave import WaveRunner, admit_wave, unique_call_ids
+from reverie.loop.wave import WaveRunner, admit_wave, replays_harmlessly, unique_call_ids
 
 T = TypeVar("T")
 Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
@@ -119,6 +119,10 @@ class _Executor:
         self._polled: list[InputRecord] = []
         self._last_state = LoopExecutionState()
         """The newest state, for the checkpoint of a cancellation that interrupts a step."""
+        self._settle_later = False
+        """The last step commit admitted a wave that replays harmlessly, and nothing since
+        needs a commit: the wave's results may ride the next step commit (the admit
+        checkpoint resumes it)."""
         self._meter = None if config.compaction is None else ContextMeter(config.compaction)
 
     # ------------------------------------------------------------------------------ driver
@@ -163,6 +167,7 @@ class _Executor:
         written only if no input arrived past what this segment has polled — the receipt tells,
         so a boundary reads the input queue only when something is there.
         """
+        self._settle_later = False
         now = time.monotonic()
         state = replace(
             state,
@@ -246,7 +251,9 @@ class _Executor:
         # 2. Drain steering.
         self._boundary()
         if self.family.inputs.drain_steering(s):
-            s, _ = await self._drain(s, follow_ups=False, records=self._polled)
+            s, took = await self._drain(s, follow_ups=False, records=self._polled)
+            if took:
+                self._settle_later = False  # delivered inputs are acked by a checkpoint
 
         # 3. Plan context.
         self._boundary()
@@ -268,13 +275,23 @@ class _Executor:
             return self.host.prompt.build(st, plan, surface)
 
         if self._meter is not None:
+            before = s
             s, bundle = await self._compact(s, bundle, rebuild, window=plan.window)
+            if s is not before:
+                self._settle_later = False  # a summary call was made and charged
 
         # 5. Checkpoint BeforeModel with the ack of what was drained (one step commit). An
         # input that arrived meanwhile: the checkpoint is not written; the tick starts over.
-        s, written = await self._commit("BeforeModel", s)
-        if not written:
-            return s
+        # After a wave that replays harmlessly, with nothing new to make durable, there is no
+        # commit: the admit checkpoint resumes the wave, its results ride the next step
+        # commit, and one read of the queue stands in for this commit's receipt.
+        if self._settle_later and s.input_cursor == self._acked_cursor:
+            if await self._inputs_arrived():
+                return s
+        else:
+            s, written = await self._commit("BeforeModel", s)
+            if not written:
+                return s
 
         # 6. Call the model.
         self._boundary()
@@ -687,7 +704,20 @@ class _Executor:
             if written:
                 break
             self._boundary()
+        assert admitted.pending_wave is not None
+        self._settle_later = replays_harmlessly(admitted.pending_wave, calls, surface)
         return await self._finish_wave(admitted, calls, surface)
+
+    async def _inputs_arrived(self) -> bool:
+        """Whether inputs arrived past what this segment has polled (one read of the queue).
+
+        What a guarded step commit's receipt tells, for a boundary that commits nothing; the
+        next boundary then reads them.
+        """
+        records = await self.host.inputs.poll(self._seen_cursor)
+        if records:
+            self._maybe_inputs = True
+        return bool(records)
 
     async def _finish_wave(
         self,
@@ -741,6 +771,7 @@ class _Executor:
                 [NewItem(role="user", content=decision.prompt, meta={"reprompt": True})]
             )
             s = replace(s, transcript_seq=rows[0].seq, stop_state=decision.stop_state)
+            self._settle_later = False
         return replace(s, iteration=s.iteration + 1)
 
     # ------------------------------------------------------------------------------ finalizer

@@ -120,6 +120,21 @@ def admit_wave(
     )
 
 
+def replays_harmlessly(wave: PendingWave, calls: Sequence[ToolCall], surface: Surface) -> bool:
+    """Whether running the admitted wave again after a crash is harmless.
+
+    True when each admitted call's tool is repeatable (idempotent, or declared pure:
+    :attr:`~reverie.core.capability.CapabilityDescriptor.repeatable`) or unknown (answered
+    without running). A resume from the wave's ``BeforeSideEffect`` checkpoint runs such a wave
+    again, so its results need no step commit of their own: they ride the next one.
+    """
+    for index in wave.admitted:
+        descriptor = surface.get(calls[index].name)
+        if descriptor is not None and not descriptor.repeatable:
+            return False
+    return True
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WaveResult:
     """What the executor needs after a wave."""

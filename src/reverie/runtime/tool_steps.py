@@ -47,15 +47,6 @@ def descriptor_digest(d: CapabilityDescriptor) -> str:
     )
 
 
-def repeatable(descriptor: CapabilityDescriptor) -> bool:
-    """Whether running the call again after a crash is harmless: idempotent, or declared pure.
-
-    Such a call needs no ``started`` record, and its outcome is written with the next step
-    commit instead of at once (a crash before that runs it again).
-    """
-    return descriptor.idempotent or descriptor.effects == frozenset()
-
-
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """A call that passed the preflight: the tool that will run it and its descriptor."""
@@ -130,9 +121,9 @@ async def replay_journal(
         recorded = outcome_from_dict(entry.outcome)
         if not isinstance(recorded, CallCancelled):
             return recorded
-        if not repeatable(descriptor):
+        if not descriptor.repeatable:
             return await record(ctx, key, CallInterrupted())
-    elif entry.state == "started" and not repeatable(descriptor):
+    elif entry.state == "started" and not descriptor.repeatable:
         return await record(ctx, key, CallInterrupted())
     return None
 
@@ -234,7 +225,7 @@ async def execute_journaled(
     remembers its definition, so the approval binds to it.
     """
     descriptor = admitted.descriptor
-    again = repeatable(descriptor)
+    again = descriptor.repeatable
     if not again:
         await ctx.store.journal_started(ctx.run_id, key, call.name, fence=ctx.fence)
     try:

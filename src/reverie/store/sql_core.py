@@ -282,6 +282,13 @@ class OpRunner(abc.ABC):
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op outside a transaction (each statement its own snapshot)."""
 
+    async def _brief_read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
+        """A read of a few rows by an index (a run's newest inputs), made at a loop boundary.
+
+        A backend may run it where it costs least (SQLite: on the event loop, no thread hop).
+        """
+        return await self._read_op(action, make)
+
 
 # the synchronous driver (SQLite) --------------------------------------------------------------
 def _run(db: sqlite3.Connection, statement: Statement) -> Any:

@@ -197,6 +197,15 @@ _STEP_TOPS = (
     "SELECT (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) AS head,"
     " (SELECT COALESCE(MAX(cursor), 0) FROM inputs WHERE run_id = ?) AS top_cursor"
 )
+_STEP_CHECKS = (
+    "SELECT EXISTS (SELECT 1 FROM threads WHERE thread_id = ?) AS found,"
+    " (SELECT fence FROM runs WHERE run_id = ?) AS fence,"
+    " (SELECT cancel_requested FROM runs WHERE run_id = ?) AS cancel_requested,"
+    " (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) AS head,"
+    " (SELECT COALESCE(MAX(cursor), 0) FROM inputs WHERE run_id = ?) AS top_cursor"
+)
+"""Everything a step commit checks, in one statement: for a dialect whose transaction already
+holds the database's write lock (SQLite), where the row locks are no-ops (an empty ``lock``)."""
 _JOURNAL_STARTED = (
     "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
     " VALUES (?, ?, ?, 'started', ?, ?) ON CONFLICT (run_id, call_id) DO NOTHING"
@@ -334,15 +343,25 @@ def commit_step(
         [found] = yield [prepared.call]
         if found is not None:
             return _receipt(step, found[0], found[0])
-    # The thread, then the run (the order every op locks them in); the tops after both locks.
-    locks: list[Statement] = [d.query(_LOCK_THREAD, step.thread_id), d.query(_LOCK_RUN, run_id)]
-    thread, run, [tops] = yield [*locks, d.query(_STEP_TOPS, step.thread_id, run_id)]
-    if not thread:
+    if d.lock:
+        # The thread, then the run (the order every op locks them in); the tops after both.
+        locks = [d.query(_LOCK_THREAD, step.thread_id), d.query(_LOCK_RUN, run_id)]
+        thread, run, [tops] = yield [*locks, d.query(_STEP_TOPS, step.thread_id, run_id)]
+        found = bool(thread)
+        current = int(run[0]["fence"]) if run else None
+        flags = run[0] if run else tops
+    else:
+        [[tops]] = yield [
+            d.query(_STEP_CHECKS, step.thread_id, run_id, run_id, step.thread_id, run_id)
+        ]
+        found, flags = bool(tops["found"]), tops
+        current = None if tops["fence"] is None else int(tops["fence"])
+    if not found:
         raise NotFoundError(f"thread {step.thread_id} not found")
-    raise_if_stale(run_id, fence, int(run[0]["fence"]) if run else None)
+    raise_if_stale(run_id, fence, current)
     if step.items:
         _check_items(step, int(tops["head"]))
-    receipt = _receipt(step, tops, run[0])
+    receipt = _receipt(step, tops, flags)
     writes = prepared.always if receipt.inputs_waiting else [*prepared.always, *prepared.guarded]
     if writes:
         yield writes

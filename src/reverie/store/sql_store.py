@@ -318,7 +318,7 @@ class SQLStore(OpRunner):
 
     async def poll_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
         """Inputs with cursor greater than ``after_cursor``, in order."""
-        return await self._read_op(
+        return await self._brief_read_op(
             "poll inputs",
             lambda: ops.poll_inputs(self.dialect, run_id, after_cursor=after_cursor),
         )

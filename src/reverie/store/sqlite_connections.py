@@ -27,7 +27,7 @@ from reverie.store import sqlite_schema as schema
 from reverie.store.run_events import EventWaiters
 from reverie.store.sql_core import SQLITE, Dialect, Op, drive
 from reverie.store.sqlite_checkpoint import DEFAULT_CHECKPOINT_PAGES, Checkpointer
-from reverie.store.sqlite_loop import LoopWriter
+from reverie.store.sqlite_loop import LoopWriter, NotNow
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
 from reverie.store.sqlite_writer import ConnectionThread
 
@@ -187,17 +187,20 @@ class SQLiteConnections:
 
         ``loop_transactions``: transactions committed on the event loop; ``handed_over``:
         writes run by the writer thread instead (the lock was taken, the WAL past its bound,
-        another event loop, or ``loop_writes`` off); ``checkpoints``: WAL checkpoints run;
-        ``wal_bytes``: the ``-wal`` file's size now. All 0 when the store is not open.
+        another event loop, or ``loop_writes`` off); ``loop_reads``: brief reads (a run's
+        input queue at a boundary) answered on the event loop; ``checkpoints``: WAL
+        checkpoints run; ``wal_bytes``: the ``-wal`` file's size now. All 0 when the store is
+        not open.
         """
         loop_writer, checkpointer = self._loop_writer, self._checkpointer
         if loop_writer is None or checkpointer is None:
             return dict.fromkeys(
-                ("loop_transactions", "handed_over", "checkpoints", "wal_bytes"), 0
+                ("loop_transactions", "handed_over", "loop_reads", "checkpoints", "wal_bytes"), 0
             )
         return {
             "loop_transactions": loop_writer.loop_batches,
             "handed_over": loop_writer.handed_over,
+            "loop_reads": loop_writer.loop_reads,
             "checkpoints": checkpointer.checkpoints,
             "wal_bytes": checkpointer.wal_size(),
         }
@@ -229,6 +232,20 @@ class SQLiteConnections:
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op on the reader thread, in one hop."""
         return await self._read(action, lambda db: drive(db, make()))
+
+    async def _brief_read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
+        """Run a brief read on the event loop when the writer's connection is free at once.
+
+        Otherwise (the writer thread holds it, another event loop asks, a lock is in the way)
+        it goes to the reader thread as every read does.
+        """
+        loop_writer = self._loop_writer
+        if loop_writer is not None:
+            try:
+                return loop_writer.read_now(action, lambda db: drive(db, make()))
+            except NotNow:
+                pass
+        return await self._read_op(action, make)
 
     async def _read(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the reader thread (autocommit: each statement its own snapshot)."""

@@ -51,12 +51,16 @@ from reverie.store.sqlite_writer import (
     settle,
 )
 
-__all__ = ["LoopWriter"]
+__all__ = ["LoopWriter", "NotNow"]
 
 T = TypeVar("T")
 
 _MAX_LOOP_BATCH = 256
 """Writes per loop transaction; the rest are flushed on the loop's next turn."""
+
+
+class NotNow(Exception):
+    """A read cannot run on the loop right now; the caller sends it to the reader thread."""
 
 
 class LoopWriter:
@@ -92,6 +96,8 @@ class LoopWriter:
         """Transactions committed on the event loop (for diagnostics and tests)."""
         self.handed_over = 0
         """Writes handed to the writer thread (for diagnostics and tests)."""
+        self.loop_reads = 0
+        """Brief reads answered on the event loop (for diagnostics and tests)."""
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -125,6 +131,36 @@ class LoopWriter:
             self._scheduled = True
             loop.call_soon(self._flush)
         return future
+
+    def read_now(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a brief read on the loop with the writer's connection, if it is free at once.
+
+        Between two flushes the connection is idle (each loop transaction begins and commits in
+        one callback), so a read sees every committed write. Raises :class:`NotNow` when the
+        writer thread holds the connection, the caller runs on another event loop, or SQLite
+        answers busy (``busy_timeout`` is 0 on the loop: it never waits here).
+        """
+        if self._closed or not self._inline:  # FULL/EXTRA stores keep the loop off the file
+            raise NotNow
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise NotNow from None
+        conn = self._thread.connection
+        if loop is not self._loop or conn is None or not self.lock.acquire(blocking=False):
+            raise NotNow
+        try:
+            if conn.in_transaction:  # never read inside another's transaction
+                raise NotNow
+            found = fn(conn)
+            self.loop_reads += 1
+            return found
+        except sqlite3.Error as exc:
+            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise NotNow from None
+            raise store_error(action, exc) from exc
+        finally:
+            self.lock.release()
 
     def close(self) -> None:
         """Run what is queued (on the loop or handed over) and refuse new writes."""
