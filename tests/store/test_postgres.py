@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from reverie import Agent, Runtime, Scope, tool
+from reverie.core.messages import ToolCall
 from reverie.errors import ConfigError, ConflictError, LeaseLost, RunBusy, StoreError
 from reverie.memory import NativeMemory
 from reverie.store import GateRecord, NewItem, RunRecord, open_store
@@ -263,6 +264,34 @@ async def test_nul_characters_in_text_are_kept_as_replacement_characters(
 
 
 @needs_server
+async def test_rows_inserted_in_one_statement_read_back_as_written(url: str) -> None:
+    # Several rows of one insert travel as one JSON parameter: text, NUL, quotes, nested JSON,
+    # NULLs and numbers must come back exactly (read by a second store: no item cache).
+    items = [
+        NewItem(role="user", content='say "hi" \\ \u00e9\U0001f600', meta={"k": [1, 2.5, None]}),
+        NewItem(
+            role="assistant",
+            content="a\x00b",
+            tool_calls=(ToolCall(id="c1", name="f", arguments={"x": "\x00\n"}),),
+        ),
+        NewItem(role="tool", content="", tool_call_id="c1", name="f", input_id="in-1"),
+    ]
+    events = [{"kind": "text_delta", "n": n, "s": "\x00\u2028"} for n in range(3)]
+    async with PostgresStore(url) as writer:
+        await writer.create_thread("thr-1", ANA)
+        written = await writer.append_items("thr-1", "run-x", items, fence=None)
+        await writer.create_thread("thr-2", ANA)
+        await writer.create_run(
+            RunRecord(run_id="run-1", thread_id="thr-2", scope=ANA, agent_name="a")
+        )
+        assert await writer.append_run_events("run-1", events) == 3
+    assert written[0].content == items[0].content and written[1].content == "a\ufffdb"
+    async with PostgresStore(url, item_cache_threads=0) as reader:
+        assert await reader.thread_items("thr-1") == written
+        assert [e.data for e in await reader.run_events("run-1")] == events
+
+
+@needs_server
 async def test_store_uses_at_most_max_connections_and_closes_them(url: str) -> None:
     name = f"reverie_pool_{os.getpid()}"
     count = f"SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = '{name}'"
@@ -281,6 +310,18 @@ async def test_store_uses_at_most_max_connections_and_closes_them(url: str) -> N
             break
         await asyncio.sleep(0.05)
     assert await _scalar(url, count) == 0
+
+
+@needs_server
+async def test_operations_one_after_another_reuse_one_connection(url: str) -> None:
+    name = f"reverie_reuse_{os.getpid()}"
+    count = f"SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = '{name}'"
+    async with PostgresStore(f"{url}&application_name={name}", max_connections=8) as store:
+        await store.create_thread("thr-1", ANA)
+        for _ in range(20):
+            await store.append_items("thr-1", None, [NewItem(role="user", content="x")], fence=None)
+            await store.thread_items("thr-1", last=1)
+        assert await _scalar(url, count) == 1
 
 
 @needs_server

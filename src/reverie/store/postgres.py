@@ -22,7 +22,8 @@ How the rules of the ``Store`` protocol hold with many writers (READ COMMITTED, 
 
 The SQL of every method is shared with SQLite (:mod:`reverie.store.sql_ops`, run through
 :class:`~reverie.store.sql_store.SQLStore` in pipeline mode: a batch of statements is one
-round trip, and a step commit is one batch); here are only the transcript reads, which go
+round trip, and a step commit is one statement, a call of the schema's
+``reverie_commit_step``); here are only the transcript reads, which go
 through the item cache (:mod:`reverie.store.item_cache`), and the ``LISTEN`` of event
 followers.
 

@@ -1,8 +1,9 @@
 """The connections of :class:`reverie.store.postgres.PostgresStore`: a small pool and helpers.
 
 A store owns at most ``max_connections`` ``psycopg`` async connections. An
-:class:`asyncio.Queue` holds one *slot* per connection: a slot is an idle connection, or
-``None`` for one not opened yet (or dropped). An operation takes a slot, opens the connection
+:class:`asyncio.LifoQueue` holds one *slot* per connection: a slot is an idle connection, or
+``None`` for one not opened yet (or dropped); the slot given back last is taken first, so idle
+connections are reused before a new one is opened. An operation takes a slot, opens the connection
 if it has to, runs, and gives the slot back: so at most ``max_connections`` operations talk to
 the server at once and the rest wait their turn, without a thread and without blocking the
 event loop. A connection that comes back broken or inside a transaction (its operation was
@@ -26,8 +27,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, AsyncPipeline
@@ -163,109 +163,36 @@ def refused(exc: BaseException) -> bool:
     )
 
 
-async def drive(conn: Conn, op: Op[T], pipeline: AsyncPipeline | None = None) -> T:
-    """Run ``op`` on ``conn`` (inside the caller's transaction, if any).
+async def drive(
+    conn: Conn,
+    op: Op[T],
+    pipeline: AsyncPipeline | None = None,
+    *,
+    begin: bool = False,
+    first: Sequence[Statement] | None = None,
+) -> T:
+    """Run ``op`` on ``conn`` (inside the caller's transaction, if any) and return its answer.
 
     In ``pipeline`` mode every statement of a batch is sent before any result is read, so a
     batch costs one round trip, and a batch of writes whose results the op does not need is
     not waited for at all (its errors surface at the next sync: the ``COMMIT`` at the latest).
-    An op that yields a :class:`~reverie.store.sql_core.Guard` runs through
-    :meth:`PostgresConnections._write_op` only.
-    """
-    result = await _drive(conn, op, pipeline)
-    if isinstance(result, _Guarded):
-        raise TypeError("a batch with a Guard is sent with its COMMIT: run the op as a write")
-    return result
-
-
-@dataclass(slots=True)
-class _Guarded(Generic[T]):
-    """An op's last batch, guarded, sent with the ``COMMIT``: its results are read after."""
-
-    op: Op[T]
-    batch: Sequence[Statement]
-    sent: list[Any]
-    explicit: bool
-    """Sent inside a ``BEGIN`` … ``COMMIT`` (else: the pipeline's implicit transaction)."""
-
-    async def finish(self, conn: Conn, held: bool) -> T:
-        """Send the op the batch's results; its answer (or the error of a check it makes).
-
-        If the guard did not hold, the transaction failed there: the op is sent the rows read
-        before the guard, ``None`` for the guard and for the statements after it, and what it
-        yields next runs in a new transaction.
-        """
-        results: list[Any] = []
-        for statement, cur in zip(self.batch, self.sent, strict=True):
-            if isinstance(statement, Guard) and not held:
-                results += [None] * (len(self.batch) - len(results))
-                break
-            if isinstance(statement, Query | Guard):
-                results.append(await cur.fetchall())  # read already: no round trip
-            elif isinstance(statement, Count):
-                results.append(cur.rowcount)
-            else:
-                results.append(None)
-        try:
-            batch = self.op.send(results)
-        except StopIteration as stop:
-            answer: T = stop.value
-            return answer
-        if held:
-            raise TypeError("an op yielded a batch after a guard that held (its last)")
-        async with conn.pipeline() as pipeline:
-            try:
-                outcome = await _drive(conn, self.op, pipeline, begin=True, first=batch)
-            except BaseException:
-                await _rollback(conn, pipeline)
-                raise
-            if isinstance(outcome, _Guarded):
-                raise TypeError("an op yielded a second guarded batch")
-            await conn.execute("COMMIT")
-        return outcome
-
-
-async def _drive(
-    conn: Conn,
-    op: Op[T],
-    pipeline: AsyncPipeline | None,
-    *,
-    begin: bool = False,
-    first: Sequence[Statement] | None = None,
-) -> T | _Guarded[T]:
-    """Run ``op`` on ``conn``: its answer, or its guarded last batch, sent to be committed.
-
-    ``begin``: open the op's transaction (``BEGIN``) first. An op whose first batch is
-    guarded needs no ``BEGIN`` and no ``COMMIT``: in pipeline mode the statements up to the
-    next ``Sync`` are one implicit transaction, committed at that ``Sync`` (and rolled back
-    there if a statement fails), which saves the client two statements of a step commit.
-    ``first``: the op's next batch, if it was taken already.
+    ``begin``: open the op's transaction (``BEGIN``, sent with its first batch) first.
+    ``first``: the op's next batch, if it was taken already. A
+    :class:`~reverie.store.sql_core.Guard` is sent by :meth:`PostgresConnections._write_op`
+    only (alone, in a transaction of its own).
     """
     try:
-        try:
-            batch = next(op) if first is None else first
-        except StopIteration:
-            if begin:  # an op with no statements: its COMMIT still has a transaction
-                await conn.execute("BEGIN")
-            raise
-        opening = True
+        batch = next(op) if first is None else first
+        if begin:
+            await conn.execute("BEGIN")
         while True:
-            guarded = any(isinstance(st, Guard) for st in batch)
-            if guarded and pipeline is None:
-                raise TypeError("a Guard is sent in pipeline mode (with its batch's COMMIT)")
-            if opening and begin and not guarded:
-                await conn.execute("BEGIN")
             sent = [await _send(conn, statement) for statement in batch]
-            if guarded:
-                explicit = begin and not opening
-                if explicit:
-                    await conn.execute("COMMIT")
-                return _Guarded(op, batch, sent, explicit=explicit)
-            opening = False
             if pipeline is not None and any(isinstance(st, Count) for st in batch):
                 await pipeline.sync()  # a row count is known once the results are in
             results: list[Any] = []
             for statement, cur in zip(batch, sent, strict=True):
+                if isinstance(statement, Guard):
+                    raise TypeError("a Guard is sent alone, as an op's first batch of a write")
                 if isinstance(statement, Query):
                     results.append(await cur.fetchall())  # in pipeline mode: one flush
                 elif isinstance(statement, Count):
@@ -276,6 +203,24 @@ async def _drive(
     except StopIteration as stop:
         result: T = stop.value
         return result
+
+
+async def _guard(conn: Conn, batch: Sequence[Statement]) -> list[DictRow] | None:
+    """Run an op's guarded first batch: its rows, or ``None`` if the guard refused.
+
+    Its one statement is its own transaction (the connection is in autocommit mode): it
+    commits as its answer comes back (one round trip), or, refused, rolls back whole.
+    """
+    [statement] = batch
+    if not isinstance(statement, Guard):
+        raise TypeError("a Guard is sent alone, as an op's first batch")
+    try:
+        cur = await conn.execute(statement.sql, statement.params)
+    except psycopg.Error as exc:
+        if refused(exc):
+            return None
+        raise
+    return await cur.fetchall()
 
 
 async def _rollback(conn: Conn, pipeline: AsyncPipeline) -> None:
@@ -350,10 +295,14 @@ class PostgresConnections:
                 except BaseException:
                     await conn.close()
                     raise
-            slots: asyncio.Queue[Conn | None] = asyncio.Queue()
-            slots.put_nowait(conn)
+            # Last in, first out, the open connection on top: an operation takes the connection
+            # used last, so a store opens a second one only when two operations overlap (a
+            # FIFO would cycle through every slot, opening all of them, each a new server
+            # process with cold caches).
+            slots: asyncio.Queue[Conn | None] = asyncio.LifoQueue()
             for _ in range(self.max_connections - 1):
                 slots.put_nowait(None)
+            slots.put_nowait(conn)
             self._slots = slots
 
     async def close(self) -> None:
@@ -442,37 +391,32 @@ class PostgresConnections:
 
         ``BEGIN`` and ``COMMIT`` are sent as statements of the pipeline (psycopg's
         ``transaction()`` would sync at both ends): ``BEGIN`` travels with the op's first
-        batch and ``COMMIT`` with its last. An op whose last batch is guarded (a
-        :class:`~reverie.store.sql_core.Guard`: a step commit) sends its checks, its writes and
-        the ``COMMIT`` at once (an op of one such batch needs neither: the pipeline's implicit
-        transaction), and reads their results as the pipeline ends: one round trip.
+        batch and ``COMMIT`` with its last. An op whose first batch is a
+        :class:`~reverie.store.sql_core.Guard` (a step commit: one statement that checks and
+        writes) sends it as a transaction of its own, one round trip, and if the guard refused,
+        runs the batches it yields next in a new transaction.
         """
         with self._errors(action):
             async with self._connection() as conn:
-                guarded: _Guarded[T] | None = None
-                held = True
+                op = make()
                 try:
-                    async with conn.pipeline() as pipeline:
-                        try:
-                            outcome = await _drive(conn, make(), pipeline, begin=True)
-                        except BaseException:
-                            await _rollback(conn, pipeline)
-                            raise
-                        if isinstance(outcome, _Guarded):
-                            guarded = outcome
-                        else:
-                            # Sent, and its outcome read, as the pipeline ends.
-                            await conn.execute("COMMIT")
-                except psycopg.Error as exc:
-                    if guarded is None or not refused(exc):
+                    batch = next(op)
+                    if any(isinstance(statement, Guard) for statement in batch):
+                        rows = await _guard(conn, batch)
+                        batch = op.send([rows])
+                        if rows is not None:
+                            raise TypeError("an op yielded a batch after a guard that held")
+                except StopIteration as stop:
+                    answer: T = stop.value
+                    return answer
+                async with conn.pipeline() as pipeline:
+                    try:
+                        outcome = await drive(conn, op, pipeline, begin=True, first=batch)
+                    except BaseException:
+                        await _rollback(conn, pipeline)
                         raise
-                    held = False  # the transaction failed at the guard, so did its COMMIT
-                    if guarded.explicit:
-                        await conn.execute("ROLLBACK")
-                if guarded is None:
-                    assert not isinstance(outcome, _Guarded)
-                    return outcome
-                return await guarded.finish(conn, held)
+                    await conn.execute("COMMIT")  # sent, and its outcome read, as it ends
+                return outcome
 
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op outside a transaction (each statement its own snapshot)."""

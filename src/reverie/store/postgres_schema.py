@@ -18,6 +18,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from reverie.store.migrations import Migration
+from reverie.store.sql_core import GUARD_REFUSED
 
 Conn = AsyncConnection[DictRow]
 """A connection of the store: rows come back as dicts keyed by column name."""
@@ -225,7 +226,93 @@ _V4 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4)
+# A step commit as one statement (reverie.store.sql_ops.commit_step): the client sends one
+# prepared call instead of a pipeline of locks, a guard and a write per table, each of which
+# costs the client a send and the server a parse. The steps and their order are those of the
+# pipeline it replaces: the thread's row lock, then the run's; the checks (read after both
+# locks: each statement of a VOLATILE function takes a fresh snapshot, so rows committed by
+# the transactions the locks waited for are seen); the journal records in order, the items,
+# then, unless an input waits past the guard cursor, the checkpoint, the ack and the seal.
+# A check that fails raises the guard's error (sql_core.GUARD_REFUSED) before any write, so
+# the caller runs the checks again in Python to raise the precise error. The rows travel as
+# JSON arrays of objects keyed by column (one parameter however many rows; psycopg dumps a
+# list parameter element by element, ten times slower).
+_STEP_FUNCTION = f"""
+CREATE FUNCTION reverie_commit_step(
+    p_run_id TEXT, p_thread_id TEXT, p_fence BIGINT, p_after_seq BIGINT, p_placed BOOLEAN,
+    p_items JSON, p_journal JSON, p_kind TEXT, p_payload BYTEA, p_ack BIGINT, p_seal BOOLEAN,
+    p_guard_cursor BIGINT, p_now DOUBLE PRECISION,
+    OUT head BIGINT, OUT top_cursor BIGINT, OUT cancel_requested BOOLEAN
+) LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+    v_thread BOOLEAN;
+    v_fence BIGINT;
+    j RECORD;
+BEGIN
+    SELECT TRUE INTO v_thread FROM threads WHERE thread_id = p_thread_id FOR NO KEY UPDATE;
+    SELECT r.fence, r.cancel_requested INTO v_fence, cancel_requested
+        FROM runs AS r WHERE r.run_id = p_run_id FOR NO KEY UPDATE;
+    SELECT COALESCE(MAX(seq), 0) INTO head FROM items WHERE thread_id = p_thread_id;
+    IF v_thread IS NULL OR v_fence IS DISTINCT FROM p_fence OR (
+        p_items IS NOT NULL AND (head IS DISTINCT FROM p_after_seq OR NOT p_placed)
+    ) THEN
+        RAISE EXCEPTION '{GUARD_REFUSED}' USING ERRCODE = 'invalid_text_representation';
+    END IF;
+    SELECT COALESCE(MAX(cursor), 0) INTO top_cursor FROM inputs WHERE run_id = p_run_id;
+    IF p_journal IS NOT NULL THEN
+        FOR j IN
+            SELECT e.v ->> 'call_id' AS call_id, e.v ->> 'tool' AS tool,
+                   e.v ->> 'state' AS state, e.v ->> 'outcome' AS outcome
+            FROM json_array_elements(p_journal) WITH ORDINALITY AS e (v, n)
+            ORDER BY e.n
+        LOOP
+            IF j.state = 'started' THEN
+                INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)
+                VALUES (p_run_id, j.call_id, j.tool, 'started', j.outcome, p_now)
+                ON CONFLICT (run_id, call_id) DO NOTHING;
+            ELSE
+                INSERT INTO journal AS old (run_id, call_id, tool, state, outcome, updated_at)
+                VALUES (p_run_id, j.call_id, j.tool, 'finished', j.outcome, p_now)
+                ON CONFLICT (run_id, call_id) DO UPDATE
+                SET state = 'finished', outcome = excluded.outcome,
+                    updated_at = excluded.updated_at,
+                    tool = CASE WHEN excluded.tool = '' THEN old.tool ELSE excluded.tool END;
+            END IF;
+        END LOOP;
+    END IF;
+    IF p_items IS NOT NULL THEN
+        INSERT INTO items (ref, thread_id, seq, run_id, role, content, tool_calls,
+                           tool_call_id, name, input_id, meta, superseded, created_at)
+        SELECT u.ref, p_thread_id, u.seq, p_run_id, u.role, u.content, u.tool_calls,
+               u.tool_call_id, u.name, u.input_id, u.meta, u.superseded, p_now
+        FROM json_populate_recordset(NULL::items, p_items) AS u;
+    END IF;
+    IF p_guard_cursor IS NOT NULL AND top_cursor > p_guard_cursor THEN
+        RETURN;  -- an input waits: the loop reads it before this boundary is checkpointed
+    END IF;
+    IF p_payload IS NOT NULL THEN
+        INSERT INTO checkpoints (run_id, kind, payload, created_at)
+        VALUES (p_run_id, p_kind, p_payload, p_now)
+        ON CONFLICT (run_id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload,
+            created_at = excluded.created_at;
+    END IF;
+    IF p_ack IS NOT NULL THEN
+        UPDATE inputs SET acked = TRUE WHERE run_id = p_run_id AND cursor <= p_ack AND NOT acked;
+    END IF;
+    IF p_seal THEN
+        UPDATE runs SET inputs_sealed = TRUE WHERE run_id = p_run_id;
+    END IF;
+END
+$body$
+"""
+
+_V5 = Migration(
+    version=5,
+    name="the step commit as one statement (reverie_commit_step)",
+    statements=(_STEP_FUNCTION,),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5)
 """Every migration, oldest first. Never edit one that has shipped; append the next."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

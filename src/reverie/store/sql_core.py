@@ -21,6 +21,7 @@ SQLite writer may run an op twice, the first run rolled back).
 from __future__ import annotations
 
 import abc
+import json
 import sqlite3
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -83,11 +84,12 @@ class Many:
 class Guard:
     """A check the writes after it in its batch rest on (its result: its row, or ``None``).
 
-    Only ops of a :attr:`Dialect.one_trip` dialect yield one, in their last batch: the backend
-    sends that batch with the ``COMMIT``, and a guard that does not hold fails the transaction
-    there, so none of the batch's writes land, and the op is sent ``None`` for it (and for the
-    statements after it); it may then yield more batches, which run in a new transaction.
-    Built by :meth:`Dialect.guard`.
+    Only ops of a dialect with a :attr:`Dialect.step_call` yield one (a step commit's single
+    statement), in their last batch: the backend sends that batch with the ``COMMIT``, and a
+    guard that does not hold fails the transaction there (an error whose message quotes
+    :data:`GUARD_REFUSED`), so none of the batch's writes land, and the op is sent ``None`` for
+    it (and for the statements after it); it may then yield more batches, which run in a new
+    transaction.
     """
 
     sql: str
@@ -144,11 +146,14 @@ class Dialect:
     """The column type of epoch seconds."""
     schema_lock: str | None = None
     """Serialises migrations across processes (``None``: the writer's lock does)."""
-    one_trip: bool = False
-    """A step commit sends its checks and writes in one batch behind a :class:`Guard` (a
-    batch is one round trip here; SQLite decides between two batches in process instead)."""
-    guard_sql: str = "SELECT ({condition}) AS ok{also}"
-    """A :class:`Guard`: one row whose ``ok`` is the condition, or an error if it is false."""
+    json_rows: bool = False
+    """A multi-row insert is one statement, its rows one JSON parameter (a statement costs the
+    PostgreSQL client a send and the server an execution; SQLite's cost neither)."""
+    step_call: str | None = None
+    """A step commit as one statement, run as a :class:`Guard` (its columns: ``head``,
+    ``top_cursor``, ``cancel_requested``; its parameters: see
+    :func:`reverie.store.sql_ops.prepare_step`). ``None``: the op decides between two batches
+    in process (SQLite, whose statements cost no round trip)."""
     version_table_missing: str = (
         "SELECT NOT EXISTS (SELECT 1 FROM sqlite_master"
         " WHERE type = 'table' AND name = 'schema_version') AS missing"
@@ -178,25 +183,29 @@ class Dialect:
         """A :class:`Count` in this dialect."""
         return Count(self.sql(statement), params)
 
-    def guard(
-        self, condition: str, *params: Any, also: str = "", also_params: Sequence[Any] = ()
-    ) -> Guard:
-        """A :class:`Guard` on ``condition`` (SQL written with ``?``) in this dialect.
-
-        ``also``: more columns of its row (``", (SELECT …) AS name"``), read in the guard's
-        snapshot, with their parameters.
-        """
-        sql = self.guard_sql.format(condition=condition, also=also)
-        return Guard(self.sql(sql), [*params, *also_params])
-
     def insert(self, table: str, columns: Columns, suffix: str = "") -> Count:
         """Insert one row (``suffix``: an ``ON CONFLICT`` clause); counts the rows inserted."""
         return Count(self.sql(insert_sql(table, list(columns)) + suffix), list(columns.values()))
 
-    def insert_many(self, table: str, rows: Sequence[Columns]) -> Many:
-        """Insert rows (all with the same columns) with one prepared statement."""
+    def insert_many(self, table: str, rows: Sequence[Columns]) -> Statement:
+        """Insert rows (all with the same columns): see :meth:`insert_rows`."""
         names = list(rows[0]) if rows else []
-        return Many(self.sql(insert_sql(table, names)), [tuple(row.values()) for row in rows])
+        return self.insert_rows(table, names, [tuple(row.values()) for row in rows])
+
+    def insert_rows(
+        self, table: str, names: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> Statement:
+        """Insert rows of values in the order of ``names``: one prepared statement run per row
+        or, with :attr:`json_rows` and more than one row, one statement for them all."""
+        if self.json_rows and len(rows) > 1:
+            columns = ", ".join(names)
+            data = _JSON_ROWS.encode([dict(zip(names, row, strict=True)) for row in rows])
+            return self.exec(
+                f"INSERT INTO {table} ({columns}) SELECT {columns}"
+                f" FROM json_populate_recordset(NULL::{table}, ?::json)",
+                data,
+            )
+        return Many(self.sql(insert_sql(table, names)), rows)
 
     def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the clause and its parameters."""
@@ -213,6 +222,9 @@ class Dialect:
             for start in range(0, len(values), CHUNK)
         ]
 
+
+_JSON_ROWS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""Rows of :meth:`Dialect.insert_rows` as JSON (PostgreSQL's JSON has no NaN)."""
 
 CHUNK = 500
 """Values per ``IN (...)`` list, well under SQLite's bound-parameter limit."""
@@ -238,12 +250,14 @@ POSTGRES = Dialect(
     # Keyed on the current schema: stores in other schemas of the database migrate apart.
     schema_lock="SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))",
     version_table_missing="SELECT to_regclass('schema_version') IS NULL AS missing",
-    one_trip=True,
-    # No built-in raises an error on demand: a cast that cannot parse fails the transaction
-    # with the marker in its message (recognised by postgres_connections.refused).
-    guard_sql=(
-        "SELECT CAST(CASE WHEN ({condition}) THEN 'true'"
-        f" ELSE '{GUARD_REFUSED}' END AS BOOLEAN) AS ok{{also}}"
+    json_rows=True,
+    # The function of migration 5 (reverie.store.postgres_schema): the locks, the checks and
+    # every write of a step in one prepared statement. The casts pin the parameters' types
+    # (psycopg picks an integer's by its size).
+    step_call=(
+        "SELECT head, top_cursor, cancel_requested FROM reverie_commit_step(?, ?, ?::bigint,"
+        " ?::bigint, ?::boolean, ?::json, ?::json, ?, ?::bytea, ?::bigint, ?::boolean,"
+        " ?::bigint, ?::double precision)"
     ),
 )
 """READ COMMITTED: rows a decision rests on are locked, and read again after the lock."""

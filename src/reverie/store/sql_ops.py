@@ -54,10 +54,9 @@ from reverie.store.base import (
 from reverie.store.run_events import RunEventRecord
 from reverie.store.sql_core import (
     Dialect,
-    Many,
+    Guard,
     Op,
     Statement,
-    insert_sql,
     raise_if_stale,
 )
 
@@ -160,7 +159,7 @@ def append_items(
     ]
     if out:
         rows = [item_row(d, rec, created_at=created_at) for rec in out]
-        yield [Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows)]
+        yield [d.insert_rows("items", ITEM_COLUMNS, rows)]
     return out
 
 
@@ -206,7 +205,7 @@ _STEP_CHECKS = (
     " (SELECT COALESCE(MAX(cursor), 0) FROM inputs WHERE run_id = ?) AS top_cursor"
 )
 """Everything a step commit checks, in one statement: for a dialect whose transaction already
-holds the database's write lock (SQLite), where the row locks are no-ops."""
+holds the database's write lock (SQLite), where the row locks are no-ops (an empty ``lock``)."""
 _JOURNAL_STARTED = (
     "INSERT INTO journal (run_id, call_id, tool, state, outcome, updated_at)"
     " VALUES (?, ?, ?, 'started', ?, ?) ON CONFLICT (run_id, call_id) DO NOTHING"
@@ -252,73 +251,81 @@ class PreparedStep:
     """The journal records, then the items: written whenever the checks pass."""
     guarded: list[Statement]
     """The checkpoint, the ack and the seal: written only when no input waits."""
+    call: Guard | None = None
+    """The whole step commit as one statement (a dialect with a ``step_call``)."""
 
 
-# One-trip dialects write the guarded parts in the same batch as the checks: each statement
-# itself tests that no input waits past the guard cursor (the run row's lock, held since the
-# batch's second statement, keeps enqueues out until COMMIT, so the test is the receipt's).
-_NO_INPUT_AFTER = (
-    " NOT EXISTS (SELECT 1 FROM inputs AS waiting WHERE waiting.run_id = ? AND waiting.cursor > ?)"
-)
-_SAVE_CHECKPOINT_UNLESS_WAITING = (
-    "INSERT INTO checkpoints (run_id, kind, payload, created_at) SELECT ?, ?, ?, ?"
-    f" WHERE{_NO_INPUT_AFTER} ON CONFLICT (run_id) DO UPDATE SET kind = excluded.kind,"
-    " payload = excluded.payload, created_at = excluded.created_at"
-)
-_ACK_UNLESS_WAITING = f"{_ACK} AND{_NO_INPUT_AFTER}"
-_SEAL_UNLESS_WAITING = f"{_SEAL} AND{_NO_INPUT_AFTER}"
-
-
-def prepare_step(d: Dialect, run_id: str, step: StepWrite) -> PreparedStep:
+def prepare_step(d: Dialect, run_id: str, step: StepWrite, *, fence: int) -> PreparedStep:
     """Encode a step's rows (JSON, bytes) into its statements."""
     now = time.time()
     always: list[Statement] = []
-    for entry in step.journal:
-        outcome = None if entry.outcome is None else codec.dumps(dict(entry.outcome))
+    outcomes = [None if e.outcome is None else codec.dumps(dict(e.outcome)) for e in step.journal]
+    for entry, outcome in zip(step.journal, outcomes, strict=True):
         sql = _JOURNAL_STARTED if entry.state == "started" else _JOURNAL_FINISHED
         always.append(d.exec(sql, run_id, entry.call_id, entry.tool, outcome, now))
-    if step.items:
-        rows = [item_row(d, item, created_at=now) for item in step_items(run_id, step)]
-        always.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
-    # In one trip, the guarded writes test the input queue themselves (see above).
-    unless = d.one_trip and step.guard_cursor is not None
-    waiting = (run_id, step.guard_cursor) if unless else ()
+    rows = [item_row(d, item, created_at=now) for item in step_items(run_id, step)]
+    if rows:
+        always.append(d.insert_rows("items", ITEM_COLUMNS, rows))
     guarded: list[Statement] = []
+    payload = None
     if step.checkpoint is not None and step.checkpoint_kind is not None:
         payload = bytes(step.checkpoint)
-        sql = _SAVE_CHECKPOINT_UNLESS_WAITING if unless else _SAVE_CHECKPOINT
-        guarded.append(d.exec(sql, run_id, step.checkpoint_kind, payload, now, *waiting))
+        guarded.append(d.exec(_SAVE_CHECKPOINT, run_id, step.checkpoint_kind, payload, now))
     if step.ack_cursor is not None:
-        sql = _ACK_UNLESS_WAITING if unless else _ACK
-        guarded.append(d.exec(sql, run_id, step.ack_cursor, *waiting))
+        guarded.append(d.exec(_ACK, run_id, step.ack_cursor))
     if step.seal:
-        guarded.append(d.exec(_SEAL_UNLESS_WAITING if unless else _SEAL, run_id, *waiting))
-    return PreparedStep(always=always, guarded=guarded)
+        guarded.append(d.exec(_SEAL, run_id))
+    call = None
+    if d.step_call is not None:
+        call = _step_call(d, run_id, step, fence, rows, outcomes, payload, now)
+    return PreparedStep(always=always, guarded=guarded, call=call)
 
 
-_GUARD_TOPS = (
-    ", (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) AS head,"
-    " (SELECT COALESCE(MAX(cursor), 0) FROM inputs WHERE run_id = ?) AS top_cursor"
-)
+def _step_call(
+    d: Dialect,
+    run_id: str,
+    step: StepWrite,
+    fence: int,
+    rows: list[tuple[Any, ...]],
+    outcomes: list[str | None],
+    payload: bytes | None,
+    now: float,
+) -> Guard:
+    """The step commit as one statement: :attr:`Dialect.step_call` and its parameters.
 
-
-def _step_guard(d: Dialect, run_id: str, step: StepWrite, fence: int) -> Statement:
-    """The one-trip step commit's guard: the checks of :func:`commit_step` in SQL, read after
-    the locks; its row has the heads of the receipt."""
-    condition = (
-        "EXISTS (SELECT 1 FROM threads WHERE thread_id = ?)"
-        " AND EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND fence = ?)"
+    The items travel as one JSON array of rows keyed by column (their thread, run and time are
+    the step's), the journal records as another; the function refuses the step unless the
+    items follow the thread's head, each in its place and on the step's thread.
+    """
+    after = step.after_seq
+    placed_right = after is not None and all(
+        item.seq == after + n and item.thread_id == step.thread_id
+        for n, item in enumerate(step.items, start=1)
     )
-    params: list[Any] = [step.thread_id, run_id, fence]
-    if step.items:
-        after = step.after_seq
-        placed_right = after is not None and all(
-            item.seq == after + n and item.thread_id == step.thread_id
-            for n, item in enumerate(step.items, start=1)
-        )
-        condition += " AND (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?) = ? AND ?"
-        params += [step.thread_id, after, placed_right]
-    return d.guard(condition, *params, also=_GUARD_TOPS, also_params=(step.thread_id, run_id))
+    items = codec.dumps([dict(zip(ITEM_COLUMNS, row, strict=True)) for row in rows])
+    journal = [
+        {"call_id": e.call_id, "tool": e.tool, "state": e.state, "outcome": outcome}
+        for e, outcome in zip(step.journal, outcomes, strict=True)
+    ]
+    assert d.step_call is not None
+    return Guard(
+        d.sql(d.step_call),
+        (
+            run_id,
+            step.thread_id,
+            fence,
+            after,
+            placed_right,
+            items if rows else None,
+            codec.dumps(journal) if journal else None,
+            step.checkpoint_kind if payload is not None else None,
+            payload,
+            step.ack_cursor,
+            step.seal,
+            step.guard_cursor,
+            now,
+        ),
+    )
 
 
 def commit_step(
@@ -326,19 +333,19 @@ def commit_step(
 ) -> Op[StepReceipt]:
     """:meth:`reverie.store.base.Store.commit_step`: every check, then every write.
 
-    In a :attr:`~reverie.store.sql_core.Dialect.one_trip` dialect the locks, a guard that makes
-    the checks in SQL (and reads the heads) and the writes are one batch: one round trip. When
-    the guard refuses, nothing was written and the checks run again in a new transaction, two
-    batches as on SQLite, to raise the error they find (or, if the rows changed since, to write
-    the step after all).
+    With a :attr:`~reverie.store.sql_core.Dialect.step_call` the locks, the checks and the
+    writes are one statement, sent as a :class:`~reverie.store.sql_core.Guard`: one round
+    trip. When it refuses, nothing was written and the checks run again in a new transaction,
+    two batches as on SQLite, to raise the error they find (or, if the rows changed since, to
+    write the step after all).
     """
-    if d.one_trip:
+    if prepared.call is not None:
+        [found] = yield [prepared.call]
+        if found is not None:
+            return _receipt(step, found[0], found[0])
+    if d.lock:
         # The thread, then the run (the order every op locks them in); the tops after both.
         locks = [d.query(_LOCK_THREAD, step.thread_id), d.query(_LOCK_RUN, run_id)]
-        writes = [*prepared.always, *prepared.guarded]
-        _, run, guard, *_ = yield [*locks, _step_guard(d, run_id, step, fence), *writes]
-        if guard is not None:
-            return _receipt(step, guard[0], run[0])
         thread, run, [tops] = yield [*locks, d.query(_STEP_TOPS, step.thread_id, run_id)]
         found = bool(thread)
         current = int(run[0]["fence"]) if run else None
@@ -497,7 +504,7 @@ def start_run(
                 raise NotFoundError(f"run with idempotency key of {run.run_id} not found")
             return codec.row_run(found[0])
     if rows:
-        writes.append(Many(d.sql(insert_sql("items", ITEM_COLUMNS)), rows))
+        writes.append(d.insert_rows("items", ITEM_COLUMNS, rows))
     if writes:
         yield writes
     return rec

@@ -85,7 +85,7 @@ class SQLStore(OpRunner):
         then everything is written: on PostgreSQL in one round trip, the writes behind a guard
         (:func:`reverie.store.sql_ops.commit_step`).
         """
-        prepared = ops.prepare_step(self.dialect, run_id, step)  # before any lock is held
+        prepared = ops.prepare_step(self.dialect, run_id, step, fence=fence)  # no lock held
         return await self._write_op(
             "commit a step",
             lambda: ops.commit_step(self.dialect, run_id, step, fence=fence, prepared=prepared),
