@@ -38,6 +38,7 @@ from typing import TypeVar
 
 from reverie.errors import StoreError
 from reverie.store.sqlite_checkpoint import Checkpointer
+from reverie.store.sqlite_schema import store_error
 from reverie.store.sqlite_writer import (
     TRANSACT,
     ConnectionThread,
