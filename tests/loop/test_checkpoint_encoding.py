@@ -163,7 +163,7 @@ async def test_a_runs_checkpoints_are_the_standard_encoding_of_their_state() -> 
         store.commit_step = spy  # type: ignore[method-assign]
         result = await rt.run(agent, "go", scope=Scope(tenant="t", user="u"))
     assert result.status == "completed"
-    assert len(payloads) >= 5
+    assert len(payloads) >= 4  # BeforeModel, two BeforeSideEffect (pure waves), Final
     for payload in payloads:
         data = json.loads(payload)
         state = state_from_dict(data["state"])
