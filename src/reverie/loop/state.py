@@ -440,6 +440,33 @@ def _budget(b: BudgetLedger) -> str:
     )
 
 
+def _pending_wave(wave: PendingWave) -> str:
+    admitted, rejected = wave.admitted, wave.rejected
+    ref, policy = wave.assistant_ref, wave.policy
+    if (
+        type(ref) is str
+        and type(policy) is str
+        and all(type(i) is int for i in admitted)
+        and all(
+            type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is str
+            for r in rejected
+        )
+    ):
+        refused = ",".join(f"[{i},{_string(m)}]" for i, m in rejected)
+        return (
+            f'{{"admitted":[{",".join(map(str, admitted))}],"assistant_ref":{_string(ref)},'
+            f'"policy":{_string(policy)},"rejected":[{refused}]}}'
+        )
+    return _generic(
+        {
+            "assistant_ref": ref,
+            "policy": policy,
+            "admitted": list(admitted),
+            "rejected": [list(r) for r in rejected],
+        }
+    )
+
+
 def _slots(state: LoopExecutionState, host_state: Mapping[str, Any] | None) -> str:
     own = state.host_state if host_state is None else host_state
     if not state.model_state and not state.stop_state:
@@ -500,18 +527,7 @@ class CheckpointEncoder:
                 fields["reason"] = done.reason
             completion = ',"completion":' + _generic(fields)
         wave = state.pending_wave
-        pending = (
-            "null"
-            if wave is None
-            else _generic(
-                {
-                    "assistant_ref": wave.assistant_ref,
-                    "policy": wave.policy,
-                    "admitted": list(wave.admitted),
-                    "rejected": [list(r) for r in wave.rejected],
-                }
-            )
-        )
+        pending = "null" if wave is None else _pending_wave(wave)
         cursor: object = state.input_cursor
         iteration: object = state.iteration
         seq: object = state.transcript_seq
