@@ -534,6 +534,8 @@ class CheckpointEncoder:
         if not int is type(cursor) is type(iteration) is type(seq):
             cursor, iteration, seq = _number(cursor), _number(iteration), _number(seq)
         surface = state.surface_version
+        stop = "null" if state.graceful_stop is None else _optional_string(state.graceful_stop)
+        gate = "null" if state.last_gate is None else _optional_string(state.last_gate)
         m, values = self._assistant, state.assistant_refs
         assistant = m[1] if m[0] is values else self._remember("_assistant", values)
         m, values = self._results, state.result_refs
@@ -545,9 +547,9 @@ class CheckpointEncoder:
         return (
             f"{self._head}{assistant},"
             f'"budget":{_budget(state.budget)}{completion},'
-            f'"graceful_stop":{_optional_string(state.graceful_stop)},'
+            f'"graceful_stop":{stop},'
             f'"input_cursor":{cursor},"iteration":{iteration},'
-            f'"last_gate":{_optional_string(state.last_gate)},"pending_wave":{pending},'
+            f'"last_gate":{gate},"pending_wave":{pending},'
             f'"recent_call_signatures":{signatures},"recent_failure_kinds":{kinds},'
             f'"result_refs":{results},'
             f'"slots":{_slots(state, host_state)},'
