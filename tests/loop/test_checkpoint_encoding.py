@@ -78,8 +78,8 @@ waves = st.builds(
     PendingWave,
     assistant_ref=texts,
     policy=st.sampled_from(["parallel", "sequential"]),
-    admitted=st.lists(st.integers(0, 9), max_size=3).map(tuple),
-    rejected=st.lists(st.tuples(st.integers(0, 9), texts), max_size=2).map(tuple),
+    admitted=st.lists(numbers, max_size=3).map(tuple),
+    rejected=st.lists(st.tuples(numbers, texts), max_size=2).map(tuple),
 )
 completions = st.builds(Completion, kind=texts, refs=refs, reason=st.none() | texts)
 states = st.builds(

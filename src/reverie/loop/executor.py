@@ -124,6 +124,8 @@ class _Executor:
         needs a commit: the wave's results may ride the next step commit (the admit
         checkpoint resumes it)."""
         self._meter = None if config.compaction is None else ContextMeter(config.compaction)
+        self._boundary: Callable[[], None] = host.token.check
+        """A cancellation boundary (the token's check itself: several per tick)."""
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
@@ -146,9 +148,6 @@ class _Executor:
                 "Final", replace(self._last_state, completion=ended), guard=False
             )
             return CancelledExit(reason=c.reason, usage=final.budget.usage()), final
-
-    def _boundary(self) -> None:
-        self.host.token.check()
 
     def _active_s(self, state: LoopExecutionState) -> float:
         return state.budget.active_s + (time.monotonic() - self._segment_start)

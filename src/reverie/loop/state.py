@@ -440,6 +440,33 @@ def _budget(b: BudgetLedger) -> str:
     )
 
 
+def _pending_wave(wave: PendingWave) -> str:
+    admitted, rejected = wave.admitted, wave.rejected
+    ref, policy = wave.assistant_ref, wave.policy
+    if (
+        type(ref) is str
+        and type(policy) is str
+        and all(type(i) is int for i in admitted)
+        and all(
+            type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is str
+            for r in rejected
+        )
+    ):
+        refused = ",".join(f"[{i},{_string(m)}]" for i, m in rejected)
+        return (
+            f'{{"admitted":[{",".join(map(str, admitted))}],"assistant_ref":{_string(ref)},'
+            f'"policy":{_string(policy)},"rejected":[{refused}]}}'
+        )
+    return _generic(
+        {
+            "assistant_ref": ref,
+            "policy": policy,
+            "admitted": list(admitted),
+            "rejected": [list(r) for r in rejected],
+        }
+    )
+
+
 def _slots(state: LoopExecutionState, host_state: Mapping[str, Any] | None) -> str:
     own = state.host_state if host_state is None else host_state
     if not state.model_state and not state.stop_state:
@@ -500,24 +527,15 @@ class CheckpointEncoder:
                 fields["reason"] = done.reason
             completion = ',"completion":' + _generic(fields)
         wave = state.pending_wave
-        pending = (
-            "null"
-            if wave is None
-            else _generic(
-                {
-                    "assistant_ref": wave.assistant_ref,
-                    "policy": wave.policy,
-                    "admitted": list(wave.admitted),
-                    "rejected": [list(r) for r in wave.rejected],
-                }
-            )
-        )
+        pending = "null" if wave is None else _pending_wave(wave)
         cursor: object = state.input_cursor
         iteration: object = state.iteration
         seq: object = state.transcript_seq
         if not int is type(cursor) is type(iteration) is type(seq):
             cursor, iteration, seq = _number(cursor), _number(iteration), _number(seq)
         surface = state.surface_version
+        stop = "null" if state.graceful_stop is None else _optional_string(state.graceful_stop)
+        gate = "null" if state.last_gate is None else _optional_string(state.last_gate)
         m, values = self._assistant, state.assistant_refs
         assistant = m[1] if m[0] is values else self._remember("_assistant", values)
         m, values = self._results, state.result_refs
@@ -529,9 +547,9 @@ class CheckpointEncoder:
         return (
             f"{self._head}{assistant},"
             f'"budget":{_budget(state.budget)}{completion},'
-            f'"graceful_stop":{_optional_string(state.graceful_stop)},'
+            f'"graceful_stop":{stop},'
             f'"input_cursor":{cursor},"iteration":{iteration},'
-            f'"last_gate":{_optional_string(state.last_gate)},"pending_wave":{pending},'
+            f'"last_gate":{gate},"pending_wave":{pending},'
             f'"recent_call_signatures":{signatures},"recent_failure_kinds":{kinds},'
             f'"result_refs":{results},'
             f'"slots":{_slots(state, host_state)},'

@@ -40,6 +40,7 @@ from reverie.hooks import (
     HookDispatcher,
     HookFailure,
     HookPoint,
+    HookRegistry,
     ModelHookContext,
     PromptHookContext,
 )
@@ -109,9 +110,12 @@ class RunContext:
     """In-flight ``event`` hook dispatches; awaited before the segment ends."""
     segment: SegmentTranscript = field(init=False)
     """Staged rows and journal records, and the cached prompt window."""
+    registry: HookRegistry = field(init=False)
+    """The hooks' registry (the dispatcher's, which never changes), read at every boundary."""
 
     def __post_init__(self) -> None:
         self.segment = SegmentTranscript(self.store, self.thread_id, self.run_id)
+        self.registry = self.hooks.registry
 
     async def drain_observers(self) -> None:
         """Wait for every ``event`` hook dispatch still running."""
@@ -120,7 +124,7 @@ class RunContext:
 
     def hooked(self, point: HookPoint) -> bool:
         """Whether any hook is bound to ``point`` (a dispatch with none is skipped)."""
-        return point in self.hooks.registry.bound_points
+        return point in self.registry.bound_points
 
     def record_hook_failures(
         self, failures: Sequence[HookFailure], newly_poisoned: frozenset[str]
@@ -216,12 +220,9 @@ class StreamingModel:
         self.ctx = ctx
         self.models = models
         self.prices = prices
-        self._names = tuple(m.name for m in models)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The models' names, by index: the primary, then the fallbacks."""
-        return self._names
+        self.names: tuple[str, ...] = tuple(m.name for m in models)
+        """The models' names, by index: the primary, then the fallbacks (an attribute: every
+        tick reads it)."""
 
     async def call(
         self,
@@ -433,7 +434,7 @@ class StoreCheckpoints:
             ctx.bus.emit(
                 CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
             )
-            if "after_checkpoint" in ctx.hooks.registry.bound_points:
+            if "after_checkpoint" in ctx.registry.bound_points:
                 result = await ctx.hooks.observe(
                     "after_checkpoint",
                     CheckpointHookContext(
