@@ -249,8 +249,9 @@ async def test_a_poll_while_the_writer_thread_holds_the_connection_goes_to_the_r
 async def test_a_store_that_syncs_every_commit_keeps_its_reads_off_the_loop(
     tmp_path: Path,
 ) -> None:
-    async with open_store(f"sqlite:///{tmp_path / 'full.db'}?synchronous=FULL") as opened:
-        assert isinstance(opened, SQLiteStore)
+    store = open_store(f"sqlite:///{tmp_path / 'full.db'}?synchronous=FULL")
+    assert isinstance(store, SQLiteStore)
+    async with store as opened:
         _, run_id, _ = await _leased_run(opened, 1)
         await opened.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1")
         assert len(await opened.poll_inputs(run_id, after_cursor=0)) == 1
