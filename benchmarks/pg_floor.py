@@ -1,11 +1,12 @@
 """PostgreSQL figures of ``loop_overhead.py --postgres URL``: the server's floor and a breakdown.
 
 The floor is what the server takes whatever the client does, measured on one connection in the
-same run: a round trip (``SELECT 1``), an empty commit (no WAL flush) and a one-row insert commit
-(a WAL flush: what every durable step pays at least once). The breakdown runs one loop with every
-store call counted and timed and every round trip to the server counted (:class:`RoundTrips`),
-so a model call's time reads as store calls x round trips + the server's commits + the rest (the
-loop's own CPU).
+same run, before and after the timed runs: a round trip (``SELECT 1``), an empty commit (no WAL
+flush) and a one-row insert commit (a WAL flush: what every durable step pays at least once).
+The per-call ratios are to the mean of the two insert commits. The breakdown runs one loop with
+every store call counted and timed and every round trip to the server counted
+(:class:`RoundTrips`), so a model call's time reads as store calls x round trips + the server's
+commits + the rest (the loop's own CPU).
 """
 
 from __future__ import annotations
@@ -148,21 +149,30 @@ async def breakdown(url: str, steps: int) -> tuple[float, Counting]:
 async def report(
     url: str, steps_list: Sequence[int], repeat: int, loop: Loop, target_ms: float
 ) -> None:
-    """Print the floor, the per-call figures and the breakdown at the largest step count."""
-    found = await floor(url)
-    print(
-        f"PostgreSQL floor ({COMMITS} each, one connection): round trip "
-        f"{found.round_trip:.3f} ms, empty commit {found.empty_commit:.3f} ms, "
-        f"one-row insert commit {found.insert_commit:.3f} ms"
-    )
-    print(f"{'steps':>6} {'postgres ms/call':>17} {'/insert commit':>15} {'/target':>8}")
+    """Print the floor, the per-call figures and the breakdown at the largest step count.
+
+    The floor is measured before and after the timed runs (on a shared machine it moves by
+    several times within minutes); the ratios are to the mean of the two.
+    """
+    before = await floor(url)
+    figures: list[tuple[int, float]] = []
     for steps in steps_list:
         runs = []
         for _ in range(repeat):
             async with temporary_schema(url, prefix="reverie_bench") as scoped:
                 runs.append(await loop(steps, scoped))
-        ms = statistics.median(runs) * 1e3
-        print(f"{steps:>6} {ms:>17.3f} {ms / found.insert_commit:>14.2f}x {ms / target_ms:>7.2f}x")
+        figures.append((steps, statistics.median(runs) * 1e3))
+    after = await floor(url)
+    for label, found in (("before the runs", before), ("after them", after)):
+        print(
+            f"PostgreSQL floor {label} ({COMMITS} each, one connection): round trip "
+            f"{found.round_trip:.3f} ms, empty commit {found.empty_commit:.3f} ms, "
+            f"one-row insert commit {found.insert_commit:.3f} ms"
+        )
+    insert_commit = (before.insert_commit + after.insert_commit) / 2
+    print(f"{'steps':>6} {'postgres ms/call':>17} {'/insert commit':>15} {'/target':>8}")
+    for steps, ms in figures:
+        print(f"{steps:>6} {ms:>17.3f} {ms / insert_commit:>14.2f}x {ms / target_ms:>7.2f}x")
     steps = max(steps_list)
     per_call, store = await breakdown(url, steps)
     print(f"\nbreakdown, one run of {steps} calls ({per_call * 1e3:.3f} ms/call):")

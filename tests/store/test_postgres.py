@@ -313,15 +313,22 @@ async def test_store_uses_at_most_max_connections_and_closes_them(url: str) -> N
 
 
 @needs_server
-async def test_operations_one_after_another_reuse_one_connection(url: str) -> None:
+async def test_operations_one_after_another_reuse_the_connections_opened_with_the_store(
+    url: str,
+) -> None:
     name = f"reverie_reuse_{os.getpid()}"
     count = f"SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = '{name}'"
     async with PostgresStore(f"{url}&application_name={name}", max_connections=8) as store:
+        assert await _scalar(url, count) == 2  # the loop's and the event recorder's
         await store.create_thread("thr-1", ANA)
         for _ in range(20):
             await store.append_items("thr-1", None, [NewItem(role="user", content="x")], fence=None)
             await store.thread_items("thr-1", last=1)
-        assert await _scalar(url, count) == 1
+        assert await _scalar(url, count) == 2
+    alone = count.replace(name, f"{name}_1")
+    async with PostgresStore(f"{url}&application_name={name}_1", max_connections=1) as store:
+        await store.thread_items("thr-1", last=1)
+        assert await _scalar(url, alone) == 1
 
 
 @needs_server

@@ -2,8 +2,8 @@
 
 A relay between the store and the server reads the client's protocol messages: the statements
 it sends (``Parse``) and the points where it asks for results and waits for them (``Sync``,
-``Flush``). A step commit is one round trip when the client sends all its statements before it
-first asks for a result (pipeline mode). Needs ``REVERIE_TEST_POSTGRES_URL``.
+``Flush``). A step commit is one statement (a call of the schema's ``reverie_commit_step``),
+so one round trip. Needs ``REVERIE_TEST_POSTGRES_URL``.
 """
 
 from __future__ import annotations
@@ -139,6 +139,15 @@ async def test_a_step_commit_is_one_round_trip(relayed: tuple[PostgresStore, Rel
     assert receipt.head_seq == 2 and not receipt.inputs_waiting
     cp = await store.load_checkpoint("r")
     assert cp is not None and cp.payload == b"state"
+
+
+async def test_a_step_commit_is_one_statement(relayed: tuple[PostgresStore, Relay]) -> None:
+    store, relay = relayed
+    fence = await _running(store)
+    for seq in (2, 3):
+        start = len(relay.sent)
+        await store.commit_step("r", _step(seq, guard=0), fence=fence)
+        assert relay.sent[start:] == ["SELECT", "wait"]  # a call of reverie_commit_step
 
 
 async def test_a_refused_step_commit_writes_nothing_and_leaves_the_connection_usable(

@@ -10,8 +10,10 @@ event loop. A connection that comes back broken or inside a transaction (its ope
 interrupted half-way) is closed and its slot given back empty.
 
 Connections are in autocommit mode: a read is one statement (its own snapshot, holding no
-lock), and a write that needs more than one statement runs inside ``conn.transaction()``
-(:meth:`PostgresConnections._transact`), rolled back whole if anything in it raises.
+lock), a step commit is one statement (its own transaction), and a write of more statements
+runs inside one transaction (:meth:`PostgresConnections._write_op`: ``BEGIN`` and ``COMMIT`` in
+pipeline mode; :meth:`PostgresConnections._transact`: ``conn.transaction()``), rolled back whole
+if anything in it raises. :meth:`PostgresConnections.open` opens two connections at once.
 
 Also here, for the store's modules (imported there as ``db``): :func:`describe_url` (the only
 way a connection URL appears in a message), :func:`db_errors` (``psycopg`` errors as store
@@ -279,7 +281,11 @@ class PostgresConnections:
 
     # lifecycle ----------------------------------------------------------------------------
     async def open(self) -> None:
-        """Connect once and migrate the schema; further connections open when needed.
+        """Connect and migrate the schema; further connections open when needed.
+
+        Two connections are opened at once (one if ``max_connections`` is 1): a runtime's loop
+        and its event recorder overlap from a run's first step, so the second would otherwise
+        be opened inside the first run. Only the first must succeed.
 
         Raises:
             StoreError: The server cannot be reached or refuses the login, or the schema is
@@ -288,22 +294,45 @@ class PostgresConnections:
         async with self._lifecycle:
             if self._slots is not None:
                 return
-            with self._errors(f"open {self.label}"):
-                conn = await self._connect()
-                try:
-                    await migrate(conn, label=self.label)
-                except BaseException:
-                    await conn.close()
-                    raise
-            # Last in, first out, the open connection on top: an operation takes the connection
-            # used last, so a store opens a second one only when two operations overlap (a
-            # FIFO would cycle through every slot, opening all of them, each a new server
-            # process with cold caches).
+            spare = None
+            if self.max_connections > 1:
+                spare = asyncio.get_running_loop().create_task(self._spare())
+            try:
+                with self._errors(f"open {self.label}"):
+                    conn = await self._connect()
+                    try:
+                        await migrate(conn, label=self.label)
+                    except BaseException:
+                        await conn.close()
+                        raise
+            except BaseException:
+                if spare is not None:
+                    spare.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        extra = await spare
+                        if extra is not None:
+                            await extra.close()
+                raise
+            extra = None if spare is None else await spare
+            # Last in, first out, the open connections on top: an operation takes the one
+            # used last, so a store opens a third only when three operations overlap (a FIFO
+            # would cycle through every slot, opening all of them, each a new server process
+            # with cold caches).
             slots: asyncio.Queue[Conn | None] = asyncio.LifoQueue()
-            for _ in range(self.max_connections - 1):
+            for _ in range(self.max_connections - (1 if extra is None else 2)):
                 slots.put_nowait(None)
+            if extra is not None:
+                slots.put_nowait(extra)
             slots.put_nowait(conn)
             self._slots = slots
+
+    async def _spare(self) -> Conn | None:
+        """A second connection for :meth:`open`, or ``None`` if it could not be made."""
+        try:
+            return await self._connect()
+        except (psycopg.Error, OSError) as exc:
+            log.debug("%s: a second connection was not opened: %s", self.label, type(exc).__name__)
+            return None
 
     async def close(self) -> None:
         """Wait for the operations in flight, close every connection. Safe to call twice.

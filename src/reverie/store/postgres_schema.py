@@ -9,7 +9,9 @@ The schema mirrors SQLite's (:mod:`reverie.store.migrations`) table for table an
 column, with native types where PostgreSQL has them: flags are ``BOOLEAN``, timestamps
 ``DOUBLE PRECISION`` epoch seconds, checkpoint payloads ``BYTEA``. JSON columns stay ``TEXT``
 holding ``json.dumps`` output, as in SQLite: ``jsonb`` would reorder keys, refuse ``\\u0000``
-and turn ``1e100`` into an integer, and nothing queries inside them.
+and turn ``1e100`` into an integer, and nothing queries inside them. Migrations 1–4 are
+SQLite's 1–4; migration 5 (the step commit as one function, ``reverie_commit_step``) has no
+SQLite counterpart (its step commit costs no round trip).
 """
 
 from __future__ import annotations

@@ -82,14 +82,13 @@ class Many:
 
 @dataclass(frozen=True, slots=True)
 class Guard:
-    """A check the writes after it in its batch rest on (its result: its row, or ``None``).
+    """A statement that checks and writes, or refuses (its result: its rows, or ``None``).
 
     Only ops of a dialect with a :attr:`Dialect.step_call` yield one (a step commit's single
-    statement), in their last batch: the backend sends that batch with the ``COMMIT``, and a
-    guard that does not hold fails the transaction there (an error whose message quotes
-    :data:`GUARD_REFUSED`), so none of the batch's writes land, and the op is sent ``None`` for
-    it (and for the statements after it); it may then yield more batches, which run in a new
-    transaction.
+    statement), alone, as their first batch: the backend runs it as a transaction of its own.
+    A guard that does not hold raises an error quoting :data:`GUARD_REFUSED` before it writes
+    anything, and the op is sent ``None`` for it; it may then yield more batches, which run
+    in a new transaction. A guard that held is the op's last batch.
     """
 
     sql: str
