@@ -367,8 +367,10 @@ async def test_an_interrupting_start_while_the_active_run_begins_its_segment_can
     backend: Store,
 ) -> None:
     beginning = Paused(backend, "begin_segment", landed=False)
+    # The interrupt's cancel queues its input last, after firing the segment's token.
+    queued = Paused(beginning, "enqueue_input", landed=True)
     model = ScriptedModel([reply("never")])
-    async with Runtime(beginning) as rt:
+    async with Runtime(queued) as rt:
         first = await rt.start(Agent(name="a", model=model), "go", scope=SCOPE)
         await _reached(beginning)  # queued, its segment about to take the lease
         second = asyncio.create_task(
@@ -380,10 +382,8 @@ async def test_an_interrupting_start_while_the_active_run_begins_its_segment_can
                 thread_policy="interrupt",
             )
         )
-        for _ in range(int(WAIT_S * 100)):  # the interrupt reached the run (its request)
-            if (await rt.store.get_run(first.run_id)).cancel_requested:
-                break
-            await asyncio.sleep(0.01)
+        await _reached(queued)  # the interrupt's cancel reached the run
+        queued.go.set()
         beginning.go.set()
         handle = await asyncio.wait_for(second, WAIT_S)
         results = [await asyncio.wait_for(h.result(), WAIT_S) for h in (first, handle)]
