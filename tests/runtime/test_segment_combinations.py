@@ -363,6 +363,34 @@ async def test_an_interrupting_start_racing_the_active_runs_completion_starts_af
     assert (stored.status, stored.lease_owner) == ("completed", None)
 
 
+async def test_an_interrupting_start_while_the_active_run_begins_its_segment_cancels_it_first(
+    backend: Store,
+) -> None:
+    beginning = Paused(backend, "begin_segment", landed=False)
+    # The interrupt's cancel queues its input last, after firing the segment's token.
+    queued = Paused(beginning, "enqueue_input", landed=True)
+    model = ScriptedModel([reply("never")])
+    async with Runtime(queued) as rt:
+        first = await rt.start(Agent(name="a", model=model), "go", scope=SCOPE)
+        await _reached(beginning)  # queued, its segment about to take the lease
+        second = asyncio.create_task(
+            rt.start(
+                _replier("second"),
+                "next",
+                scope=SCOPE,
+                thread_id=first.thread_id,
+                thread_policy="interrupt",
+            )
+        )
+        await _reached(queued)  # the interrupt's cancel reached the run
+        queued.go.set()
+        beginning.go.set()
+        handle = await asyncio.wait_for(second, WAIT_S)
+        results = [await asyncio.wait_for(h.result(), WAIT_S) for h in (first, handle)]
+    assert [r.status for r in results] == ["cancelled", "completed"]
+    assert model.requests == []  # the interrupted run never called its model
+
+
 async def test_a_cancel_that_read_the_run_running_does_not_rewrite_its_completion(
     backend: Store,
 ) -> None:
