@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from reverie.core.events import RunEvent, RunFinished, event_to_dict
@@ -85,9 +85,11 @@ class EventRecorder:
         self._due = False
         self._timer: asyncio.TimerHandle | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._taps: dict[str, tuple[EventBus, Callable[[RunEvent], None]]] = {}
+        """Run id → the bus it is recorded from and the listener tapped on it."""
 
     def record(self, run_id: str, bus: EventBus) -> None:
-        """Store every event of ``bus`` (from its first); call :meth:`finish` once it closes."""
+        """Store every event of ``bus`` (from its first) until :meth:`finish`."""
         queue = bus.listen()  # the events so far (none, for a segment just launched)
         bus.forget(queue)
         self._first.add(run_id)
@@ -101,20 +103,27 @@ class EventRecorder:
         if closed:
             self.finish(run_id)
         else:
-            bus.tap(functools.partial(self._add, run_id))
+            listener = functools.partial(self._add, run_id)
+            self._taps[run_id] = (bus, listener)
+            bus.tap(listener)
 
     def finish(self, run_id: str) -> None:
-        """The bus of ``run_id``'s segment closed: store its last events at once."""
+        """Stop recording ``run_id`` (its bus closed) and store its last events at once."""
+        tapped = self._taps.pop(run_id, None)
+        if tapped is not None:
+            bus, listener = tapped
+            bus.untap(listener)
         self._first.discard(run_id)
         if run_id in self._pending:
             self._flush_now()
 
     async def drain(self) -> None:
         """Store every event emitted so far (before the store closes)."""
-        if self._pending:
-            self._flush_now()
-        while (writer := self._writer) is not None:
-            await asyncio.shield(writer)
+        while self._pending or self._writer is not None:
+            if self._pending:
+                self._flush_now()
+            if (writer := self._writer) is not None:
+                await asyncio.shield(writer)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
