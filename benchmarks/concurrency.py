@@ -9,8 +9,9 @@ gathered, as ``runs`` clients would) and the clock covers start to the last resu
 must complete having made all its model calls (``steps + 1``); one that made fewer fails the
 benchmark. Printed: wall time and its ratio to the ideal for a bare asyncio loop doing the same
 waits, the in-memory store and durable SQLite, and the ratio to each target; for reverie also
-the process's CPU time and the part of it spent in the garbage collector (steadier than wall
-time on a loaded machine).
+the process's CPU time (in all, and per run) and the part of it spent in the garbage collector
+(steadier than wall time on a loaded machine). ``--steps 0`` leaves a run's own cost (start,
+segment start and end, event log, result) and one model call.
 
 ``--postgres URL`` (a role that may create schemas) adds PostgreSQL, in a schema of its own,
 with a store of ``--pg-connections`` connections: every operation of the 1,000 runs waits its
@@ -167,8 +168,8 @@ async def measure(
         vs = f"   {wall / target:5.2f}x target {target:.1f} s" if target else ""
         print(
             f"  {label:<18} {wall * 1e3:9.0f} ms   {wall / ideal:6.1f}x ideal{vs}\n"
-            f"  {'':<18} cpu {cpu * 1e3:.0f} ms, of which gc {in_gc * 1e3:.0f} ms "
-            f"({in_gc / cpu:.0%})"
+            f"  {'':<18} cpu {cpu * 1e3:.0f} ms ({cpu / runs * 1e6:.0f} us per run), "
+            f"of which gc {in_gc * 1e3:.0f} ms ({in_gc / cpu:.0%})"
         )
 
 

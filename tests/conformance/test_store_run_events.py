@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from reverie.store import Store
-from reverie.store.run_events import RunEventLog
+from reverie.store.run_events import RunEventBatches, RunEventLog
 
 
 def log_of(store: Store) -> RunEventLog:
@@ -56,3 +58,57 @@ async def test_an_append_wakes_a_follower_of_that_run(store: Store) -> None:
     await asyncio.wait_for(waiting, 30)
     # A wait without an append ends at its timeout.
     await log.wait_run_events("run-1", timeout_s=0.01)
+
+
+def batches_of(store: Store) -> RunEventBatches:
+    if not isinstance(store, RunEventBatches):
+        pytest.skip(f"{type(store).__name__} appends run events one run at a time")
+    return store
+
+
+async def test_a_batch_appends_each_runs_events_after_its_last_one(store: Store) -> None:
+    log, batches = log_of(store), batches_of(store)
+    await log.append_run_events("run-1", [event("run_started")])
+    last = await batches.append_event_batches(
+        {
+            "run-1": [event("text_delta", text="a"), event("run_finished")],
+            "run-2": [event("run_started")],
+            "run-3": [],
+        }
+    )
+    assert dict(last) == {"run-1": 3, "run-2": 1, "run-3": 0}
+    assert [(r.seq, r.kind) for r in await log.run_events("run-1")] == [
+        (1, "run_started"),
+        (2, "text_delta"),
+        (3, "run_finished"),
+    ]
+    assert (await log.run_events("run-1"))[1].data == {
+        "kind": "text_delta",
+        "run_id": "run-1",
+        "text": "a",
+    }
+    assert [(r.seq, r.kind) for r in await log.run_events("run-2")] == [(1, "run_started")]
+    assert await log.run_events("run-3") == []
+
+
+async def test_a_batch_keeps_the_newest_events_of_each_run(store: Store) -> None:
+    log, batches = log_of(store), batches_of(store)
+    await log.append_run_events("run-1", [event("text_delta", text=str(i)) for i in range(3)])
+    await batches.append_event_batches(
+        {"run-1": [event("text_delta", text="3")], "run-2": [event("run_started")] * 2}, keep=2
+    )
+    assert [r.seq for r in await log.run_events("run-1")] == [3, 4]
+    assert [r.seq for r in await log.run_events("run-2")] == [1, 2]
+
+
+async def test_a_batch_wakes_the_followers_of_each_of_its_runs(store: Store) -> None:
+    log, batches = log_of(store), batches_of(store)
+    waiting = [
+        asyncio.ensure_future(log.wait_run_events(run_id, timeout_s=60))
+        for run_id in ("run-1", "run-2")
+    ]
+    await asyncio.sleep(0)
+    await batches.append_event_batches(
+        {"run-1": [event("run_started")], "run-2": [event("run_started")]}
+    )
+    await asyncio.wait_for(asyncio.gather(*waiting), 30)

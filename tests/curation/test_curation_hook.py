@@ -294,7 +294,13 @@ async def test_a_new_process_continues_each_owners_count_from_the_store(tmp_path
 
 
 async def test_a_retried_submit_for_the_same_turn_returns_the_same_pass() -> None:
-    model = curator()
+    release, answer = asyncio.Event(), tidy_curator()
+
+    async def held(request: ModelRequest) -> ModelResponse:
+        await release.wait()  # the pass runs until the test has submitted again
+        return answer(request)
+
+    model = ScriptedModel(held, name="curator")
     async with Runtime.open(":memory:", memory=NativeMemory(), curation_model=model) as rt:
         await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
         curation = rt._curator
@@ -304,6 +310,7 @@ async def test_a_retried_submit_for_the_same_turn_returns_the_same_pass() -> Non
         )
         again = await curation.submit(ANA, trigger="run_x")  # while it runs: the same pass
         assert twin is first and again is first
+        release.set()
         record = await first
         later = await curation.submit(ANA, trigger="run_x")  # after it ended: still the same
         assert await later == record

@@ -19,7 +19,8 @@ from reverie.core.events import (
     event_from_dict,
     event_to_dict,
 )
-from reverie.runtime.event_log import record_events
+from reverie.errors import StoreError
+from reverie.runtime.event_log import EventRecorder, record_events
 from reverie.runtime.events import EventBus
 from reverie.store.memory import MemoryStore
 from reverie.store.run_events import MAX_RUN_EVENTS
@@ -198,3 +199,88 @@ def test_a_run_finished_object_is_the_exit_copied_as_asdict_copies_it() -> None:
 def test_an_assistant_messages_tool_names_stay_a_tuple() -> None:
     data = event_to_dict(AssistantMessage(run_id=RUN, text="t", tool_calls=("x",)))
     assert data["tool_calls"] == ("x",)
+
+
+class BatchingStore(CountingStore):
+    """A memory store that also appends many runs' events in one operation (as SQL stores do)."""
+
+    def __init__(self, *, refuse: frozenset[str] = frozenset()) -> None:
+        super().__init__()
+        self.together: list[dict[str, list[str]]] = []
+        self.refuse = refuse
+        """Runs whose events every append refuses (a batch holding one is refused whole)."""
+
+    async def append_event_batches(
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]], *, keep: int = MAX_RUN_EVENTS
+    ) -> dict[str, int]:
+        self.together.append({r: [str(e["kind"]) for e in es] for r, es in batches.items()})
+        if self.refuse & set(batches):
+            raise StoreError("refused")
+        return {r: await MemoryStore.append_run_events(self, r, es) for r, es in batches.items()}
+
+    async def append_run_events(
+        self, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int = MAX_RUN_EVENTS
+    ) -> int:
+        if run_id in self.refuse:
+            raise StoreError("refused")
+        return await super().append_run_events(run_id, events, keep=keep)
+
+
+async def test_one_flush_stores_the_events_of_every_run_together() -> None:
+    store = BatchingStore()
+    recorder = EventRecorder(store, flush_s=GUARD_S)
+    buses = {f"run_{i}": EventBus() for i in range(3)}
+    for run_id, bus in buses.items():
+        recorder.record(run_id, bus)
+    for run_id, bus in buses.items():
+        bus.emit(RunStarted(run_id=run_id))  # each segment's first events: stored at once
+    await recorder.drain()
+    for i, (run_id, bus) in enumerate(buses.items()):
+        bus.emit(ToolStarted(run_id=run_id, call_id=f"c{i}", tool="t"))
+    for run_id, bus in buses.items():
+        bus.close()
+        recorder.finish(run_id)
+    await recorder.drain()
+
+    assert store.together == [
+        {run_id: ["run_started"] for run_id in buses},
+        {run_id: ["tool_started"] for run_id in buses},
+    ]
+    assert store.batches == []  # no run was written alone
+    for run_id in buses:
+        assert [r.kind for r in await store.run_events(run_id)] == ["run_started", "tool_started"]
+
+
+async def test_a_refused_batch_is_stored_run_by_run_and_only_the_bad_runs_events_are_lost() -> None:
+    store = BatchingStore(refuse=frozenset({"bad"}))
+    recorder = EventRecorder(store, flush_s=GUARD_S)
+    buses = {run_id: EventBus() for run_id in ("good", "bad", "fine")}
+    for run_id, bus in buses.items():
+        recorder.record(run_id, bus)
+        bus.emit(RunStarted(run_id=run_id))
+    await recorder.drain()
+
+    assert [set(batch) for batch in store.together] == [set(buses)]
+    assert [r.kind for r in await store.run_events("good")] == ["run_started"]
+    assert [r.kind for r in await store.run_events("fine")] == ["run_started"]
+    assert await store.run_events("bad") == []
+
+
+async def test_a_runtime_closing_stores_the_events_of_the_segments_it_stops() -> None:
+    in_tool, never = asyncio.Event(), asyncio.Event()
+
+    @tool(effects=set())
+    async def hang() -> str:
+        """Wait for good."""
+        in_tool.set()
+        await never.wait()
+        return "unreachable"
+
+    store = CountingStore()
+    agent = Agent(name="a", model=ScriptedModel([call("hang"), reply("done")]), tools=[hang])
+    async with Runtime(store) as rt:
+        handle = await rt.start(agent, "go", scope=Scope(tenant="acme", user="ana"))
+        await in_tool.wait()
+    stored = [r.kind for r in await store.run_events(handle.run_id, limit=MAX_RUN_EVENTS)]
+    assert stored[0] == "run_started"
+    assert "tool_started" in stored  # emitted within the flush window, stored by the close

@@ -1,7 +1,8 @@
 """Run events in the store: recorded as a run emits them, followed from any process.
 
-:func:`record_events` writes the events of a segment this process advances to the store's
-:class:`~reverie.store.run_events.RunEventLog` (in order, batched as they come). Any process can
+:class:`EventRecorder` writes the events of the segments this process advances to the store's
+:class:`~reverie.store.run_events.RunEventLog` (each run's in order, batched as they come, the
+runs' batches together). Any process can
 then :func:`follow_events`: replay what is stored, then follow new events as they are appended
 (woken by the store: at once in this process and through ``NOTIFY`` on PostgreSQL; by polling
 on SQLite) until the run settles (ends, or blocks on a gate).
@@ -10,20 +11,21 @@ on SQLite) until the run settles (ends, or blocks on a gate).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from reverie.core.events import RunEvent, RunFinished, event_to_dict
 from reverie.errors import NotFoundError
 from reverie.runtime.events import EventBus
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
-from reverie.store.run_events import MAX_RUN_EVENTS, RunEventLog
+from reverie.store.run_events import MAX_RUN_EVENTS, RunEventBatches, RunEventLog
 
 __all__ = [
     "FOLLOW_POLL_S",
     "RECORD_FLUSH_S",
+    "EventRecorder",
     "StoredEvent",
     "follow_events",
     "last_seq",
@@ -52,45 +54,141 @@ StoredEvent = tuple[int | None, Mapping[str, Any]]
 """``(seq, event object)``; ``seq`` is ``None`` for a ``run_finished`` rebuilt from the exit."""
 
 
+class EventRecorder:
+    """Stores the events of every segment a runtime advances: one writer for all of them.
+
+    :meth:`record` taps a segment's bus; :meth:`finish` says it closed. Events wait in memory
+    and are written in flushes, each of which takes what every run emitted meanwhile (one
+    transaction for all of them on a store that implements :class:`RunEventBatches`, else one
+    append per run):
+
+    - a segment's first events (its ``run_started``) are flushed at once: a new follower starts
+      at the latest ``run_started`` it finds in the store;
+    - after that, the first event that finds nothing waiting waits up to ``flush_s`` for more
+      (a step emits several events; a thousand runs emit them together);
+    - a segment's last events (its bus closed) are flushed at once, and :meth:`drain` flushes
+      what is left.
+
+    The writer is a task that lives while something is to be written. A failing write is logged
+    and its events are dropped (a failing batch is tried again run by run first): watching a
+    run never fails it.
+    """
+
+    def __init__(self, events: RunEventLog, *, flush_s: float = RECORD_FLUSH_S) -> None:
+        self._events = events
+        self._batches = events if isinstance(events, RunEventBatches) else None
+        self._flush_s = flush_s
+        self._pending: dict[str, list[RunEvent]] = {}
+        """Run id → its events not yet taken by a flush, in the order emitted."""
+        self._first: set[str] = set()
+        """Runs whose segment's first events are not taken yet."""
+        self._due = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._taps: dict[str, tuple[EventBus, Callable[[RunEvent], None]]] = {}
+        """Run id → the bus it is recorded from and the listener tapped on it."""
+
+    def record(self, run_id: str, bus: EventBus) -> None:
+        """Store every event of ``bus`` (from its first) until :meth:`finish`."""
+        queue = bus.listen()  # the events so far (none, for a segment just launched)
+        bus.forget(queue)
+        self._first.add(run_id)
+        closed = False
+        while not queue.empty():
+            event = queue.get_nowait()
+            if event is None:
+                closed = True
+            else:
+                self._add(run_id, event)
+        if closed:
+            self.finish(run_id)
+        else:
+            listener = functools.partial(self._add, run_id)
+            self._taps[run_id] = (bus, listener)
+            bus.tap(listener)
+
+    def finish(self, run_id: str) -> None:
+        """Stop recording ``run_id`` (its bus closed) and store its last events at once."""
+        tapped = self._taps.pop(run_id, None)
+        if tapped is not None:
+            bus, listener = tapped
+            bus.untap(listener)
+        self._first.discard(run_id)
+        if run_id in self._pending:
+            self._flush_now()
+
+    async def drain(self) -> None:
+        """Store every event emitted so far (before the store closes)."""
+        while self._pending or self._writer is not None:
+            if self._pending:
+                self._flush_now()
+            if (writer := self._writer) is not None:
+                await asyncio.shield(writer)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _add(self, run_id: str, event: RunEvent) -> None:
+        # The bus's tap: called in emit, once per event of every recorded run.
+        pending = self._pending.get(run_id)
+        if pending is None:
+            self._pending[run_id] = [event]
+        else:
+            pending.append(event)
+        if run_id in self._first or self._flush_s <= 0:
+            self._flush_now()
+        elif self._timer is None and not self._due:
+            self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._due = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        try:
+            while self._due:
+                self._due = False
+                taken, self._pending = self._pending, {}
+                self._first.difference_update(taken)
+                if taken:
+                    await self._store(taken)
+        finally:
+            self._writer = None
+
+    async def _store(self, taken: dict[str, list[RunEvent]]) -> None:
+        batches = {run_id: [event_to_dict(e) for e in events] for run_id, events in taken.items()}
+        if self._batches is not None and len(batches) > 1:
+            try:
+                await self._batches.append_event_batches(batches)
+                return
+            except Exception as exc:
+                log.debug("%d runs' events not stored together (%s); run by run", len(batches), exc)
+        for run_id, objects in batches.items():
+            try:
+                await self._events.append_run_events(run_id, objects)
+            except Exception as exc:
+                log.warning("run %s: %d event(s) not stored: %s", run_id, len(objects), exc)
+
+
 async def record_events(
     events: RunEventLog, run_id: str, bus: EventBus, *, flush_s: float = RECORD_FLUSH_S
 ) -> None:
-    """Store every event of ``bus`` (from its first) until it closes.
+    """Store every event of ``bus`` (from its first) until it closes (an
+    :class:`EventRecorder` of one run; see there for the batches).
 
-    Events are written in batches: after the segment's first batch, the first event of a batch
-    waits up to ``flush_s`` for more (a step emits several, and each write is a store
-    transaction), and the bus closing writes what is left at once. A failing write is logged
-    and the events are dropped: watching a run never fails it.
+    Cancelled (the runtime closing), it stores what was emitted, then stops.
     """
-    queue = bus.listen()
+    recorder = EventRecorder(events, flush_s=flush_s)
+    recorder.record(run_id, bus)
     try:
-        ended = started = stopping = False
-        while not ended and not stopping:
-            batch: list[RunEvent | None] = []
-            try:
-                batch.append(await queue.get())
-                # The segment's first events (its run_started) are stored at once: a new
-                # follower starts at the latest run_started it finds in the store.
-                if started and batch[0] is not None and flush_s > 0:
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(flush_s):
-                            await bus.wait_closed()
-            except asyncio.CancelledError:
-                stopping = True  # the runtime is closing: store what was emitted, then stop
-            while not queue.empty():
-                batch.append(queue.get_nowait())
-            ended, started = bool(batch) and batch[-1] is None, True
-            objects = [event_to_dict(e) for e in batch if e is not None]
-            if not objects:
-                continue
-            try:
-                await events.append_run_events(run_id, objects)
-            except Exception as exc:
-                log.warning("run %s: %d event(s) not stored: %s", run_id, len(objects), exc)
-        if stopping:
-            raise asyncio.CancelledError
+        await bus.wait_closed()
     finally:
-        bus.forget(queue)
+        recorder.finish(run_id)
+        await recorder.drain()
 
 
 async def run_settled(store: Store, run: RunRecord) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -78,9 +79,27 @@ def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_SURFACES: dict[tuple[int, ...], Surface] = {}
+"""Surfaces by their descriptors' identities: every run of an agent has the same tools."""
+_MAX_SURFACES = 256
+
+
 def surface_of(tools: Sequence[Any]) -> Surface:
     """The surface of a tool list, with a content digest as its version."""
     descriptors = tuple(t.descriptor for t in tools)
+    key = tuple(map(id, descriptors))
+    known = _SURFACES.get(key)
+    # The cached surface holds its descriptors, so their ids name the same (frozen) objects.
+    if known is not None and all(map(operator.is_, known.descriptors, descriptors)):
+        return known
+    surface = _surface(descriptors)
+    if len(_SURFACES) >= _MAX_SURFACES:
+        del _SURFACES[next(iter(_SURFACES))]
+    _SURFACES[key] = surface
+    return surface
+
+
+def _surface(descriptors: tuple[CapabilityDescriptor, ...]) -> Surface:
     version = digest(
         [
             {"name": d.name, "parameters": dict(d.parameters), "effects": sorted(d.effects or ())}

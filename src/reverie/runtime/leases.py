@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from reverie.errors import RunBusy
+from reverie.errors import LeaseLost, RunBusy
 from reverie.store.base import RunRecord, SegmentStart, Store
 
 T = TypeVar("T")
@@ -66,22 +66,64 @@ def owner_gone(owner: str | None) -> bool:
     return pid != os.getpid() and not pid_alive(pid)
 
 
-@contextlib.asynccontextmanager
-async def heartbeat(store: Store, run_id: str, fence: int, *, ttl_s: float) -> AsyncIterator[None]:
-    """Renew the run's lease every third of its lifetime while the body runs."""
+class Renewer:
+    """Renews the leases of every segment one runtime advances, from one task.
 
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(ttl_s / 3)
-            await store.renew_lease(run_id, fence, ttl_s=ttl_s, now=time.time())
+    A lease is renewed once it is :attr:`every` old (a third of its lifetime, as a heartbeat
+    task per segment would): the task wakes every half of that and renews, together, every
+    lease that is due (on SQLite one group commit). A renewal refused with ``LeaseLost`` stops
+    renewing that lease (the segment's next fenced write fails); another failure is tried
+    again at the next wake.
+    """
 
-    task = asyncio.get_running_loop().create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+    def __init__(self, store: Store, *, ttl_s: float) -> None:
+        self._store = store
+        self.ttl_s = ttl_s
+        self.every = ttl_s / 3
+        """How old a lease is when it is renewed."""
+        self._held: dict[tuple[str, int], float] = {}
+        """(run id, fence) → when it was last taken or renewed (the loop's clock)."""
+        self._task: asyncio.Task[None] | None = None
+
+    @contextlib.asynccontextmanager
+    async def held(self, run_id: str, fence: int) -> AsyncIterator[None]:
+        """Renew the lease ``fence`` of ``run_id`` while the body runs."""
+        loop = asyncio.get_running_loop()
+        key = (run_id, fence)
+        self._held[key] = loop.time()
+        if self._task is None:
+            self._task = loop.create_task(self._renew())
+        try:
+            yield
+        finally:
+            self._held.pop(key, None)
+            if not self._held and self._task is not None:
+                # Nothing left to renew: the task stops now rather than at its next wake.
+                task, self._task = self._task, None
+                task.cancel()
+
+    async def _renew(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._held:
+            await asyncio.sleep(self.every / 2)
+            now = loop.time()
+            due = [key for key, since in self._held.items() if now - since >= self.every / 2]
+            if not due:
+                continue
+            outcomes = await asyncio.gather(
+                *(
+                    self._store.renew_lease(run_id, fence, ttl_s=self.ttl_s, now=time.time())
+                    for run_id, fence in due
+                ),
+                return_exceptions=True,
+            )
+            for key, outcome in zip(due, outcomes, strict=True):
+                if key not in self._held:
+                    continue  # released meanwhile
+                if isinstance(outcome, LeaseLost):
+                    del self._held[key]  # taken over: renewing it again cannot succeed
+                elif not isinstance(outcome, BaseException):
+                    self._held[key] = now
 
 
 def lease_live(run: RunRecord, now: float | None = None) -> bool:
@@ -101,6 +143,7 @@ class Leases:
         self._store = store
         self.ttl_s = ttl_s
         self.owner: str | None = None
+        self._renewer = Renewer(store, ttl_s=ttl_s)
 
     def held_elsewhere(self, run: RunRecord, now: float | None = None) -> bool:
         """Whether a live worker other than this runtime holds ``run``'s lease."""
@@ -162,8 +205,8 @@ class Leases:
             return await lease(owner, holder)
 
     def heartbeat(self, run_id: str, fence: int) -> contextlib.AbstractAsyncContextManager[None]:
-        """Renew the lease while the body runs (see :func:`heartbeat`)."""
-        return heartbeat(self._store, run_id, fence, ttl_s=self.ttl_s)
+        """Renew the lease while the body runs (see :class:`Renewer`)."""
+        return self._renewer.held(run_id, fence)
 
     async def release(self, run_id: str, fence: int) -> None:
         """Give the lease up."""

@@ -49,6 +49,7 @@ from reverie.runtime.applier import ExitApplier
 from reverie.runtime.cancelling import end_cancelled
 from reverie.runtime.curation import CurationHost, curator_for
 from reverie.runtime.dispatch import QueueDispatcher, Routing
+from reverie.runtime.event_log import EventRecorder
 from reverie.runtime.events import EventBus
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
@@ -62,6 +63,7 @@ from reverie.runtime.unbound import UnboundTurnService
 from reverie.runtime.user_input import input_payload, opening_items
 from reverie.store import open_store
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
 
@@ -123,6 +125,7 @@ class Runtime:
             self.register(agent)
         self._tasks: set[asyncio.Task[None]] = set()
         self._leases = Leases(store, ttl_s=lease_ttl_s)
+        self._recorder = EventRecorder(store) if isinstance(store, RunEventLog) else None
         self._busy = BusyThreads(
             store,
             cancel=lambda run_id, reason: self.cancel(run_id, reason=reason),
@@ -171,6 +174,7 @@ class Runtime:
             active=self._active,
             slots=asyncio.Semaphore(max_concurrent_runs),
             spawn=self._spawn,
+            recorder=self._recorder,
         )
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -272,6 +276,8 @@ class Runtime:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._recorder is not None:
+            await self._recorder.drain()  # the events of the segments just stopped too
         if self._opened:
             if self._memory is not None:
                 with contextlib.suppress(Exception):

@@ -33,7 +33,7 @@ from reverie.runtime.applier import ExitApplier
 from reverie.runtime.cancelling import end_cancelled
 from reverie.runtime.compaction import run_policy
 from reverie.runtime.event_hooks import EventHookTap
-from reverie.runtime.event_log import record_events
+from reverie.runtime.event_log import EventRecorder
 from reverie.runtime.events import EventBus
 from reverie.runtime.host import (
     BusEvents,
@@ -53,7 +53,6 @@ from reverie.runtime.resume import crash_resume, load_state
 from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.window import MIN_CAPACITY
 from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
-from reverie.store.run_events import RunEventLog
 
 if TYPE_CHECKING:
     from reverie.models.pricing import PriceTable
@@ -97,6 +96,7 @@ class SegmentRunner:
         active: dict[str, ActiveSegment],
         slots: asyncio.Semaphore,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+        recorder: EventRecorder | None = None,
     ) -> None:
         self._store = store
         self._hooks = hooks
@@ -116,6 +116,8 @@ class SegmentRunner:
         self._slots = slots
         """Bounds the segments advancing at once (``max_concurrent_runs``)."""
         self._spawn = spawn
+        self._recorder = recorder
+        """Stores the segments' events (any process can replay and follow them)."""
 
     def launch(self, run: RunRecord, *, resumed: bool) -> ActiveSegment:
         """Advance a segment of ``run`` in a task of its own (or join the one running)."""
@@ -131,8 +133,8 @@ class SegmentRunner:
             if run.cancel_requested:
                 active.token.cancel("cancelled")  # a handle for a cancel-requested run
             self._active[run.run_id] = active
-            if isinstance(self._store, RunEventLog):  # any process can replay and follow them
-                self._spawn(record_events(self._store, run.run_id, active.bus))
+            if self._recorder is not None:
+                self._recorder.record(run.run_id, active.bus)
             active.task = self._spawn(self._drive(run, active, resumed=resumed))
         return active
 
@@ -155,6 +157,8 @@ class SegmentRunner:
                 raise
         finally:
             active.bus.close()
+            if self._recorder is not None:
+                self._recorder.finish(run_id)
             if self._active.get(run_id) is active:
                 del self._active[run_id]
             done = active.done

@@ -62,6 +62,8 @@ class MemoryStore(MemoryDocuments):
         self._items: dict[str, TranscriptItem] = {}
         self._thread_items: dict[str, list[str]] = {}
         self._runs: dict[str, RunRecord] = {}
+        self._thread_runs: dict[str, list[str]] = {}
+        """Thread id → its runs' ids, oldest first: a start looks at its thread's runs only."""
         self._idem: dict[tuple[str, str, str], str] = {}
         """(tenant, user, idempotency key) → run id: keys are per owner."""
         # ``(kind, payload, created_at)``: the record is made when read (a step commit writes
@@ -227,6 +229,7 @@ class MemoryStore(MemoryDocuments):
         now = _now()
         rec = dataclasses.replace(run, created_at=now, updated_at=now)
         self._runs[run.run_id] = rec
+        self._thread_runs.setdefault(run.thread_id, []).append(run.run_id)
         if run.idempotency_key is not None:
             self._idem[(run.scope.tenant, run.scope.user, run.idempotency_key)] = run.run_id
         self._inputs.setdefault(run.run_id, [])
@@ -266,8 +269,9 @@ class MemoryStore(MemoryDocuments):
         return rec
 
     def _active(self, thread_id: str) -> RunRecord | None:
-        for r in self._runs.values():
-            if r.thread_id == thread_id and r.status in ACTIVE_STATUSES:
+        for run_id in self._thread_runs.get(thread_id, ()):
+            r = self._runs[run_id]
+            if r.status in ACTIVE_STATUSES:
                 return r
         return None
 

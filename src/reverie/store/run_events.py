@@ -5,7 +5,9 @@ A store that implements :class:`RunEventLog` keeps, per run, the JSON objects of
 a sequence number that counts from 1 across every segment of the run (a resumed run goes on
 numbering), bounded to the newest :data:`MAX_RUN_EVENTS`. Appends wake the waiters of
 :meth:`RunEventLog.wait_run_events` in the appending process at once; other processes see them
-when they next look: PostgreSQL wakes them with ``NOTIFY``, SQLite by polling.
+when they next look: PostgreSQL wakes them with ``NOTIFY``, SQLite by polling. A store that
+also implements :class:`RunEventBatches` appends the events of many runs in one transaction
+(the SQL stores: what a process recording a thousand runs at once writes per flush).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["MAX_RUN_EVENTS", "EventWaiters", "RunEventLog", "RunEventRecord"]
+__all__ = ["MAX_RUN_EVENTS", "EventWaiters", "RunEventBatches", "RunEventLog", "RunEventRecord"]
 
 MAX_RUN_EVENTS = 10_000
 """Events kept per run: older ones are dropped as new ones arrive."""
@@ -52,6 +54,18 @@ class RunEventLog(Protocol):
 
     async def wait_run_events(self, run_id: str, *, timeout_s: float) -> None:
         """Return when events of the run may have been appended, or after ``timeout_s``."""
+        ...
+
+
+@runtime_checkable
+class RunEventBatches(Protocol):
+    """A run event log that appends the events of many runs in one operation."""
+
+    async def append_event_batches(
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]], *, keep: int = MAX_RUN_EVENTS
+    ) -> Mapping[str, int]:
+        """As :meth:`RunEventLog.append_run_events` for each run of ``batches`` (run id → its
+        events), in one transaction; the last seq of each run."""
         ...
 
 

@@ -934,29 +934,53 @@ def append_run_events(
     d: Dialect, run_id: str, events: Sequence[Mapping[str, Any]], *, keep: int, now: float
 ) -> Op[int]:
     """Append events after the run's last one, keep the newest ``keep``; the last seq."""
-    lock = [] if d.events_lock is None else [d.exec(d.events_lock, run_id)]
-    *_, [found] = yield [
-        *lock,
-        d.query("SELECT COALESCE(MAX(seq), 0) AS last FROM run_events WHERE run_id = ?", run_id),
-    ]
-    seq = int(found["last"])
-    rows: list[codec.Columns] = []
-    for data in events:
-        seq += 1
-        record = RunEventRecord(
-            run_id=run_id, seq=seq, kind=str(data["kind"]), data=data, created_at=now
+    last = yield from append_event_batches(d, {run_id: events}, keep=keep, now=now)
+    return last[run_id]
+
+
+def append_event_batches(
+    d: Dialect, batches: Mapping[str, Sequence[Mapping[str, Any]]], *, keep: int, now: float
+) -> Op[dict[str, int]]:
+    """Append each run's events after its last one, keep the newest ``keep`` of each run; the
+    last seq of each run. One read of the runs' last seqs and one insert for every run."""
+    # PostgreSQL's per-run locks, taken in one order: two appenders never wait for each other.
+    runs = sorted(batches)
+    locks = [] if d.events_lock is None else [d.exec(d.events_lock, run_id) for run_id in runs]
+    reads = [
+        d.query(
+            f"SELECT run_id, MAX(seq) AS last FROM run_events WHERE {clause} GROUP BY run_id",
+            *params,
         )
-        rows.append(codec.run_event_columns(record))
+        for clause, params in d.any_of_chunks("run_id", runs)
+    ]
+    found = yield [*locks, *reads]
+    last = dict.fromkeys(runs, 0)
+    for rows in found[len(locks) :]:
+        for row in rows:
+            last[row["run_id"]] = int(row["last"])
+    columns: list[codec.Columns] = []
+    for run_id in runs:
+        seq = last[run_id]
+        for data in batches[run_id]:
+            seq += 1
+            record = RunEventRecord(
+                run_id=run_id, seq=seq, kind=str(data["kind"]), data=data, created_at=now
+            )
+            columns.append(codec.run_event_columns(record))
+        last[run_id] = seq
     writes: list[Statement] = []
-    if rows:
-        writes.append(d.insert_many("run_events", rows))
-    writes.append(
+    if columns:
+        writes.append(d.insert_many("run_events", columns))
+    # Only a run past the bound has events to drop (seqs count from 1).
+    writes += [
         d.exec("DELETE FROM run_events WHERE run_id = ? AND seq <= ?", run_id, seq - keep)
-    )
+        for run_id, seq in last.items()
+        if seq > keep
+    ]
     if d.events_notify is not None:
-        writes.append(d.exec(d.events_notify, run_id))
+        writes += [d.exec(d.events_notify, run_id) for run_id in runs]
     yield writes
-    return seq
+    return last
 
 
 def run_events(d: Dialect, run_id: str, *, after_seq: int, limit: int) -> Op[list[RunEventRecord]]:

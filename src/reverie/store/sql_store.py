@@ -396,6 +396,22 @@ class SQLStore(OpRunner):
         self._event_waiters.wake(run_id)
         return last
 
+    async def append_event_batches(
+        self, batches: Mapping[str, Sequence[Mapping[str, Any]]], *, keep: int = MAX_RUN_EVENTS
+    ) -> dict[str, int]:
+        """Append each run's events after its last one, in one transaction; the last seqs.
+
+        As :meth:`append_run_events` for every run of ``batches`` (``run_id`` → its events).
+        """
+        now = time.time()
+        last = await self._write_op(
+            "append run events",
+            lambda: ops.append_event_batches(self.dialect, batches, keep=keep, now=now),
+        )
+        for run_id in last:
+            self._event_waiters.wake(run_id)
+        return last
+
     async def run_events(
         self, run_id: str, *, after_seq: int = 0, limit: int = 1000
     ) -> list[RunEventRecord]:

@@ -1,0 +1,142 @@
+"""A segment's lease is renewed while it runs (docs/durability.md): one renewer per runtime."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from reverie import Agent, Runtime, Scope, tool
+from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.errors import LeaseLost, StoreError
+from reverie.store.memory import MemoryStore
+from reverie.testing import ScriptedModel, call, reply
+
+SCOPE = Scope(tenant="acme", user="ana")
+TTL_S = 0.3
+"""A short lease: renewed every 0.1 s. No test waits for a duration; they wait for renewals."""
+GUARD_S = 120.0
+"""A hang guard no test waits out, even on a loaded machine."""
+
+
+class RenewalStore(MemoryStore):
+    """A memory store that counts renewals by (run, fence) and lets a test shape their outcome."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.renewed: Counter[tuple[str, int]] = Counter()
+        self.refused: Counter[tuple[str, int]] = Counter()
+        self.fail_next: set[str] = set()
+        """Runs whose next renewal fails with a transient ``StoreError``."""
+        self.changed = asyncio.Event()
+
+    async def renew_lease(self, run_id: str, fence: int, *, ttl_s: float, now: float) -> None:
+        key = (run_id, fence)
+        self.changed.set()
+        if run_id in self.fail_next:
+            self.fail_next.discard(run_id)
+            self.refused[key] += 1
+            raise StoreError("the store is briefly unavailable")
+        try:
+            await super().renew_lease(run_id, fence, ttl_s=ttl_s, now=now)
+        except LeaseLost:
+            self.refused[key] += 1
+            raise
+        self.renewed[key] += 1
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        async with asyncio.timeout(GUARD_S):
+            while not condition():
+                self.changed.clear()
+                await self.changed.wait()
+
+
+def waiting_agent(release: asyncio.Event, entered: Callable[[], None] = lambda: None) -> Agent:
+    """One tool call that waits for ``release``, then a reply."""
+
+    @tool(effects=set())
+    async def wait() -> str:
+        """Wait for the test."""
+        entered()
+        await release.wait()
+        return "released"
+
+    def script(request: ModelRequest) -> ModelResponse:
+        done = any(m.role == "tool" for m in request.messages)
+        return reply("done") if done else call("wait")
+
+    return Agent(name="waiter", model=ScriptedModel(script), tools=[wait])
+
+
+def fence_of(store: RenewalStore, run_id: str) -> int:
+    return store._runs[run_id].fence
+
+
+async def test_a_running_segment_keeps_its_lease_renewed() -> None:
+    store, release = RenewalStore(), asyncio.Event()
+    async with Runtime(store, lease_ttl_s=TTL_S) as rt:
+        handle = await rt.start(waiting_agent(release), "go", scope=SCOPE)
+        await store.until(
+            lambda: store.renewed[(handle.run_id, fence_of(store, handle.run_id))] >= 3
+        )
+        release.set()
+        result = await handle.result()
+    assert result.status == "completed"
+    assert not store.refused
+
+
+async def test_every_concurrent_segments_lease_is_renewed() -> None:
+    store, release = RenewalStore(), asyncio.Event()
+    entered: list[None] = []
+    agent = waiting_agent(release, lambda: entered.append(None))
+    async with Runtime(store, lease_ttl_s=TTL_S) as rt:
+        handles = [
+            await rt.start(agent, "go", scope=Scope(tenant="t", user=f"u{i}")) for i in range(20)
+        ]
+        await store.until(lambda: len(entered) == len(handles))  # every segment has its lease
+        keys = [(h.run_id, fence_of(store, h.run_id)) for h in handles]
+        await store.until(lambda: all(store.renewed[k] >= 2 for k in keys))
+        release.set()
+        results = [await h.result() for h in handles]
+    assert {r.status for r in results} == {"completed"}
+
+
+async def test_a_lease_taken_over_is_no_longer_renewed_while_the_others_are() -> None:
+    store, release = RenewalStore(), asyncio.Event()
+    entered: list[None] = []
+    agent = waiting_agent(release, lambda: entered.append(None))
+    async with Runtime(store, lease_ttl_s=TTL_S) as rt:
+        lost = await rt.start(agent, "go", scope=Scope(tenant="t", user="a"))
+        kept = await rt.start(agent, "go", scope=Scope(tenant="t", user="b"))
+        await store.until(lambda: len(entered) == 2)  # both segments have their lease
+        old = (lost.run_id, fence_of(store, lost.run_id))
+        kept_key = (kept.run_id, fence_of(store, kept.run_id))
+        await store.until(lambda: store.renewed[old] >= 1)
+        # Another worker takes the run over (as if this one had stalled past its lease).
+        owner = store._runs[lost.run_id].lease_owner
+        await store.acquire_lease(
+            lost.run_id, "elsewhere", ttl_s=GUARD_S, now=1e12, take_over=owner
+        )
+        await store.until(lambda: store.refused[old] >= 1)
+        seen = store.renewed[kept_key]
+        await store.until(lambda: store.renewed[kept_key] >= seen + 3)
+        assert store.refused[old] == 1  # one refusal, then no more attempts
+        release.set()
+        assert (await kept.result()).status == "completed"
+        with pytest.raises(LeaseLost):
+            await lost.result()  # its next fenced write found the lease taken
+
+
+async def test_a_renewal_that_fails_for_a_moment_is_tried_again() -> None:
+    store, release = RenewalStore(), asyncio.Event()
+    entered = asyncio.Event()
+    async with Runtime(store, lease_ttl_s=TTL_S) as rt:
+        handle = await rt.start(waiting_agent(release, entered.set), "go", scope=SCOPE)
+        await entered.wait()
+        key = (handle.run_id, fence_of(store, handle.run_id))
+        store.fail_next.add(handle.run_id)
+        await store.until(lambda: store.refused[key] == 1 and store.renewed[key] >= 2)
+        release.set()
+        assert (await handle.result()).status == "completed"
