@@ -91,7 +91,7 @@ class Renewer:
         loop = asyncio.get_running_loop()
         key = (run_id, fence)
         self._held[key] = loop.time()
-        if self._task is None:
+        if self._task is None or self._task.done():  # (a task that died is started again)
             self._task = loop.create_task(self._renew())
         try:
             yield
