@@ -68,9 +68,9 @@ class Renewer:
 
     A lease is renewed at most :attr:`every` (a third of its lifetime, as a heartbeat task per
     segment did) after it was taken or last renewed: the task wakes every half of that and
-    renews, together, every lease at least that half old (on SQLite one group commit). A renewal refused with ``LeaseLost`` stops
-    renewing that lease (the segment's next fenced write fails); another failure is tried
-    again at the next wake.
+    renews, together, every lease at least that half old (on SQLite one group commit). A
+    renewal refused with ``LeaseLost`` stops renewing that lease (the segment's next fenced
+    write fails); another failure is tried again at the next wake.
     """
 
     def __init__(self, store: Store, *, ttl_s: float) -> None:
