@@ -69,18 +69,18 @@ def owner_gone(owner: str | None) -> bool:
 class Renewer:
     """Renews the leases of every segment one runtime advances, from one task.
 
-    A lease is renewed once it is :attr:`every` old (a third of its lifetime, as a heartbeat
-    task per segment would): the task wakes every half of that and renews, together, every
-    lease that is due (on SQLite one group commit). A renewal refused with ``LeaseLost`` stops
-    renewing that lease (the segment's next fenced write fails); another failure is tried
-    again at the next wake.
+    A lease is renewed at most :attr:`every` (a third of its lifetime, as a heartbeat task per
+    segment did) after it was taken or last renewed: the task wakes every half of that and
+    renews, together, every lease at least that half old (on SQLite one group commit). A
+    renewal refused with ``LeaseLost`` stops renewing that lease (the segment's next fenced
+    write fails); another failure is tried again at the next wake.
     """
 
     def __init__(self, store: Store, *, ttl_s: float) -> None:
         self._store = store
         self.ttl_s = ttl_s
         self.every = ttl_s / 3
-        """How old a lease is when it is renewed."""
+        """The longest a lease goes without a renewal."""
         self._held: dict[tuple[str, int], float] = {}
         """(run id, fence) → when it was last taken or renewed (the loop's clock)."""
         self._task: asyncio.Task[None] | None = None
