@@ -202,11 +202,17 @@ async def test_turns_are_recorded_with_the_trusted_scope(
     async with Runtime.open(":memory:", memory=provider) as rt:
         await rt.run(Agent(name="a", model=ScriptedModel([reply("hi ana")])), "hello", scope=ANA)
         await rt.run(Agent(name="b", model=ScriptedModel([reply("hi bob")])), "hey", scope=BOB)
+    # Turns are recorded after each run, in the background: in either order.
     records = [json.loads(line) for line in log_file.read_text().splitlines()]
-    assert [(r["tenant"], r["user"]) for r in records] == [("acme", "ana"), ("acme", "bob")]
-    assert records[0]["messages"] == [
+    by_user = {r["user"]: r for r in records}
+    assert sorted((r["tenant"], r["user"]) for r in records) == [("acme", "ana"), ("acme", "bob")]
+    assert by_user["ana"]["messages"] == [
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "hi ana"},
+    ]
+    assert by_user["bob"]["messages"] == [
+        {"role": "user", "content": "hey"},
+        {"role": "assistant", "content": "hi bob"},
     ]
 
 
