@@ -65,16 +65,22 @@ BACKENDS = [
 ]
 
 
-@pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """An opened store of each backend, closed after the test."""
-    factory: StoreFactory = request.param
+@asynccontextmanager
+async def opened(factory: StoreFactory, tmp_path: Path) -> AsyncIterator[Store]:
+    """The store ``factory`` builds, opened, and closed on the way out."""
     async with factory(tmp_path) as backend:
         await backend.open()
         try:
             yield backend
         finally:
             await backend.close()
+
+
+@pytest.fixture(params=BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """An opened store of each backend, closed after the test."""
+    async with opened(request.param, tmp_path) as backend:
+        yield backend
 
 
 @pytest.fixture

@@ -4,10 +4,13 @@ across segments, bounded, and wakes followers when events are appended."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from reverie.store import Store
+from conformance.conftest import BACKENDS, opened
+from reverie.store import MemoryStore, SQLiteStore, Store
 from reverie.store.run_events import RunEventBatches, RunEventLog
 
 
@@ -60,14 +63,30 @@ async def test_an_append_wakes_a_follower_of_that_run(store: Store) -> None:
     await log.wait_run_events("run-1", timeout_s=0.01)
 
 
+BATCHING = [param for param in BACKENDS if param.id != "memory"]
+"""The backends that append many runs' events in one transaction (``RunEventBatches``); the
+memory store appends one run at a time, and the runtime falls back to that for it."""
+
+
+@pytest.fixture(params=BATCHING)
+async def batching(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """An opened store of each backend that batches, closed after the test."""
+    async with opened(request.param, tmp_path) as backend:
+        yield backend
+
+
 def batches_of(store: Store) -> RunEventBatches:
-    if not isinstance(store, RunEventBatches):
-        pytest.skip(f"{type(store).__name__} appends run events one run at a time")
+    assert isinstance(store, RunEventBatches)
     return store
 
 
-async def test_a_batch_appends_each_runs_events_after_its_last_one(store: Store) -> None:
-    log, batches = log_of(store), batches_of(store)
+def test_only_the_memory_store_appends_run_events_one_run_at_a_time() -> None:
+    assert not isinstance(MemoryStore(), RunEventBatches)
+    assert isinstance(SQLiteStore(Path("unopened.db")), RunEventBatches)
+
+
+async def test_a_batch_appends_each_runs_events_after_its_last_one(batching: Store) -> None:
+    log, batches = log_of(batching), batches_of(batching)
     await log.append_run_events("run-1", [event("run_started")])
     last = await batches.append_event_batches(
         {
@@ -91,8 +110,8 @@ async def test_a_batch_appends_each_runs_events_after_its_last_one(store: Store)
     assert await log.run_events("run-3") == []
 
 
-async def test_a_batch_keeps_the_newest_events_of_each_run(store: Store) -> None:
-    log, batches = log_of(store), batches_of(store)
+async def test_a_batch_keeps_the_newest_events_of_each_run(batching: Store) -> None:
+    log, batches = log_of(batching), batches_of(batching)
     await log.append_run_events("run-1", [event("text_delta", text=str(i)) for i in range(3)])
     await batches.append_event_batches(
         {"run-1": [event("text_delta", text="3")], "run-2": [event("run_started")] * 2}, keep=2
@@ -101,8 +120,8 @@ async def test_a_batch_keeps_the_newest_events_of_each_run(store: Store) -> None
     assert [r.seq for r in await log.run_events("run-2")] == [1, 2]
 
 
-async def test_a_batch_wakes_the_followers_of_each_of_its_runs(store: Store) -> None:
-    log, batches = log_of(store), batches_of(store)
+async def test_a_batch_wakes_the_followers_of_each_of_its_runs(batching: Store) -> None:
+    log, batches = log_of(batching), batches_of(batching)
     waiting = [
         asyncio.ensure_future(log.wait_run_events(run_id, timeout_s=60))
         for run_id in ("run-1", "run-2")
