@@ -8,6 +8,7 @@ unchanged reference tuples between checkpoints); these tests hold it to the same
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -60,11 +61,11 @@ json_values = st.recursive(
 slots = st.dictionaries(texts, json_values, max_size=3)
 # An unusual type where a number is expected goes through the standard encoder's own path.
 numbers = ints | st.booleans()
-usages = st.builds(
-    ModelUsage, model_calls=ints, input_tokens=ints, output_tokens=ints, usd=floats | ints
+USAGE_FIELDS: dict[str, Any] = dict(
+    model_calls=ints, input_tokens=ints, output_tokens=ints, usd=floats | ints
 )
-ledgers = st.builds(
-    BudgetLedger,
+usages = st.builds(ModelUsage, **USAGE_FIELDS)
+LEDGER_FIELDS: dict[str, Any] = dict(
     model_calls=numbers,
     capability_calls=numbers,
     input_tokens=numbers,
@@ -73,17 +74,18 @@ ledgers = st.builds(
     active_s=floats,
     by_model=st.dictionaries(texts, usages, max_size=3),
 )
+ledgers = st.builds(BudgetLedger, **LEDGER_FIELDS)
 refs = st.lists(texts, max_size=4).map(tuple)
-waves = st.builds(
-    PendingWave,
+WAVE_FIELDS: dict[str, Any] = dict(
     assistant_ref=texts,
     policy=st.sampled_from(["parallel", "sequential"]),
     admitted=st.lists(numbers, max_size=3).map(tuple),
     rejected=st.lists(st.tuples(numbers, texts), max_size=2).map(tuple),
 )
-completions = st.builds(Completion, kind=texts, refs=refs, reason=st.none() | texts)
-states = st.builds(
-    LoopExecutionState,
+waves = st.builds(PendingWave, **WAVE_FIELDS)
+COMPLETION_FIELDS: dict[str, Any] = dict(kind=texts, refs=refs, reason=st.none() | texts)
+completions = st.builds(Completion, **COMPLETION_FIELDS)
+STATE_FIELDS: dict[str, Any] = dict(
     iteration=numbers,
     assistant_refs=refs,
     result_refs=refs,
@@ -101,6 +103,25 @@ states = st.builds(
     stop_state=slots,
     host_state=slots,
 )
+states = st.builds(LoopExecutionState, **STATE_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("kind", "drawn"),
+    [
+        (LoopExecutionState, STATE_FIELDS),
+        (BudgetLedger, LEDGER_FIELDS),
+        (ModelUsage, USAGE_FIELDS),
+        (PendingWave, WAVE_FIELDS),
+        (Completion, COMPLETION_FIELDS),
+    ],
+)
+def test_the_encoding_property_draws_every_field_of_the_checkpointed_state(
+    kind: type, drawn: dict[str, Any]
+) -> None:
+    # A field the run's encoder does not write would be lost from checkpoints; the property
+    # below only catches it if its states set that field.
+    assert set(drawn) == {f.name for f in dataclasses.fields(kind)}
 
 
 @settings(max_examples=300, deadline=None)

@@ -399,8 +399,7 @@ class StoreCheckpoints:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self._encoder = CheckpointEncoder(ctx.family_digest)
-        self._digest = ctx.family_digest
+        self._encoder = CheckpointEncoder(ctx.family_digest)  # a run's digest never changes
 
     async def commit(
         self,
@@ -422,9 +421,6 @@ class StoreCheckpoints:
                     host_state["gated_tools"] = dict(ctx.gated)
             else:
                 host_state = {"poisoned_hooks": []}
-            if ctx.family_digest != self._digest:
-                self._encoder = CheckpointEncoder(ctx.family_digest)
-                self._digest = ctx.family_digest
             payload = self._encoder.encode(state, host_state=host_state)
         elif not items and not journal and ack_cursor is None and not seal:
             return _RECEIPTS[True, False]
