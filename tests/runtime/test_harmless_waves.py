@@ -224,3 +224,76 @@ async def test_a_wave_with_one_call_that_must_not_repeat_settles_with_its_own_co
     # BeforeModel, admit, settle (BeforeModel), Final: the wave is not settled later.
     assert store.counts["commit_step"] == 4
     assert store.counts["poll_inputs"] == 0
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_harmless_waves_results_ride_the_admit_of_a_gated_wave_and_survive_its_approval(
+    kind: str, tmp_path: Path
+) -> None:
+    looked: list[int] = []
+    sent: list[str] = []
+
+    @tool(effects=set())
+    def look(n: int) -> str:
+        """Look at n."""
+        looked.append(n)
+        return f"saw {n}"
+
+    @tool(effects={"write"}, needs_approval=True)
+    def send(to: str) -> str:
+        """Send (a person approves it first)."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    def script(request: ModelRequest) -> ModelResponse:
+        done = tool_texts(request)
+        if not done:
+            return call("look", n=1)
+        return call("send", to="bob") if len(done) == 1 else reply("all done")
+
+    store = backend(kind, tmp_path)
+    agent = Agent(name="gated", model=ScriptedModel(script), tools=[look, send])
+    async with Runtime(store) as rt:
+        blocked = await rt.run(agent, "go", scope=SCOPE)
+        assert blocked.status == "blocked" and blocked.gate is not None
+        # The pure wave had no commit of its own: its row rode the gated wave's admit commit.
+        durable = [(i.role, i.content) for i in await store.thread_items(blocked.thread_id)]
+        assert ("tool", "saw 1") in durable
+        result = await rt.approve(blocked.gate.ref)
+        rows = await rt.runs.thread_items(result.thread_id)
+    assert (result.status, result.text) == ("completed", "all done")
+    assert (looked, sent) == ([1], ["bob"])
+    assert [(r.role, r.content) for r in rows if r.role != "assistant"] == [
+        ("user", "go"),
+        ("tool", "saw 1"),
+        ("tool", "sent to bob"),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_follow_up_sent_while_a_harmless_wave_runs_is_delivered_once_after_the_reply(
+    kind: str, tmp_path: Path
+) -> None:
+    held = Held()
+    requests: list[ModelRequest] = []
+
+    def script(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        users = [m.content for m in request.messages if m.role == "user"]
+        if not tool_texts(request):
+            return call("look", n=1)
+        return reply("and more") if "more please" in users else reply("first answer")
+
+    agent = Agent(name="followed", model=ScriptedModel(script), tools=[held.tool])
+    async with Runtime(backend(kind, tmp_path)) as rt:
+        handle = await rt.start(agent, "go", scope=SCOPE)
+        await asyncio.wait_for(held.running.wait(), STARTUP_S)
+        await handle.follow_up("more please")
+        held.release.set()
+        result = await handle.result()
+        items = await rt.runs.thread_items(result.thread_id)
+    assert (result.status, result.text) == ("completed", "and more")
+    # The follow-up waits for the reply (it is not steering), then the run goes on once.
+    assert [m.content for m in requests[1].messages if m.role == "user"] == ["go"]
+    assert [i.content for i in items if i.role == "user"] == ["go", "more please"]
+    assert held.runs == 1
