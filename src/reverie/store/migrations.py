@@ -282,7 +282,40 @@ _V5 = Migration(
 )
 """Kept so both backends number their migrations alike: the next shared one is 6 on both."""
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = Migration(
+    version=6,
+    name="fewer B-trees per step commit: journal keyed by its primary key, no items_by_run",
+    statements=(
+        # Every page a step commit dirties is written to the WAL by its COMMIT and copied again
+        # by the next checkpoint. A rowid table with a composite primary key is two B-trees
+        # (the rows, and the key's index), so a journal record dirtied a page of each; keyed
+        # by its primary key it is one. SQLite cannot change a table's kind in place: build,
+        # copy, drop, rename (nothing references journal, so no foreign key is touched).
+        # checkpoints stays a rowid table: its ~1 KB payloads are past what a WITHOUT ROWID
+        # leaf holds in place (about a quarter page), so each save would spill to an overflow
+        # page, and its key's index is not written when a checkpoint is replaced.
+        """
+        CREATE TABLE journal_v6 (
+            run_id     TEXT NOT NULL REFERENCES runs(run_id),
+            call_id    TEXT NOT NULL,
+            tool       TEXT NOT NULL,
+            state      TEXT NOT NULL,
+            outcome    TEXT,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (run_id, call_id)
+        ) WITHOUT ROWID
+        """,
+        "INSERT INTO journal_v6 (run_id, call_id, tool, state, outcome, updated_at)"
+        " SELECT run_id, call_id, tool, state, outcome, updated_at FROM journal",
+        "DROP TABLE journal",
+        "ALTER TABLE journal_v6 RENAME TO journal",
+        # No query reads items by run alone: a run's rows are always looked up within their
+        # thread, through UNIQUE (thread_id, seq). The index only cost every append a page.
+        "DROP INDEX items_by_run",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """Every migration, oldest first."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

@@ -11,7 +11,9 @@ column, with native types where PostgreSQL has them: flags are ``BOOLEAN``, time
 holding ``json.dumps`` output, as in SQLite: ``jsonb`` would reorder keys, refuse ``\\u0000``
 and turn ``1e100`` into an integer, and nothing queries inside them. Migrations 1–4 are
 SQLite's 1–4; migration 5 (the step commit as one function, ``reverie_commit_step``) has no
-SQLite counterpart (its step commit costs no round trip).
+SQLite counterpart (its step commit costs no round trip); migration 6 drops ``items_by_run`` on
+both (SQLite's also rebuilds ``journal`` as a ``WITHOUT ROWID`` table, which PostgreSQL has no
+equivalent of).
 """
 
 from __future__ import annotations
@@ -314,7 +316,15 @@ _V5 = Migration(
     statements=(_STEP_FUNCTION,),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5)
+_V6 = Migration(
+    version=6,
+    name="fewer indexes per step commit: no items_by_run",
+    # SQLite's migration 6 also rebuilds journal keyed by its primary key; a PostgreSQL table
+    # is a heap plus its indexes either way, so only the unused index goes.
+    statements=("DROP INDEX IF EXISTS items_by_run",),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """Every migration, oldest first. Never edit one that has shipped; append the next."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
