@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from _json import encode_basestring, make_encoder
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -39,14 +40,23 @@ class Row(Protocol):
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""One encoder for every JSON column: ``json.dumps`` with options builds one per call."""
+_ENCODE = make_encoder(
+    None, _JSON.default, encode_basestring, None, ":", ",", False, False, _JSON.allow_nan
+)
+"""The C encoder :meth:`json.JSONEncoder.encode` builds on every call (with ``_JSON``'s
+options), built once: a step commit encodes a dozen small values. It keeps no table of the
+containers it is inside (a table reused across calls is left stale by a failed encoding), so a
+value that contains itself ends in :class:`RecursionError` rather than ``ValueError``."""
 
 
 def dumps(value: Any) -> str:
-    """JSON text for a JSON column; :class:`StoreError` (naming no data) if it cannot be."""
+    """JSON text for a JSON column; :class:`StoreError` (naming no data) if it cannot be.
+
+    The same text as ``json.dumps(value, separators=(",", ":"), ensure_ascii=False)``.
+    """
     try:
-        return _JSON.encode(value)
-    except (TypeError, ValueError) as exc:
+        return "".join(_ENCODE(value, 0))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise StoreError(f"value is not JSON-serialisable ({type(exc).__name__})") from exc
 
 
@@ -258,15 +268,15 @@ def row_gate(row: Row) -> GateRecord:
     )
 
 
-def run_event_columns(rec: RunEventRecord) -> Columns:
-    """Columns of a ``run_events`` row."""
-    return {
-        "run_id": rec.run_id,
-        "seq": rec.seq,
-        "kind": rec.kind,
-        "data": dumps(dict(rec.data)),
-        "created_at": rec.created_at,
-    }
+RUN_EVENT_COLUMNS = ("run_id", "seq", "kind", "data", "created_at")
+"""The columns of a ``run_events`` row, in the order of :func:`run_event_row`."""
+
+
+def run_event_row(
+    run_id: str, seq: int, data: Mapping[str, Any], created_at: float
+) -> tuple[Any, ...]:
+    """The values of a ``run_events`` row (an event's ``data`` names its ``kind``)."""
+    return (run_id, seq, str(data["kind"]), dumps(dict(data)), created_at)
 
 
 def row_run_event(row: Row) -> RunEventRecord:

@@ -159,6 +159,7 @@ class Dialect:
     )
     """One row, one column ``missing``: whether ``schema_version`` is still to be created."""
     _cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    _inserts: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False, repr=False)
 
     def sql(self, statement: str) -> str:
         """``statement`` (written with ``?`` placeholders) in this dialect; locks filled."""
@@ -204,7 +205,11 @@ class Dialect:
                 f" FROM json_populate_recordset(NULL::{table}, ?::json)",
                 data,
             )
-        return Many(self.sql(insert_sql(table, names)), rows)
+        key = (table, *names)
+        sql = self._inserts.get(key)
+        if sql is None:
+            sql = self._inserts[key] = self.sql(insert_sql(table, names))
+        return Many(sql, rows)
 
     def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column`` is one of ``values``: the clause and its parameters."""

@@ -88,11 +88,11 @@ def item_row(d: Dialect, rec: TranscriptItem, *, created_at: float) -> tuple[Any
         rec.run_id,
         rec.role,
         d.text(rec.content),
-        codec.dumps([c.to_dict() for c in rec.tool_calls]),
+        codec.dumps([c.to_dict() for c in rec.tool_calls]) if rec.tool_calls else "[]",
         rec.tool_call_id,
         rec.name,
         rec.input_id,
-        codec.dumps(dict(rec.meta)),
+        codec.dumps(dict(rec.meta)) if rec.meta else "{}",
         rec.superseded,
         created_at,
     )
@@ -955,22 +955,19 @@ def append_event_batches(
     ]
     found = yield [*locks, *reads]
     last = dict.fromkeys(runs, 0)
-    for rows in found[len(locks) :]:
-        for row in rows:
+    for tops in found[len(locks) :]:
+        for row in tops:
             last[row["run_id"]] = int(row["last"])
-    columns: list[codec.Columns] = []
+    rows: list[tuple[Any, ...]] = []
     for run_id in runs:
         seq = last[run_id]
         for data in batches[run_id]:
             seq += 1
-            record = RunEventRecord(
-                run_id=run_id, seq=seq, kind=str(data["kind"]), data=data, created_at=now
-            )
-            columns.append(codec.run_event_columns(record))
+            rows.append(codec.run_event_row(run_id, seq, data, now))
         last[run_id] = seq
     writes: list[Statement] = []
-    if columns:
-        writes.append(d.insert_many("run_events", columns))
+    if rows:
+        writes.append(d.insert_rows("run_events", codec.RUN_EVENT_COLUMNS, rows))
     # Only a run past the bound has events to drop (seqs count from 1).
     writes += [
         d.exec("DELETE FROM run_events WHERE run_id = ? AND seq <= ?", run_id, seq - keep)
