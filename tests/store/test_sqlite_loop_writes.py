@@ -23,6 +23,7 @@ from reverie.core.scope import Scope
 from reverie.errors import ConflictError, LeaseLost, ThreadBusy, TranscriptConflict
 from reverie.store import NewItem, RunRecord, SQLiteStore, TranscriptItem, open_store
 from reverie.store.base import StepWrite
+from reverie.store.sqlite_checkpoint import wal_frames
 
 ANA = Scope(tenant="acme", user="ana")
 T0 = 1_000.0
@@ -422,6 +423,46 @@ async def test_wal_stays_bounded_under_a_steady_stream_of_writes(db_path: Path) 
         assert _stat(store, "checkpoints") > 0
     # The last close checkpointed the file whole and removed the WAL.
     assert not await asyncio.to_thread(os.path.exists, f"{db_path}-wal")
+
+
+async def test_a_wal_started_over_reuses_its_file_and_what_it_uses_stays_bounded(
+    db_path: Path,
+) -> None:
+    pages = 8
+    async with SQLiteStore(db_path, checkpoint_pages=pages) as store:
+        _, run_id, fence = await _leased_run(store, 1)
+        page = 4096 + 24
+        bound = 32 + pages * 4 * page + 8 * 4 * page  # as in the test above
+        reused, largest = False, 0
+        for _ in range(1500):
+            await store.save_checkpoint(run_id, "BeforeModel", os.urandom(3000), fence=fence)
+            stats = store.write_stats()
+            largest = max(largest, stats["wal_in_use"], stats["wal_bytes"])
+            # Started over in the same file: new frames overwrite the old ones.
+            reused = reused or 0 < stats["wal_in_use"] < stats["wal_bytes"]
+        assert reused
+        assert largest <= bound
+        assert _stat(store, "checkpoints") > 0
+
+
+async def test_the_wal_length_is_read_only_from_a_wal_index_header_sqlite_documents(
+    tmp_path: Path, store: SQLiteStore
+) -> None:
+    _, run_id, fence = await _leased_run(store, 1)
+    await store.save_checkpoint(run_id, "BeforeModel", b"x", fence=fence)
+    real = store.path.with_name(store.path.name + "-shm")
+    foreign = tmp_path / "other-shm"
+    foreign.write_bytes(b"\x01" * 4096)  # not a wal-index SQLite 3.7.0 or later writes
+    found = []
+    for path in (real, foreign):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            found.append(wal_frames(fd))
+        finally:
+            os.close(fd)
+    in_use = store.write_stats()["wal_in_use"]
+    assert found[0] is not None and in_use == 32 + found[0] * (4096 + 24)
+    assert found[1] is None
 
 
 async def test_checkpoints_are_off_the_loops_connection(store: SQLiteStore) -> None:

@@ -7,10 +7,17 @@ copy the pages into the database file and sync it. A :class:`Checkpointer` does 
 its own thread and connection:
 
 - after each batch, the writer calls :meth:`Checkpointer.committed` (every eighth call: one
-  ``stat`` of the ``-wal`` file). Past ``pages`` pages the checkpoint thread is woken and runs
+  read of the WAL's length). Past ``pages`` pages the checkpoint thread is woken and runs
   a ``PASSIVE`` checkpoint, which never blocks a writer or a reader.
-- the writer sets ``journal_size_limit = 0``: once a checkpoint copied every frame, the next
-  commit starts the WAL over and truncates it, so the file's size is the WAL's real length.
+- once a checkpoint copied every frame, the next commit starts the WAL over. It keeps the
+  file (``journal_size_limit`` is the hard limit below, so a WAL that grew past it is cut
+  back): a commit that overwrites frames of the file costs less than one that extends it
+  (``benchmarks/sqlite_wal.py``). The WAL's length is then not the file's size: it is the
+  last valid frame in the wal-index header of the ``-shm`` file (:func:`wal_frames`, the
+  layout SQLite documents and every version since 3.7.0 shares, as processes of different
+  versions share the file). Where that header cannot be read, the writer keeps
+  ``journal_size_limit = 0``, which truncates a WAL started over, and the file's size is
+  its length.
 - a passive checkpoint can fall behind (a steady stream of commits, a reader of another process
   holding an old snapshot). Past :attr:`Checkpointer.hard_limit` bytes the WAL is **bounded**:
   the loop stops writing itself and hands its batches to the writer thread, which first runs a
@@ -25,12 +32,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["DEFAULT_CHECKPOINT_PAGES", "Checkpointer"]
+__all__ = ["DEFAULT_CHECKPOINT_PAGES", "Checkpointer", "wal_frames"]
 
 DEFAULT_CHECKPOINT_PAGES = 1000
 """WAL pages after which a checkpoint runs (SQLite's own ``wal_autocheckpoint`` default)."""
@@ -43,6 +51,34 @@ _LOOK_EVERY = 8
 
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
+
+_SHM_HEADER = struct.Struct("=I8xBxxxI")
+"""The start of a wal-index header (native byte order): ``iVersion``, ``isInit`` (offset 12)
+and ``mxFrame`` (offset 16). The header is kept twice, at offsets 0 and 48."""
+_SHM_VERSION = 3007000
+_SHM_COPY = 48
+
+
+def wal_frames(shm: int) -> int | None:
+    """The WAL's length in frames, from the wal-index header of the open ``-shm`` file ``shm``.
+
+    ``None`` when the header is not one this module knows (no ``-shm`` in use, another
+    layout). Both copies of the header are read and must agree, as SQLite's own readers do: a
+    header being written is read again.
+    """
+    for _ in range(3):
+        try:
+            data = os.pread(shm, 2 * _SHM_COPY, 0)
+        except OSError:
+            return None
+        if len(data) < 2 * _SHM_COPY:
+            return None
+        version, ready, frames = _SHM_HEADER.unpack_from(data)
+        if version != _SHM_VERSION or not ready:
+            return None
+        if data[:_SHM_COPY] == data[_SHM_COPY:]:
+            return int(frames)
+    return None
 
 
 class Checkpointer:
@@ -64,8 +100,10 @@ class Checkpointer:
         page_size: int,
     ) -> None:
         self._wal = f"{path}-wal"
+        self._shm_path = f"{path}-shm"
+        self._shm: int | None = None  # the -shm file, once attach() found its header readable
         self._connect = connect
-        frame = page_size + _FRAME_HEADER
+        self._frame = frame = page_size + _FRAME_HEADER
         self.soft_limit = _WAL_HEADER + max(1, pages) * frame
         """WAL bytes past which a passive checkpoint is started."""
         self.hard_limit = _WAL_HEADER + max(1, pages) * _HARD_FACTOR * frame
@@ -86,12 +124,34 @@ class Checkpointer:
         """Start the checkpoint thread (it opens its connection there)."""
         self._thread.start()
 
+    def attach(self, writer: sqlite3.Connection) -> None:
+        """Before the first write: read the WAL's length from the ``-shm`` file if it can, and
+        then let the writer keep a WAL file that starts over (see the module docstring)."""
+        try:
+            shm = os.open(self._shm_path, os.O_RDONLY)
+        except OSError:
+            return
+        if wal_frames(shm) is None:
+            os.close(shm)
+            return
+        self._shm = shm
+        writer.execute(f"PRAGMA journal_size_limit = {self.hard_limit}")
+
     def wal_size(self) -> int:
         """The WAL file's size in bytes (0 when there is none)."""
         try:
             return os.stat(self._wal).st_size
         except FileNotFoundError:
             return 0
+
+    def wal_length(self) -> int:
+        """The bytes of the WAL in use: its header and frames up to the last valid one (the
+        file may be longer: a WAL started over writes over the frames of the one before)."""
+        if self._shm is not None:
+            frames = wal_frames(self._shm)
+            if frames is not None:
+                return _WAL_HEADER + frames * self._frame if frames else 0
+        return self.wal_size()
 
     def committed(self) -> None:
         """After a commit (any thread): wake the checkpoint thread past the threshold.
@@ -104,7 +164,7 @@ class Checkpointer:
         self._commits += 1
         if self._commits % _LOOK_EVERY and not self.over:
             return
-        size = self.wal_size()
+        size = self.wal_length()
         self.over = size > self.hard_limit
         if size > self.soft_limit and not self._wake.is_set():
             mark = self._mark
@@ -146,6 +206,9 @@ class Checkpointer:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
+        shm, self._shm = self._shm, None
+        if shm is not None:
+            os.close(shm)
 
     def _serve(self) -> None:
         try:

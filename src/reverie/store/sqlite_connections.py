@@ -130,6 +130,7 @@ class SQLiteConnections:
                         page_size=schema.page_size(conn),
                     )
                     conn.execute("PRAGMA busy_timeout = 0")  # the loop's; the thread sets its own
+                    checkpointer.attach(conn)
                     checkpointer.start()
             except BaseException:
                 await _close_all(reader, writer)
@@ -189,13 +190,22 @@ class SQLiteConnections:
         writes run by the writer thread instead (the lock was taken, the WAL past its bound,
         another event loop, or ``loop_writes`` off); ``loop_reads``: brief reads (a run's
         input queue at a boundary) answered on the event loop; ``checkpoints``: WAL
-        checkpoints run; ``wal_bytes``: the ``-wal`` file's size now. All 0 when the store is
-        not open.
+        checkpoints run; ``wal_bytes``: the ``-wal`` file's size now; ``wal_in_use``: the bytes
+        of it the WAL uses (less after the WAL started over in the same file). All 0 when the
+        store is not open.
         """
         loop_writer, checkpointer = self._loop_writer, self._checkpointer
         if loop_writer is None or checkpointer is None:
             return dict.fromkeys(
-                ("loop_transactions", "handed_over", "loop_reads", "checkpoints", "wal_bytes"), 0
+                (
+                    "loop_transactions",
+                    "handed_over",
+                    "loop_reads",
+                    "checkpoints",
+                    "wal_bytes",
+                    "wal_in_use",
+                ),
+                0,
             )
         return {
             "loop_transactions": loop_writer.loop_batches,
@@ -203,6 +213,7 @@ class SQLiteConnections:
             "loop_reads": loop_writer.loop_reads,
             "checkpoints": checkpointer.checkpoints,
             "wal_bytes": checkpointer.wal_size(),
+            "wal_in_use": checkpointer.wal_length(),
         }
 
     def _require(self, conn: ConnectionThread | None) -> ConnectionThread:

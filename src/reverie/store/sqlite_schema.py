@@ -116,7 +116,8 @@ def connect_writer(path: Path, *, synchronous: str, busy_ms: int) -> sqlite3.Con
         _pragma(writer, f"synchronous = {synchronous}")
         _pragma(writer, "foreign_keys = ON")
         # Checkpoints run on their own thread (reverie.store.sqlite_checkpoint), never in a
-        # COMMIT the event loop makes; a WAL started over is truncated, so its size is its length.
+        # COMMIT the event loop makes; a WAL started over is truncated (so its size is its
+        # length) until the checkpointer can read the WAL's length itself and lifts the limit.
         _pragma(writer, "wal_autocheckpoint = 0")
         _pragma(writer, "journal_size_limit = 0")
         migrate(writer, label=str(path))
