@@ -226,6 +226,23 @@ class Dialect:
             for start in range(0, len(values), CHUNK)
         ]
 
+    def each_of(self, name: str, values: Sequence[str]) -> list[tuple[str, list[Any]]]:
+        """``values`` as a table ``v`` of one text column ``name`` (a FROM item and its
+        parameters), split as :meth:`any_of_chunks` is.
+
+        For a per-value scalar subquery, which an index answers value by value: ``MAX(seq)``
+        under ``GROUP BY`` reads every row of each group on both databases.
+        """
+        if self.array_params:
+            return [(f"unnest(CAST(? AS TEXT[])) AS v ({name})", [list(values)])] if values else []
+        return [
+            (
+                f"(SELECT column1 AS {name} FROM (VALUES {', '.join(['(?)'] * len(chunk))})) AS v",
+                list(chunk),
+            )
+            for chunk in (values[start : start + CHUNK] for start in range(0, len(values), CHUNK))
+        ]
+
 
 _JSON_ROWS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """Rows of :meth:`Dialect.insert_rows` as JSON (PostgreSQL's JSON has no NaN)."""

@@ -946,18 +946,21 @@ def append_event_batches(
     # PostgreSQL's per-run locks, taken in one order: two appenders never wait for each other.
     runs = sorted(batches)
     locks = [] if d.events_lock is None else [d.exec(d.events_lock, run_id) for run_id in runs]
+    # The last seq of each run from the key's index, whatever the number of events it keeps.
     reads = [
         d.query(
-            f"SELECT run_id, MAX(seq) AS last FROM run_events WHERE {clause} GROUP BY run_id",
+            "SELECT v.run_id, (SELECT MAX(e.seq) FROM run_events AS e"
+            f" WHERE e.run_id = v.run_id) AS last FROM {source}",
             *params,
         )
-        for clause, params in d.any_of_chunks("run_id", runs)
+        for source, params in d.each_of("run_id", runs)
     ]
     found = yield [*locks, *reads]
     last = dict.fromkeys(runs, 0)
     for tops in found[len(locks) :]:
         for row in tops:
-            last[row["run_id"]] = int(row["last"])
+            if row["last"] is not None:
+                last[row["run_id"]] = int(row["last"])
     rows: list[tuple[Any, ...]] = []
     for run_id in runs:
         seq = last[run_id]
