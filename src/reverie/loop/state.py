@@ -15,7 +15,7 @@ from math import isfinite
 from typing import Any, Literal
 
 from reverie.core.exits import GracefulReason, ModelUsage, Usage
-from reverie.core.fastcopy import replace
+from reverie.core.fastcopy import fast_frozen, replace
 
 RING = 8
 """Length of the signature and failure-kind rings."""
@@ -39,7 +39,8 @@ _NO_USAGE = ModelUsage()
 """What a model not called yet has used (frozen: one for every ledger)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class BudgetLedger:
     """What the run has consumed so far."""
 
@@ -95,7 +96,8 @@ class BudgetLedger:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class PendingWave:
     """A wave admitted but not yet committed: what a resume from ``BeforeSideEffect`` replays."""
 
@@ -120,7 +122,8 @@ class Completion:
     """Why a cancelled run was cancelled."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class LoopExecutionState:
     """Everything the executor needs to continue a run, and nothing it can re-read."""
 

@@ -21,7 +21,7 @@ from reverie.core.capability import (
     CallOutcome,
     Surface,
 )
-from reverie.core.fastcopy import replace
+from reverie.core.fastcopy import fast_frozen, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ToolCall
 from reverie.core.transcript import NewItem
@@ -135,7 +135,8 @@ def replays_harmlessly(wave: PendingWave, calls: Sequence[ToolCall], surface: Su
     return True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class WaveResult:
     """What the executor needs after a wave."""
 
