@@ -175,6 +175,13 @@ class Tool(Generic[P, R]):
         except InvalidArguments as exc:
             return CallFailed(error_kind="input_invalid", message=f"tool {self.name!r}: {exc}")
         timeout_s = self._descriptor.timeout_s
+        if timeout_s is None:
+            # No deadline to arm (an asyncio.timeout costs more than a trivial tool's call).
+            try:
+                value = await self._run(args, kwargs)
+                return CallCompleted(output=render_output(value, self.max_output_bytes))
+            except Exception as exc:
+                return outcome_from_exception(exc)
         deadline = asyncio.timeout(timeout_s)
         try:
             async with deadline:
