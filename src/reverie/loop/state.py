@@ -446,16 +446,19 @@ def _budget(b: BudgetLedger) -> str:
 def _pending_wave(wave: PendingWave) -> str:
     admitted, rejected = wave.admitted, wave.rejected
     ref, policy = wave.assistant_ref, wave.policy
-    if (
-        type(ref) is str
-        and type(policy) is str
-        and all(type(i) is int for i in admitted)
-        and all(
-            type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is str
-            for r in rejected
-        )
-    ):
-        refused = ",".join(f"[{i},{_string(m)}]" for i, m in rejected)
+    # Loops rather than all(<generator>): a wave has a call or two, and a generator per check
+    # cost more than the checks.
+    plain = type(ref) is str and type(policy) is str
+    for i in admitted if plain else ():
+        if type(i) is not int:
+            plain = False
+            break
+    for r in rejected if plain else ():
+        if not (type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is str):
+            plain = False
+            break
+    if plain:
+        refused = ",".join([f"[{i},{_string(m)}]" for i, m in rejected]) if rejected else ""
         return (
             f'{{"admitted":[{",".join(map(str, admitted))}],"assistant_ref":{_string(ref)},'
             f'"policy":{_string(policy)},"rejected":[{refused}]}}'
