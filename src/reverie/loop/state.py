@@ -505,7 +505,7 @@ class CheckpointEncoder:
     them do not change between two boundaries, and a tuple of strings cannot change in place.
     """
 
-    __slots__ = ("_assistant", "_head", "_kinds", "_results", "_signatures")
+    __slots__ = ("_assistant", "_head", "_kinds", "_results", "_signatures", "_surface", "_texts")
 
     def __init__(self, family_digest: str) -> None:
         self._head = (
@@ -514,6 +514,28 @@ class CheckpointEncoder:
         )
         # ``(tuple, its encoded form)`` of the previous checkpoint, one per reference field.
         self._assistant = self._results = self._signatures = self._kinds = _NO_MEMO
+        self._surface = _NO_MEMO
+        self._texts: dict[str, str] = {}
+        """The encoded members of the rings: a ring moves by a value or two per wave, so most
+        of its members were encoded for the checkpoint before."""
+
+    def _remember_ring(self, field: str, values: tuple[str, ...]) -> str:
+        if type(values) is not tuple:
+            return self._remember(field, values)
+        texts = self._texts
+        if len(texts) > 4 * RING:
+            texts.clear()  # what the current rings hold is encoded again below, once
+        parts: list[str] = []
+        for v in values:
+            if type(v) is not str:
+                return self._remember(field, values)
+            text = texts.get(v)
+            if text is None:
+                text = texts[v] = _string(v)
+            parts.append(text)
+        text = "[" + ",".join(parts) + "]"
+        setattr(self, field, (values, text))
+        return text
 
     def _remember(self, field: str, values: tuple[str, ...]) -> str:
         text, plain = _strings(values)
@@ -547,9 +569,18 @@ class CheckpointEncoder:
         m, values = self._results, state.result_refs
         results = m[1] if m[0] is values else self._remember("_results", values)
         m, values = self._signatures, state.recent_call_signatures
-        signatures = m[1] if m[0] is values else self._remember("_signatures", values)
+        signatures = m[1] if m[0] is values else self._remember_ring("_signatures", values)
         m, values = self._kinds, state.recent_failure_kinds
-        kinds = m[1] if m[0] is values else self._remember("_kinds", values)
+        kinds = m[1] if m[0] is values else self._remember_ring("_kinds", values)
+        m = self._surface
+        if m[0] is surface:
+            surface_text = m[1]
+        else:
+            if type(surface) is str:
+                surface_text = _string(surface)
+                self._surface = (surface, surface_text)
+            else:
+                surface_text = _generic(surface)
         return (
             f"{self._head}{assistant},"
             f'"budget":{_budget(state.budget)}{completion},'
@@ -559,6 +590,6 @@ class CheckpointEncoder:
             f'"recent_call_signatures":{signatures},"recent_failure_kinds":{kinds},'
             f'"result_refs":{results},'
             f'"slots":{_slots(state, host_state)},'
-            f'"surface_version":{_string(surface) if type(surface) is str else _generic(surface)},'
+            f'"surface_version":{surface_text},'
             f'"transcript_seq":{seq}}}}}'
         ).encode()
