@@ -142,15 +142,16 @@ class ModelResponse:
     finish_reason: str | None = None
     model_name: str | None = None
 
+    # Both are read several times per model call: list comprehensions, not generators.
     @property
     def text(self) -> str:
         """All text parts joined."""
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return "".join([p.text for p in self.parts if isinstance(p, TextPart)])
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """All tool calls, in the model's order."""
-        return tuple(p.call for p in self.parts if isinstance(p, ToolCallPart))
+        return tuple([p.call for p in self.parts if isinstance(p, ToolCallPart)])
 
 
 @fast_frozen

@@ -685,7 +685,7 @@ class _Executor:
         )
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s
-        emit_assistant(self.host, text, tuple(c.name for c in calls))
+        emit_assistant(self.host, text, tuple([c.name for c in calls]))
         # A stop requested while the model was answering: this is a later wave, none of it runs.
         # The step commit tells whether an input arrived; only then is the queue read and the
         # wave admitted again (the assistant row is already written by then).
