@@ -2,8 +2,8 @@
 
 A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__`` (its own
 ``__setattr__`` refuses), and ``dataclasses.replace`` re-runs it through ``fields()``: a tick
-builds ~30 such values and copies its state several times, and that was a third of the loop's
-CPU time. Two remedies, both keeping every value frozen from the outside (assigning a field
+builds ~30 such values and copies its state several times, and that was about a fifth of a
+step's CPU time. Two remedies, both keeping every value frozen from the outside (assigning a field
 still raises ``FrozenInstanceError``):
 
 - :func:`fast_frozen`, for the hottest classes (frozen dataclasses *without* slots): the
@@ -11,9 +11,10 @@ still raises ``FrozenInstanceError``):
   :func:`replace` copies it as one dict merge.
 - :func:`replace` for a slotted class copies the slots directly.
 
-Both are only used for classes without ``__post_init__`` (there is nothing to re-validate) and,
-for :func:`replace`, without fields outside ``__init__`` (they are set afresh by ``__init__``);
-anything else falls back to the standard functions.
+Both serve only classes without ``__post_init__`` (:func:`fast_frozen` refuses one; for
+:func:`replace` there is nothing to re-validate) and, for :func:`replace`, without fields
+outside ``__init__`` (they are set afresh by ``__init__``); :func:`replace` falls back to
+``dataclasses.replace`` for anything else (and for an unknown field, which it names).
 """
 
 from __future__ import annotations
