@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import pytest
 import rfc8785
 
-from reverie.core.canonical import NotCanonicalizable, canonical_json
+from reverie.core.canonical import NotCanonicalizable, canonical_json, compiled
 
 VALUES: list[Any] = [
     {},
@@ -46,3 +48,31 @@ def test_canonical_json_refuses_a_lone_surrogate() -> None:
 def test_canonical_json_refuses_a_non_string_key() -> None:
     with pytest.raises(NotCanonicalizable):
         canonical_json({1: "x"})
+
+
+class _Odd:
+    def __str__(self) -> str:
+        return "odd"
+
+
+ENCODERS = [
+    json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False),
+    json.JSONEncoder(ensure_ascii=False, default=str),
+    json.JSONEncoder(),
+]
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+@pytest.mark.parametrize("value", [*VALUES, {"nan": math.nan}, {"odd": _Odd()}, "top", 3.25])
+def test_a_compiled_encoder_writes_what_its_encoder_writes(
+    encoder: json.JSONEncoder, value: Any
+) -> None:
+    fast = compiled(encoder)
+    try:
+        expected = encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        with pytest.raises(type(exc)):
+            fast(value)
+        return
+    assert fast(value) == expected
+    assert fast(value) == expected  # built once, used again

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from reverie.core.fastcopy import replace
+from reverie.core.fastcopy import fast_frozen, replace
 from reverie.core.limits import Limits
 from reverie.loop.family import LoopFamily
 from reverie.loop.state import BudgetLedger, LoopExecutionState
@@ -53,3 +53,100 @@ def test_fast_replace_gives_a_field_outside_init_afresh_as_dataclasses_replace_d
     derived = replace(family, recovery=DefaultRecovery(max_tool_retries=7))
     assert derived.identity.digest != cached.digest
     assert derived.identity == dataclasses.replace(family, recovery=derived.recovery).identity
+
+
+@fast_frozen
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    ref: str
+    seq: int = 0
+    meta: dict[str, int] = dataclasses.field(default_factory=dict)
+    label: str = dataclasses.field(init=False, default="made")
+    tags: list[str] = dataclasses.field(init=False, default_factory=list)
+    note: str | None = dataclasses.field(default=None, kw_only=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _StandardRow:
+    """``_Row`` as the dataclass itself builds it."""
+
+    ref: str
+    seq: int = 0
+    meta: dict[str, int] = dataclasses.field(default_factory=dict)
+    label: str = dataclasses.field(init=False, default="made")
+    tags: list[str] = dataclasses.field(init=False, default_factory=list)
+    note: str | None = dataclasses.field(default=None, kw_only=True)
+
+
+def _fields(value: object) -> dict[str, object]:
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}  # type: ignore[arg-type]
+
+
+def test_fast_frozen_init_builds_what_the_dataclass_init_builds() -> None:
+    assert _fields(_Row("a")) == _fields(_StandardRow("a"))
+    assert _fields(_Row("b", 2, {"x": 1}, note="n")) == _fields(
+        _StandardRow("b", 2, {"x": 1}, note="n")
+    )
+    assert _fields(_Row(ref="c", seq=3)) == _fields(_StandardRow(ref="c", seq=3))
+    with pytest.raises(TypeError):
+        _Row()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        _Row("a", 1, {}, "positional note")  # type: ignore[call-arg]
+
+
+def test_fast_frozen_default_factories_give_each_value_its_own() -> None:
+    first, second = _Row("a"), _Row("b")
+    assert first.meta is not second.meta and first.tags is not second.tags
+
+
+def test_fast_frozen_values_stay_frozen_and_compare_as_dataclasses() -> None:
+    row = _Row("a", 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        row.seq = 2  # type: ignore[misc]
+    assert row == _Row("a", 1) and row != _Row("a", 2)
+    assert repr(row) == "_Row(ref='a', seq=1, meta={}, label='made', tags=[], note=None)"
+
+
+def test_fast_frozen_refuses_classes_it_cannot_build() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Slotted:
+        value: int
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked:
+        value: int
+
+        def __post_init__(self) -> None:
+            pass
+
+    @dataclasses.dataclass
+    class Mutable:
+        value: int
+
+    for cls in (Slotted, Checked, Mutable):
+        with pytest.raises(TypeError):
+            fast_frozen(cls)
+
+
+def test_fast_replace_of_a_fast_frozen_value_equals_dataclasses_replace() -> None:
+    @fast_frozen
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Point:
+        x: int
+        y: int = 0
+
+    point = Point(x=1, y=2)
+    copy = replace(point, y=3)
+    assert copy == dataclasses.replace(point, y=3) and point == Point(x=1, y=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.x = 5  # type: ignore[misc]
+    with pytest.raises(TypeError, match="nope"):
+        replace(point, nope=1)
+
+
+def test_the_loop_state_is_built_fast_and_stays_frozen() -> None:
+    state = LoopExecutionState(iteration=1)
+    assert "__slots__" not in type(state).__dict__
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.iteration = 2  # type: ignore[misc]
+    assert replace(state, iteration=2).budget is state.budget

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.scope import Scope
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ToolContext:
     """Host-provided facts about one tool call. Injected, never model-visible."""
 

@@ -230,7 +230,7 @@ class ArgumentsSpec:
         Raises:
             InvalidArguments: with a message naming each wrong argument.
         """
-        if not isinstance(arguments, Mapping):
+        if type(arguments) is not dict and not isinstance(arguments, Mapping):
             raise InvalidArguments(
                 f"arguments must be a JSON object, got {type(arguments).__name__}"
             )
@@ -301,7 +301,7 @@ def find_non_finite(value: Any, path: str = "") -> str | None:
         return None  # most arguments: no recursion, no abstract-class check
     if isinstance(value, float):
         return None if math.isfinite(value) else (path or "<root>")
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):  # a dict: no abstract-class check
         for key, item in value.items():
             if type(item) in _FINITE_ATOMS:
                 continue

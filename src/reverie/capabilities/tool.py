@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Set as Abstra
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload, runtime_checkable
 
 from reverie.capabilities.context import ToolContext
+from reverie.capabilities.deadline import DeadlinePassed, within
 from reverie.capabilities.output import DEFAULT_MAX_OUTPUT_BYTES, render_output
 from reverie.capabilities.schema import ArgumentsSpec, InvalidArguments
 from reverie.core.capability import (
@@ -175,18 +176,17 @@ class Tool(Generic[P, R]):
         except InvalidArguments as exc:
             return CallFailed(error_kind="input_invalid", message=f"tool {self.name!r}: {exc}")
         timeout_s = self._descriptor.timeout_s
-        deadline = asyncio.timeout(timeout_s)
         try:
-            async with deadline:
+            if timeout_s is None:
                 value = await self._run(args, kwargs)
+            else:
+                # The deadline counts from here, and is armed only if the call waits.
+                value = await within(self._run(args, kwargs), timeout_s)
             return CallCompleted(output=render_output(value, self.max_output_bytes))
-        except TimeoutError as exc:
-            # Only *our* deadline is a timeout; a TimeoutError raised by the tool's own code
-            # is just another exception.
-            if deadline.expired():
-                return CallFailed(error_kind="transient", message=f"timed out after {timeout_s}s")
-            return outcome_from_exception(exc)
+        except DeadlinePassed:
+            return CallFailed(error_kind="transient", message=f"timed out after {timeout_s}s")
         except Exception as exc:
+            # A TimeoutError raised by the tool's own code is just another exception.
             return outcome_from_exception(exc)
 
     async def _run(self, args: list[Any], kwargs: dict[str, Any]) -> object:

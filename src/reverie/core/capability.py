@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from reverie.core.exits import Usage
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.vocabulary import GateKind
 from reverie.errors import ToolErrorKind
 
@@ -64,7 +65,8 @@ class CapabilityDescriptor:
         return bool(rule(arguments)) if callable(rule) else bool(rule)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class CallCompleted:
     """The call ran and returned output (already serialised and size-capped)."""
 
@@ -74,7 +76,8 @@ class CallCompleted:
     """What a nested run spent for this call (a subagent's); charged to the calling run."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class CallFailed:
     """The call failed; ``error_kind`` drives the recovery strategy."""
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.vocabulary import OnLimit
 
 
@@ -21,7 +22,8 @@ class RunStarted:
     resumed: bool = False
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ModelRequested:
     """A model request is about to be sent."""
 
@@ -48,7 +50,8 @@ class ModelFallback:
     """The failed model's error kind (``transient``, ``unavailable``, ``context_overflow``)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class TextDeltaEvent:
     """A streamed piece of the model's text."""
 
@@ -57,7 +60,8 @@ class TextDeltaEvent:
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class AssistantMessage:
     """A committed assistant message (a reply, or progress text that came with calls)."""
 
@@ -68,7 +72,8 @@ class AssistantMessage:
     """Names of the tools called with this message."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ToolStarted:
     """A tool call started."""
 
@@ -79,7 +84,8 @@ class ToolStarted:
     attempt: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ToolFinished:
     """A tool call ended (any outcome)."""
 
@@ -113,7 +119,8 @@ class InputDelivered:
     input_kind: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class CheckpointEvent:
     """A checkpoint was committed."""
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, get_args
 
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.vocabulary import ExitStatus
 
 FailureKind = Literal[
@@ -48,7 +49,8 @@ COMPLETION_KINDS_WITHOUT_REPLY: frozenset[str] = frozenset({"structured"})
 """Completion kinds whose result is not a text reply (structured output carries JSON)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ModelUsage:
     """What one model of a run consumed (an entry of :attr:`Usage.by_model`)."""
 

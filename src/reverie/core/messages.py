@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from reverie.core.content import ContentPart
+from reverie.core.fastcopy import fast_frozen
 
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ToolCall:
     """One call a model asked for."""
 
@@ -45,7 +47,8 @@ class ToolCall:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class Message:
     """A message as a model sees it."""
 
@@ -71,7 +74,8 @@ class ToolSpec:
     parameters: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ModelSettings:
     """Sampling settings passed through to the provider."""
 
@@ -87,7 +91,8 @@ ToolChoice = ToolChoiceMode | str
 """``auto``/``none``/``required``, or the name of one tool to force."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ModelRequest:
     """One request to a model."""
 
@@ -118,7 +123,8 @@ class ToolCallPart:
 ResponsePart = TextPart | ToolCallPart
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class TokenUsage:
     """Tokens one model call consumed."""
 
@@ -126,7 +132,8 @@ class TokenUsage:
     output_tokens: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ModelResponse:
     """A complete model response."""
 
@@ -135,18 +142,20 @@ class ModelResponse:
     finish_reason: str | None = None
     model_name: str | None = None
 
+    # Both are read several times per model call: list comprehensions, not generators.
     @property
     def text(self) -> str:
         """All text parts joined."""
-        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return "".join([p.text for p in self.parts if isinstance(p, TextPart)])
 
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """All tool calls, in the model's order."""
-        return tuple(p.call for p in self.parts if isinstance(p, ToolCallPart))
+        return tuple([p.call for p in self.parts if isinstance(p, ToolCallPart)])
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class TextDelta:
     """A streamed piece of text."""
 
@@ -154,7 +163,8 @@ class TextDelta:
     text: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ResponseComplete:
     """The end of a stream, with the assembled response."""
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.messages import Role, ToolCall
 
 InputKind = Literal["steering", "follow_up", "cancel", "gate_resolved", "graceful_stop"]
@@ -13,7 +14,8 @@ InputKind = Literal["steering", "follow_up", "cancel", "gate_resolved", "gracefu
 USER_INPUT_KINDS: frozenset[str] = frozenset({"steering", "follow_up"})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class NewItem:
     """A transcript item to append (the store assigns ``ref`` and ``seq``)."""
 
@@ -27,7 +29,8 @@ class NewItem:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class TranscriptItem:
     """One append-only transcript row."""
 

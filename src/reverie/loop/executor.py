@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import NoReturn, TypeVar
 
+from reverie.core.canonical import compiled
 from reverie.core.capability import Surface
 from reverie.core.content import parts_entry
 from reverie.core.exits import (
@@ -684,7 +685,7 @@ class _Executor:
         )
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s
-        emit_assistant(self.host, text, tuple(c.name for c in calls))
+        emit_assistant(self.host, text, tuple([c.name for c in calls]))
         # A stop requested while the model was answering: this is a later wave, none of it runs.
         # The step commit tells whether an input arrived; only then is the queue read and the
         # wave admitted again (the assistant row is already written by then).
@@ -874,12 +875,13 @@ def response_bytes(response: ModelResponse) -> int:
     size = len(response.text.encode())
     for call in response.tool_calls:
         size += len(call.name.encode()) + len((call.arguments_error or "").encode())
-        size += len(_ARGUMENTS_JSON.encode(dict(call.arguments)).encode())
+        size += len(_ARGUMENTS_JSON(dict(call.arguments)).encode())
     return size
 
 
-_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, default=str)
-"""Built once (``json.dumps`` with options builds an encoder per call)."""
+_ARGUMENTS_JSON = compiled(json.JSONEncoder(ensure_ascii=False, default=str))
+"""Built once (``json.dumps`` with options builds an encoder per call, and
+``JSONEncoder.encode`` builds its C encoder per call)."""
 
 
 class _DeadlinePassed(Exception):

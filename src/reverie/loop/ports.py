@@ -12,6 +12,7 @@ from typing import Protocol
 
 from reverie.core.capability import CallGated, CallOutcome, CapabilityDescriptor, Surface
 from reverie.core.events import RunEvent
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.messages import ModelRequest, ModelResponse, ToolCall
 from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
 from reverie.core.vocabulary import CheckpointKind as CheckpointKind
@@ -20,7 +21,8 @@ from reverie.loop.state import LoopExecutionState
 from reverie.loop.strategies import ContextPlan
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class PromptBundle:
     """A built model request, ready for the model port."""
 

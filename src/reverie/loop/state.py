@@ -15,7 +15,7 @@ from math import isfinite
 from typing import Any, Literal
 
 from reverie.core.exits import GracefulReason, ModelUsage, Usage
-from reverie.core.fastcopy import replace
+from reverie.core.fastcopy import fast_frozen, replace
 
 RING = 8
 """Length of the signature and failure-kind rings."""
@@ -39,7 +39,8 @@ _NO_USAGE = ModelUsage()
 """What a model not called yet has used (frozen: one for every ledger)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class BudgetLedger:
     """What the run has consumed so far."""
 
@@ -95,7 +96,8 @@ class BudgetLedger:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class PendingWave:
     """A wave admitted but not yet committed: what a resume from ``BeforeSideEffect`` replays."""
 
@@ -120,7 +122,8 @@ class Completion:
     """Why a cancelled run was cancelled."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class LoopExecutionState:
     """Everything the executor needs to continue a run, and nothing it can re-read."""
 
@@ -443,16 +446,19 @@ def _budget(b: BudgetLedger) -> str:
 def _pending_wave(wave: PendingWave) -> str:
     admitted, rejected = wave.admitted, wave.rejected
     ref, policy = wave.assistant_ref, wave.policy
-    if (
-        type(ref) is str
-        and type(policy) is str
-        and all(type(i) is int for i in admitted)
-        and all(
-            type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is str
-            for r in rejected
-        )
-    ):
-        refused = ",".join(f"[{i},{_string(m)}]" for i, m in rejected)
+    # Loops rather than all(<generator>): a wave has a call or two, and a generator per check
+    # cost more than the checks.
+    plain = type(ref) is str and type(policy) is str
+    for i in admitted if plain else ():
+        if type(i) is not int:
+            plain = False
+            break
+    for r in rejected if plain else ():
+        if not (type(r) is tuple and len(r) == 2 and type(r[0]) is int and type(r[1]) is str):
+            plain = False
+            break
+    if plain:
+        refused = ",".join([f"[{i},{_string(m)}]" for i, m in rejected]) if rejected else ""
         return (
             f'{{"admitted":[{",".join(map(str, admitted))}],"assistant_ref":{_string(ref)},'
             f'"policy":{_string(policy)},"rejected":[{refused}]}}'
@@ -499,7 +505,7 @@ class CheckpointEncoder:
     them do not change between two boundaries, and a tuple of strings cannot change in place.
     """
 
-    __slots__ = ("_assistant", "_head", "_kinds", "_results", "_signatures")
+    __slots__ = ("_assistant", "_head", "_kinds", "_results", "_signatures", "_surface", "_texts")
 
     def __init__(self, family_digest: str) -> None:
         self._head = (
@@ -508,6 +514,28 @@ class CheckpointEncoder:
         )
         # ``(tuple, its encoded form)`` of the previous checkpoint, one per reference field.
         self._assistant = self._results = self._signatures = self._kinds = _NO_MEMO
+        self._surface = _NO_MEMO
+        self._texts: dict[str, str] = {}
+        """The encoded members of the rings: a ring moves by a value or two per wave, so most
+        of its members were encoded for the checkpoint before."""
+
+    def _remember_ring(self, field: str, values: tuple[str, ...]) -> str:
+        if type(values) is not tuple:
+            return self._remember(field, values)
+        texts = self._texts
+        if len(texts) > 4 * RING:
+            texts.clear()  # what the current rings hold is encoded again below, once
+        parts: list[str] = []
+        for v in values:
+            if type(v) is not str:
+                return self._remember(field, values)
+            text = texts.get(v)
+            if text is None:
+                text = texts[v] = _string(v)
+            parts.append(text)
+        text = "[" + ",".join(parts) + "]"
+        setattr(self, field, (values, text))
+        return text
 
     def _remember(self, field: str, values: tuple[str, ...]) -> str:
         text, plain = _strings(values)
@@ -541,9 +569,18 @@ class CheckpointEncoder:
         m, values = self._results, state.result_refs
         results = m[1] if m[0] is values else self._remember("_results", values)
         m, values = self._signatures, state.recent_call_signatures
-        signatures = m[1] if m[0] is values else self._remember("_signatures", values)
+        signatures = m[1] if m[0] is values else self._remember_ring("_signatures", values)
         m, values = self._kinds, state.recent_failure_kinds
-        kinds = m[1] if m[0] is values else self._remember("_kinds", values)
+        kinds = m[1] if m[0] is values else self._remember_ring("_kinds", values)
+        m = self._surface
+        if m[0] is surface:
+            surface_text = m[1]
+        else:
+            if type(surface) is str:
+                surface_text = _string(surface)
+                self._surface = (surface, surface_text)
+            else:
+                surface_text = _generic(surface)
         return (
             f"{self._head}{assistant},"
             f'"budget":{_budget(state.budget)}{completion},'
@@ -553,6 +590,6 @@ class CheckpointEncoder:
             f'"recent_call_signatures":{signatures},"recent_failure_kinds":{kinds},'
             f'"result_refs":{results},'
             f'"slots":{_slots(state, host_state)},'
-            f'"surface_version":{_string(surface) if type(surface) is str else _generic(surface)},'
+            f'"surface_version":{surface_text},'
             f'"transcript_seq":{seq}}}}}'
         ).encode()

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 from reverie.core.capability import CallGated, Surface
 from reverie.core.exits import HostStopReason
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.messages import ToolCall
 from reverie.loop.state import LoopExecutionState, WavePolicy
 
@@ -28,7 +29,8 @@ class Retry:
     backoff_s: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class SkipResult:
     """Give up on this call; the model sees the error text and can do something else."""
 
@@ -113,7 +115,8 @@ StopDecision = Continue | GracefulStop | NoProgress | Abort | Reprompt | Finish
 """``Finish`` is honoured after a wave only; ``Reprompt`` after a reply or a wave."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class CallResult:
     """One call of the wave just committed, as the stop strategy sees it."""
 
@@ -124,7 +127,8 @@ class CallResult:
     """Its tool-result row."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class ContextPlan:
     """What the prompt carries."""
 

@@ -21,7 +21,7 @@ from reverie.core.capability import (
     CallOutcome,
     Surface,
 )
-from reverie.core.fastcopy import replace
+from reverie.core.fastcopy import fast_frozen, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ToolCall
 from reverie.core.transcript import NewItem
@@ -135,7 +135,8 @@ def replays_harmlessly(wave: PendingWave, calls: Sequence[ToolCall], surface: Su
     return True
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class WaveResult:
     """What the executor needs after a wave."""
 
@@ -288,10 +289,10 @@ class WaveRunner:
         # of distinct calls failing the same way is one observation, so no-progress cannot trip
         # before the model has seen those errors.
         refused = {index for index, _ in wave.rejected}
-        kinds = (_ring_kind(o) for i, o in enumerate(ordered) if i not in refused)
+        kinds = [_ring_kind(o) for i, o in enumerate(ordered) if i not in refused]
         s = replace(
             s,
-            result_refs=tuple(r.ref for r in rows),
+            result_refs=tuple([r.ref for r in rows]),
             transcript_seq=rows[-1].seq if rows else s.transcript_seq,
             pending_wave=None,
             last_gate=None,
@@ -301,8 +302,10 @@ class WaveRunner:
         return WaveResult(
             state=s,
             results=tuple(
-                CallResult(name=c.name, outcome=o.kind, ref=r.ref)
-                for c, o, r in zip(calls, ordered, rows, strict=True)
+                [
+                    CallResult(name=c.name, outcome=o.kind, ref=r.ref)
+                    for c, o, r in zip(calls, ordered, rows, strict=True)
+                ]
             ),
         )
 

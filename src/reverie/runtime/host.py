@@ -339,16 +339,24 @@ class ToolPort:
             recorded = await steps.replay_journal(ctx, descriptor, key=key)
             if recorded is not None:
                 return recorded
-        approved = await steps.read_gate(ctx, call, descriptor, key=key, replay=replay)
-        if not isinstance(approved, bool):
-            return approved
-        held = await steps.before_hooks(ctx, call, descriptor, key=key, approved=approved)
+        # A step that has nothing to do for this call (no gate to read on a first pass, no
+        # hook bound) is not awaited at all: a coroutine per step is most of a trivial call.
+        approved = False
+        if replay:
+            answer = await steps.read_gate(ctx, call, descriptor, key=key, replay=replay)
+            if not isinstance(answer, bool):
+                return answer
+            approved = answer
+        held = None
+        if ctx.hooked("before_capability"):
+            held = await steps.before_hooks(ctx, call, descriptor, key=key, approved=approved)
         if held is None:
             held = steps.require_approval(ctx, call, descriptor, key=key, approved=approved)
         if held is not None:
             return held
         outcome = await steps.execute_journaled(ctx, call, admitted, key=key)
-        await steps.after_call(ctx, call, outcome, key=key)
+        if ctx.hooked("after_capability"):
+            await steps.after_call(ctx, call, outcome, key=key)
         return outcome
 
     async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:

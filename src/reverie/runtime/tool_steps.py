@@ -26,6 +26,7 @@ from reverie.core.capability import (
     outcome_from_dict,
     outcome_to_dict,
 )
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.messages import ToolCall
 from reverie.hooks import CapabilityHookContext, CapabilityResultContext
 from reverie.store.base import JournalWrite
@@ -47,7 +48,8 @@ def descriptor_digest(d: CapabilityDescriptor) -> str:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@fast_frozen
+@dataclass(frozen=True)
 class Admitted:
     """A call that passed the preflight: the tool that will run it and its descriptor."""
 

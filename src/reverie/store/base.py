@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from reverie.core.fastcopy import fast_frozen
 from reverie.core.scope import Scope
 from reverie.core.transcript import (
     USER_INPUT_KINDS,
@@ -104,7 +105,8 @@ class CheckpointRecord:
     created_at: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class JournalEntry:
     """Side-effect journal row for one tool call."""
 
@@ -133,7 +135,8 @@ class GateRecord:
     resolved_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class JournalWrite:
     """One side-effect journal record carried by a step commit."""
 
@@ -144,7 +147,8 @@ class JournalWrite:
     """The call's outcome (``finished`` only)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class StepWrite:
     """What one loop boundary makes durable, as one transaction (:meth:`Store.commit_step`).
 
@@ -172,7 +176,8 @@ class StepWrite:
     """The highest input cursor the writer has seen; see the class docstring."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@fast_frozen
+@dataclass(frozen=True, kw_only=True)
 class StepReceipt:
     """What a step commit learned, inside the same transaction."""
 

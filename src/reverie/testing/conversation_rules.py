@@ -128,16 +128,24 @@ class _Entry(NamedTuple):
     """For a result: the call id it answers (``None`` when it names none)."""
 
 
-def _check_entries(entries: Iterable[_Entry]) -> list[Violation]:
-    out: list[Violation] = []
-    pending: dict[str, None] = {}  # calls of the last assistant message still unanswered
-    answered: set[str] = set()
-    owner = -1  # index of the assistant message whose calls are pending
+class _Rules:
+    """The shared rules over entries fed in order; resumable after a clean prefix."""
 
-    def close() -> None:
+    __slots__ = ("answered", "out", "owner", "pending")
+
+    def __init__(self, answered: Iterable[str] = (), owner: int = -1) -> None:
+        self.out: list[Violation] = []
+        self.pending: dict[str, None] = {}
+        """Calls of the last assistant message still unanswered."""
+        self.answered: set[str] = set(answered)
+        self.owner = owner
+        """Index of the assistant message whose calls are pending."""
+
+    def close(self) -> None:
+        pending, owner = self.pending, self.owner
         if pending:
             ids = tuple(pending)
-            out.append(
+            self.out.append(
                 Violation(
                     "tool_calls_answered",
                     owner,
@@ -148,77 +156,89 @@ def _check_entries(entries: Iterable[_Entry]) -> list[Violation]:
                 )
             )
         pending.clear()
-        answered.clear()
+        self.answered.clear()
 
-    for entry in entries:
-        if entry.kind == "result":
-            call_id = entry.answers
-            if call_id is not None and call_id in pending:
-                del pending[call_id]
-                answered.add(call_id)
-            elif call_id is not None and call_id in answered:
+    def feed(self, entries: Iterable[_Entry]) -> None:
+        out, pending, answered, close = self.out, self.pending, self.answered, self.close
+        for entry in entries:
+            if entry.kind == "result":
+                call_id = entry.answers
+                if call_id is not None and call_id in pending:
+                    del pending[call_id]
+                    answered.add(call_id)
+                elif call_id is not None and call_id in answered:
+                    out.append(
+                        Violation(
+                            "one_result_per_call",
+                            entry.at,
+                            f"the tool result at index {entry.at} answers call {call_id!r} a "
+                            "second time",
+                            (call_id,),
+                        )
+                    )
+                else:
+                    what = "names no call id" if call_id is None else f"answers call {call_id!r}"
+                    out.append(
+                        Violation(
+                            "tool_result_answers_a_call",
+                            entry.at,
+                            f"the tool result at index {entry.at} {what}, which is not a call of "
+                            "the assistant message right before it",
+                            () if call_id is None else (call_id,),
+                        )
+                    )
+                continue
+            close()
+            if entry.kind != "assistant":
+                continue
+            if not entry.has_text and not entry.calls:
                 out.append(
                     Violation(
-                        "one_result_per_call",
+                        "no_empty_assistant_turn",
                         entry.at,
-                        f"the tool result at index {entry.at} answers call {call_id!r} a "
-                        "second time",
-                        (call_id,),
+                        f"the assistant message at index {entry.at} has neither text nor tool "
+                        "calls",
                     )
                 )
-            else:
-                what = "names no call id" if call_id is None else f"answers call {call_id!r}"
+            seen: set[str] = set()
+            repeated: dict[str, None] = {}
+            for call_id in entry.calls:
+                if call_id in seen:
+                    repeated[call_id] = None
+                seen.add(call_id)
+            if repeated:
+                ids = tuple(repeated)
                 out.append(
                     Violation(
-                        "tool_result_answers_a_call",
+                        "unique_tool_call_ids",
                         entry.at,
-                        f"the tool result at index {entry.at} {what}, which is not a call of "
-                        "the assistant message right before it",
-                        () if call_id is None else (call_id,),
+                        f"the assistant message at index {entry.at} repeats tool call id(s) "
+                        f"{', '.join(ids)}",
+                        ids,
                     )
                 )
-            continue
-        close()
-        if entry.kind != "assistant":
-            continue
-        if not entry.has_text and not entry.calls:
-            out.append(
-                Violation(
-                    "no_empty_assistant_turn",
-                    entry.at,
-                    f"the assistant message at index {entry.at} has neither text nor tool calls",
-                )
-            )
-        seen: set[str] = set()
-        repeated: dict[str, None] = {}
-        for call_id in entry.calls:
-            if call_id in seen:
-                repeated[call_id] = None
-            seen.add(call_id)
-        if repeated:
-            ids = tuple(repeated)
-            out.append(
-                Violation(
-                    "unique_tool_call_ids",
-                    entry.at,
-                    f"the assistant message at index {entry.at} repeats tool call id(s) "
-                    f"{', '.join(ids)}",
-                    ids,
-                )
-            )
-        pending.update(dict.fromkeys(entry.calls))
-        owner = entry.at
-    close()
-    return sorted(out, key=lambda v: v.index)
+            pending.update(dict.fromkeys(entry.calls))
+            self.owner = entry.at
+
+    def finish(self) -> list[Violation]:
+        """The violations, once every entry is fed (a conversation ends here)."""
+        self.close()
+        return sorted(self.out, key=lambda v: v.index)
+
+
+def _check_entries(entries: Iterable[_Entry]) -> list[Violation]:
+    rules = _Rules()
+    rules.feed(entries)
+    return rules.finish()
 
 
 # ---------------------------------------------------------------------------- reverie's form
 
 
-def check_messages(messages: Sequence[Message]) -> list[Violation]:
-    """The shared rules, on reverie's own messages (what a ``Model`` receives)."""
+def _message_entries(messages: Sequence[Message], start: int = 0) -> list[_Entry]:
     entries: list[_Entry] = []
-    for i, m in enumerate(messages):
+    for i in range(start, len(messages)):
+        m = messages[i]
         if m.role == "tool":
             entries.append(_Entry(i, "result", False, (), m.tool_call_id or None))
         elif m.role == "assistant":
@@ -226,10 +246,56 @@ def check_messages(messages: Sequence[Message]) -> list[Violation]:
             entries.append(_Entry(i, "assistant", bool(m.content), calls))
         else:
             entries.append(_Entry(i, m.role, bool(m.content)))
-    return _check_entries(entries)
+    return entries
 
 
-# ---------------------------------------------------------------------------- Chat Completions
+def check_messages(messages: Sequence[Message]) -> list[Violation]:
+    """The shared rules, on reverie's own messages (what a ``Model`` receives)."""
+    return _check_entries(_message_entries(messages))
+
+
+class MessageChecker:
+    """:func:`check_messages` for the requests of a test double, checking only what is new.
+
+    A conversation's next request repeats the previous one and adds to it. Messages are
+    frozen, so a prefix this checker found clean (the same messages, in the same places) is
+    clean again, and the rules only need to go on from where that check stopped: the verdict
+    is the one :func:`check_messages` gives for the whole list. A request that does not start
+    with a request checked before (a first turn, a window that moved) is checked in full. The
+    last ``memory`` clean requests are remembered (one double may serve many runs at once).
+    """
+
+    def __init__(self, memory: int = 4096) -> None:
+        self._memory = max(1, memory)
+        # id of a clean request's last message -> (its messages, the calls answered since
+        # the last assistant message, that message's index). The messages are held, so no id
+        # is reused while it is a key.
+        self._clean: dict[int, tuple[tuple[Message, ...], tuple[str, ...], int]] = {}
+
+    def check(self, messages: Sequence[Message]) -> list[Violation]:
+        """The violations of ``messages``, as :func:`check_messages` finds them."""
+        sent = tuple(messages)
+        clean = self._clean
+        rules: _Rules | None = None
+        start = 0
+        for end in range(len(sent) - 1, -1, -1):
+            known = clean.get(id(sent[end]))
+            if known is not None and len(known[0]) == end + 1 and known[0] == sent[: end + 1]:
+                rules = _Rules(known[1], known[2])
+                start = end + 1
+                break
+        if rules is None:
+            rules = _Rules()
+        rules.feed(_message_entries(sent, start))
+        if rules.out or rules.pending:
+            return rules.finish()
+        if sent:
+            state = (sent, tuple(rules.answered), rules.owner)
+            clean.pop(id(sent[-1]), None)  # re-inserted as the newest
+            clean[id(sent[-1])] = state
+            if len(clean) > self._memory:
+                del clean[next(iter(clean))]
+        return []
 
 
 def _text_of(content: Any) -> bool:

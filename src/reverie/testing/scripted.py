@@ -24,7 +24,7 @@ from reverie.core.messages import (
     ToolCallPart,
 )
 from reverie.errors import ModelError, ModelErrorKind, UsageError
-from reverie.testing.conversation_rules import ConversationRuleError, Violation, check_messages
+from reverie.testing.conversation_rules import ConversationRuleError, MessageChecker, Violation
 from reverie.testing.request_rules import check_model_request
 
 ScriptFunction = Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
@@ -117,6 +117,8 @@ class ScriptedModel:
                     )
         self._position = 0
         self._chunk = max(1, stream_chunk)
+        # Each request is checked from where the check of the request it extends stopped.
+        self._rules = MessageChecker()
         self.requests: list[ModelRequest] = []
         """Every request the loop sent, in order (refused ones included)."""
         self.violations: list[Violation] = []
@@ -160,7 +162,7 @@ class ScriptedModel:
         """Yield the next scripted response, its text streamed in chunks."""
         self.requests.append(request)
         if self._strict:
-            violations = check_messages(request.messages) + check_model_request(request)
+            violations = self._rules.check(request.messages) + check_model_request(request)
             if violations:
                 self.violations.extend(violations)
                 raise ConversationRuleError(violations, source=self.name)
