@@ -458,33 +458,36 @@ def start_run(
         [found] = yield [d.query(_RUN_BY_KEY, key)]
         if found:
             return codec.row_run(found[0])
-    lock = d.query(_LOCK_OWNER, run.thread_id)
+    created = 0
     if create_thread:
         thread = ThreadRecord(thread_id=run.thread_id, scope=run.scope, created_at=now)
-        _, owner = yield [
-            d.insert("threads", codec.thread_columns(thread), " ON CONFLICT DO NOTHING"),
-            lock,
+        [created] = yield [
+            d.insert("threads", codec.thread_columns(thread), " ON CONFLICT DO NOTHING")
         ]
-    else:
-        [owner] = yield [lock]
-    if not owner or (owner[0]["scope_tenant"], owner[0]["scope_user"]) != (
-        run.scope.tenant,
-        run.scope.user,
-    ):
-        raise NotFoundError(f"thread {run.thread_id} not found")  # or another owner's
-    by_key, same_id, busy, [top] = yield [
-        d.query(_RUN_BY_KEY, key),
-        d.query("SELECT 1 AS found FROM runs WHERE run_id = ?", run.run_id),
-        d.query(_ACTIVE_RUN, run.thread_id, *ACTIVE_STATUSES),
-        d.query(_MAX_SEQ, run.thread_id),
-    ]
-    if by_key:
-        return codec.row_run(by_key[0])
-    if same_id:
-        raise ConflictError(f"run {run.run_id} already exists")
-    if busy:
-        raise ThreadBusy(run.thread_id, busy[0]["run_id"], busy[0]["status"])
-    first = int(top["head"]) + 1
+    head = 0
+    if not created:
+        # An existing thread: its owner, the key, a busy thread and the head are read under
+        # its lock. A thread this transaction just created is the run's owner's, locked by
+        # the insert, and holds no run and no row yet: nothing to read.
+        [owner] = yield [d.query(_LOCK_OWNER, run.thread_id)]
+        if not owner or (owner[0]["scope_tenant"], owner[0]["scope_user"]) != (
+            run.scope.tenant,
+            run.scope.user,
+        ):
+            raise NotFoundError(f"thread {run.thread_id} not found")  # or another owner's
+        reads = [
+            d.query(_ACTIVE_RUN, run.thread_id, *ACTIVE_STATUSES),
+            d.query(_MAX_SEQ, run.thread_id),
+        ]
+        if key is not None:
+            reads.append(d.query(_RUN_BY_KEY, key))
+        busy, [top], *by_key = yield reads
+        if by_key and by_key[0]:
+            return codec.row_run(by_key[0][0])
+        if busy:
+            raise ThreadBusy(run.thread_id, busy[0]["run_id"], busy[0]["status"])
+        head = int(top["head"])
+    first = head + 1
     rows = [
         item_row(
             d, new_item(d, new_id("itm"), seq, run.thread_id, run.run_id, item), created_at=now
@@ -493,6 +496,8 @@ def start_run(
     ]
     writes: list[Statement] = []
     if key is None:
+        # A run id that exists already fails the insert (a unique violation: ConflictError),
+        # which undoes the whole operation, the thread it created included.
         writes.append(d.insert("runs", columns))
     else:
         # A concurrent start with the same key on another thread that committed first wins:
