@@ -268,6 +268,49 @@ class MemoryStore(MemoryDocuments):
             refs.append(row.ref)
         return rec
 
+    async def start_segment(
+        self,
+        run: RunRecord,
+        items: Sequence[NewItem],
+        *,
+        owner: str,
+        ttl_s: float,
+        now: float,
+        create_thread: bool = False,
+        window: int = 0,
+    ) -> SegmentStart:
+        leased = dataclasses.replace(
+            run,
+            status="running",
+            lease_owner=owner,
+            lease_expires_at=now + ttl_s,
+            fence=run.fence + 1,
+        )
+        # start_run awaits nothing: the start and the reads are one transaction.
+        rec = await self.start_run(leased, items, create_thread=create_thread)
+        if rec.run_id != run.run_id:  # the key named another run: nothing written or leased
+            return SegmentStart(fence=0, run=rec, prior_status=rec.status)
+        refs = self._thread_items[run.thread_id]
+        return SegmentStart(
+            fence=rec.fence,
+            run=rec,
+            prior_status="queued",
+            head_seq=len(refs),
+            items=self._newest(refs, window),
+        )
+
+    def _newest(self, refs: Sequence[str], window: int) -> list[TranscriptItem]:
+        """The newest ``window`` non-superseded rows of ``refs`` (a thread's), in seq order."""
+        items: list[TranscriptItem] = []
+        for ref in reversed(refs):
+            if len(items) >= window:
+                break
+            row = self._items[ref]
+            if not row.superseded:
+                items.append(row)
+        items.reverse()
+        return items
+
     def _active(self, thread_id: str) -> RunRecord | None:
         for run_id in self._thread_runs.get(thread_id, ()):
             r = self._runs[run_id]
@@ -382,21 +425,13 @@ class MemoryStore(MemoryDocuments):
         self._runs[run_id] = started
         self._sealed.discard(run_id)
         refs = self._thread_items.get(run.thread_id, [])
-        items: list[TranscriptItem] = []
-        for ref in reversed(refs):
-            if len(items) >= window:
-                break
-            row = self._items[ref]
-            if not row.superseded:
-                items.append(row)
-        items.reverse()
         return SegmentStart(
             fence=fence,
             run=started,
             prior_status=run.status,
             checkpoint=self._checkpoint(run_id),
             head_seq=len(refs),
-            items=items,
+            items=self._newest(refs, window),
             inputs=[r for r in self._inputs.get(run_id, []) if not r.acked],
         )
 

@@ -449,6 +449,25 @@ def start_run(
     busy checks, the head and the inserts all rest on it: two processes starting runs on one
     thread are serialised, and the second sees the first's run.
     """
+    started = yield from _start_run(d, run, items, create_thread=create_thread)
+    return started.run
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Started:
+    run: RunRecord
+    """The run inserted, or the one the owner's idempotency key named (nothing written)."""
+    head: int = 0
+    """The thread's head before the opening rows."""
+    created: bool = False
+    """Whether the transaction created the thread."""
+    rows: Sequence[TranscriptItem] = ()
+    """The opening rows, as written."""
+
+
+def _start_run(
+    d: Dialect, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool
+) -> Op[_Started]:
     now = time.time()
     rec = dataclasses.replace(run, created_at=now, updated_at=now)
     columns = codec.run_columns(rec)
@@ -457,7 +476,7 @@ def start_run(
         # A repeated keyed start writes nothing (not even the thread it would name).
         [found] = yield [d.query(_RUN_BY_KEY, key)]
         if found:
-            return codec.row_run(found[0])
+            return _Started(codec.row_run(found[0]))
     created = 0
     if create_thread:
         thread = ThreadRecord(thread_id=run.thread_id, scope=run.scope, created_at=now)
@@ -483,17 +502,15 @@ def start_run(
             reads.append(d.query(_RUN_BY_KEY, key))
         busy, [top], *by_key = yield reads
         if by_key and by_key[0]:
-            return codec.row_run(by_key[0][0])
+            return _Started(codec.row_run(by_key[0][0]))
         if busy:
             raise ThreadBusy(run.thread_id, busy[0]["run_id"], busy[0]["status"])
         head = int(top["head"])
-    first = head + 1
-    rows = [
-        item_row(
-            d, new_item(d, new_id("itm"), seq, run.thread_id, run.run_id, item), created_at=now
-        )
-        for seq, item in enumerate(items, start=first)
+    records = [
+        new_item(d, new_id("itm"), seq, run.thread_id, run.run_id, item)
+        for seq, item in enumerate(items, start=head + 1)
     ]
+    rows = [item_row(d, r, created_at=now) for r in records]
     writes: list[Statement] = []
     if key is None:
         # A run id that exists already fails the insert (a unique violation: ConflictError),
@@ -507,12 +524,47 @@ def start_run(
             [found] = yield [d.query(_RUN_BY_KEY, key)]
             if not found:
                 raise NotFoundError(f"run with idempotency key of {run.run_id} not found")
-            return codec.row_run(found[0])
+            return _Started(codec.row_run(found[0]))
     if rows:
         writes.append(d.insert_rows("items", ITEM_COLUMNS, rows))
     if writes:
         yield writes
-    return rec
+    return _Started(rec, head=head, created=bool(created), rows=records)
+
+
+def start_segment(
+    d: Dialect,
+    run: RunRecord,
+    items: Sequence[NewItem],
+    *,
+    owner: str,
+    ttl_s: float,
+    now: float,
+    create_thread: bool,
+    window: int,
+) -> Op[tuple[SegmentStart, list[Any]]]:
+    """:func:`start_run` with the run inserted running and leased (``begin_segment``'s work
+    for a run nobody else can have seen yet): one transaction.
+
+    A new run has no checkpoint and no input; its window is its opening rows, unless the
+    thread had rows before and the window reaches past them (then they are read: the rows are
+    returned as read, oldest first, for the store to decode after the transaction).
+    """
+    leased = dataclasses.replace(
+        run, status="running", lease_owner=owner, lease_expires_at=now + ttl_s, fence=run.fence + 1
+    )
+    started = yield from _start_run(d, leased, items, create_thread=create_thread)
+    rec = started.run
+    if rec.run_id != run.run_id:  # the key named another run: nothing written or leased
+        return SegmentStart(fence=0, run=rec, prior_status=rec.status), []
+    head = started.head + len(started.rows)
+    start = SegmentStart(fence=rec.fence, run=rec, prior_status="queued", head_seq=head)
+    if window <= 0:
+        return start, []
+    if started.head == 0 or window <= len(started.rows):
+        return dataclasses.replace(start, items=started.rows[-window:]), []
+    [newest] = yield [d.query(_NEWEST_ITEMS, rec.thread_id, window)]
+    return start, list(reversed(newest))
 
 
 def active_run(d: Dialect, thread_id: str) -> Op[RunRecord | None]:
