@@ -82,6 +82,8 @@ async def test_start_segment_reads_what_begin_segment_would_on_an_existing_threa
     begun = await start(store, record("run-1"), say("hi", role="user"), window=2)
     assert begun.head_seq == 3
     assert texts(begun.items) == ["older", "hi"]
+    newest = await store.thread_items("thr-1", last=2)
+    assert [(i.ref, i.seq) for i in begun.items] == [(i.ref, i.seq) for i in newest]
     narrow = await start(store, record("run-2", "thr-2"), say("a", "b"), create_thread=True)
     assert (narrow.head_seq, list(narrow.items)) == (2, [])  # no window: no rows
     one = await start(store, record("run-3", "thr-3"), say("a", "b"), create_thread=True, window=1)
@@ -165,3 +167,13 @@ async def test_start_segment_with_an_existing_idempotency_key_returns_that_run_u
     with pytest.raises(NotFoundError):
         await store.get_thread("thr-2")
     assert texts(await store.thread_items("thr-1")) == ["hi"]
+
+
+async def test_a_keyed_start_segment_on_an_existing_thread_reads_its_older_rows(
+    store: Store,
+) -> None:
+    await store.create_thread("thr-1", ANA)
+    await store.append_items("thr-1", None, say("old"), fence=None)
+    begun = await start(store, record("run-1", idempotency_key="k"), say("hi"), window=8)
+    assert (begun.run.run_id, begun.run.status, begun.head_seq) == ("run-1", "running", 2)
+    assert texts(begun.items) == ["old", "hi"]

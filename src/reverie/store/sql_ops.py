@@ -449,7 +449,7 @@ def start_run(
     busy checks, the head and the inserts all rest on it: two processes starting runs on one
     thread are serialised, and the second sees the first's run.
     """
-    started = yield from _start_run(d, run, items, create_thread=create_thread)
+    started = yield from _start_run(d, run, items, create_thread=create_thread, window=0)
     return started.run
 
 
@@ -463,10 +463,13 @@ class _Started:
     """Whether the transaction created the thread."""
     rows: Sequence[TranscriptItem] = ()
     """The opening rows, as written."""
+    newest: list[Any] | None = None
+    """The thread's newest ``window`` rows as read after the writes, newest first (``None``:
+    not read, the opening rows are the window)."""
 
 
 def _start_run(
-    d: Dialect, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool
+    d: Dialect, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool, window: int
 ) -> Op[_Started]:
     now = time.time()
     rec = dataclasses.replace(run, created_at=now, updated_at=now)
@@ -527,9 +530,14 @@ def _start_run(
             return _Started(codec.row_run(found[0]))
     if rows:
         writes.append(d.insert_rows("items", ITEM_COLUMNS, rows))
-    if writes:
-        yield writes
-    return _Started(rec, head=head, created=bool(created), rows=records)
+    # A window reaching past the opening rows into the thread's older ones: read with the
+    # writes (one round trip on PostgreSQL), after them.
+    read_window = head > 0 and window > len(records)
+    if read_window:
+        writes.append(d.query(_NEWEST_ITEMS, run.thread_id, window))
+    answers = (yield writes) if writes else []
+    newest = answers[-1] if read_window else None
+    return _Started(rec, head=head, created=bool(created), rows=records, newest=newest)
 
 
 def start_segment(
@@ -553,18 +561,17 @@ def start_segment(
     leased = dataclasses.replace(
         run, status="running", lease_owner=owner, lease_expires_at=now + ttl_s, fence=run.fence + 1
     )
-    started = yield from _start_run(d, leased, items, create_thread=create_thread)
+    started = yield from _start_run(d, leased, items, create_thread=create_thread, window=window)
     rec = started.run
     if rec.run_id != run.run_id:  # the key named another run: nothing written or leased
         return SegmentStart(fence=0, run=rec, prior_status=rec.status), []
     head = started.head + len(started.rows)
     start = SegmentStart(fence=rec.fence, run=rec, prior_status="queued", head_seq=head)
+    if started.newest is not None:
+        return start, list(reversed(started.newest))
     if window <= 0:
         return start, []
-    if started.head == 0 or window <= len(started.rows):
-        return dataclasses.replace(start, items=started.rows[-window:]), []
-    [newest] = yield [d.query(_NEWEST_ITEMS, rec.thread_id, window)]
-    return start, list(reversed(newest))
+    return dataclasses.replace(start, items=started.rows[-window:]), []
 
 
 def active_run(d: Dialect, thread_id: str) -> Op[RunRecord | None]:
