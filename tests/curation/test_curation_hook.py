@@ -332,6 +332,10 @@ async def test_turn_counts_live_in_the_store_so_the_cadence_is_exact_across_proc
         ids: list[str] = []
         for worker in (one, two, one, two, one, two):  # every turn in the other process
             ids += await turns(worker, agent, ANA, 1)
+            # Its count is after-turn work, in the background: the next turn (in the other
+            # runtime, which does not wait for this one's) counts after it, as a later turn
+            # does in a real deployment, with no race on which increment comes third.
+            await worker._after_turn.settle(ANA)
         await one.memory.wait_for_passes()
         await two.memory.wait_for_passes()
         passes = list(reversed(await one.memory.passes(ANA)))

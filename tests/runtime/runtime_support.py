@@ -12,12 +12,16 @@ _BACKGROUND = frozenset({"append_run_events", "run_events", "wait_run_events", "
 class CountingStore:
     """Counts the store calls a runtime makes (the real store does the work)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, *, hide: frozenset[str] = frozenset()) -> None:
         self._inner = inner
+        self._hide = hide
+        """Operations not offered (optional ones, such as ``start_segment``)."""
         self.counts: Counter[str] = Counter()
         self.hook: Any = None
 
     def __getattr__(self, name: str) -> Any:
+        if name in self._hide:
+            raise AttributeError(name)
         target = getattr(self._inner, name)
         if not callable(target) or name in ("open", "close") or name in _BACKGROUND:
             return target

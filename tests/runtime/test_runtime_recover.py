@@ -127,6 +127,10 @@ class _DiesBeforeTheLease:
         self._inner = inner
 
     def __getattr__(self, name: str) -> Any:
+        if name == "start_segment":
+            # Not offered: runs start queued and unleased (as with no slot free, or a store
+            # that does not start a segment with its run), so the lease is taken after.
+            raise AttributeError(name)
         target = getattr(self._inner, name)
         if name not in ("acquire_lease", "begin_segment"):  # the ops that take a lease
             return target

@@ -101,6 +101,10 @@ class Paused:
         self.go = asyncio.Event()
 
     def __getattr__(self, name: str) -> Any:
+        if name == "start_segment" and self._op == "begin_segment":
+            # Not offered: a run starts queued (as with no slot free) and its segment begins
+            # in a begin_segment of its own, the call held here.
+            raise AttributeError(name)
         target = getattr(self._inner, name)
         if name != self._op:
             return target

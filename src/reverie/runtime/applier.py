@@ -153,14 +153,11 @@ class ExitApplier:
         if status in TERMINAL_STATUSES and self.before_terminal is not None:
             await self.before_terminal(run, exit_)
         # No input may arrive after the end (those that raced us are refused, not lost).
+        recorded = exit_to_dict(exit_)
         if fence is not None:
-            record = await self.store.end_segment(
-                run.run_id, status, fence=fence, exit=exit_to_dict(exit_)
-            )
+            record = await self.store.end_segment(run.run_id, status, fence=fence, exit=recorded)
         else:
-            record = await self.store.set_run_status(
-                run.run_id, status, fence=None, exit=exit_to_dict(exit_)
-            )
+            record = await self.store.set_run_status(run.run_id, status, fence=None, exit=recorded)
             if status in TERMINAL_STATUSES:
                 await self.store.seal_inputs(run.run_id, after_cursor=1 << 62)
         try:

@@ -7,11 +7,12 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from reverie.core.transcript import NewItem
 from reverie.errors import LeaseLost, RunBusy
-from reverie.store.base import RunRecord, SegmentStart, Store
+from reverie.store.base import RunRecord, SegmentStart, SegmentStarts, Store
 
 T = TypeVar("T")
 
@@ -185,6 +186,27 @@ class Leases:
             )
 
         return await self._taking_over(run, begin)
+
+    async def start(
+        self,
+        store: SegmentStarts,
+        run: RunRecord,
+        items: Sequence[NewItem],
+        *,
+        create_thread: bool,
+        window: int,
+    ) -> SegmentStart:
+        """Start ``run`` leased for this runtime and begin its segment: one transaction
+        (``SegmentStarts.start_segment``; a new run has no owner to take over from)."""
+        return await store.start_segment(
+            run,
+            items,
+            owner=self.owner or new_owner(),
+            ttl_s=self.ttl_s,
+            now=time.time(),
+            create_thread=create_thread,
+            window=window,
+        )
 
     async def _taking_over(
         self, run: RunRecord, lease: Callable[[str, str | None], Awaitable[T]]

@@ -62,7 +62,7 @@ from reverie.runtime.thread_policy import BusyThreads, checked_policy
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.runtime.user_input import input_payload, opening_items
 from reverie.store import open_store
-from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, SegmentStart, Store
 from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
@@ -276,6 +276,7 @@ class Runtime:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._segments.release_unstarted()
         if self._recorder is not None:
             await self._recorder.drain()  # the events of the segments just stopped too
         if self._opened:
@@ -428,9 +429,12 @@ class Runtime:
             meta=dict(meta or {}),
         )
         policy = checked_policy(thread_policy or self._thread_policy)
+        here = self.routing.queue_for(record) is None
         while True:
             try:
-                run = await self.store.start_run(record, items, create_thread=create_thread)
+                run, begun = await self._segments.start_run(
+                    record, items, create_thread=create_thread, here=here
+                )
                 break
             except ThreadBusy as busy:
                 # The store refused a second active run on the thread (across processes).
@@ -440,6 +444,8 @@ class Runtime:
         if run.run_id != minted:
             return await self._existing(run, scope)
         self._directory.remember(run.run_id, agent)
+        if begun is not None:
+            return self._launch(run, resumed=False, begun=begun)
         return await self._dispatch(run, resumed=False)
 
     async def _existing(self, run: RunRecord, scope: Scope) -> RunHandle:
@@ -462,8 +468,10 @@ class Runtime:
             return self._launch(run, resumed=resumed)
         return await queue.dispatch(self, run, self._spawn, resumed=resumed)
 
-    def _launch(self, run: RunRecord, *, resumed: bool) -> RunHandle:
-        active = self._segments.launch(run, resumed=resumed)
+    def _launch(
+        self, run: RunRecord, *, resumed: bool, begun: SegmentStart | None = None
+    ) -> RunHandle:
+        active = self._segments.launch(run, resumed=resumed, begun=begun)
         return RunHandle(self, run.run_id, run.thread_id, active.bus, active.done)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import RunStarted
 from reverie.core.exits import Failed, LoopExit
+from reverie.core.transcript import NewItem
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost, TranscriptConflict
 from reverie.hooks import HookDispatcher, HookRegistry
@@ -52,7 +53,7 @@ from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state
 from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.window import MIN_CAPACITY
-from reverie.store.base import TERMINAL_STATUSES, RunRecord, Store
+from reverie.store.base import TERMINAL_STATUSES, RunRecord, SegmentStart, SegmentStarts, Store
 
 if TYPE_CHECKING:
     from reverie.models.pricing import PriceTable
@@ -73,6 +74,21 @@ class ActiveSegment:
     done: asyncio.Future[RunResult]
     task: asyncio.Task[None] | None = None
     thread_id: str = ""
+    begun: SegmentStart | None = None
+    """The segment the run's start began (its lease and a slot held), until it advances."""
+
+
+class _HeldSlot:
+    """A slot of ``max_concurrent_runs`` taken already: given back when the segment ends."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._slots.release()
 
 
 class SegmentRunner:
@@ -118,9 +134,49 @@ class SegmentRunner:
         self._spawn = spawn
         self._recorder = recorder
         """Stores the segments' events (any process can replay and follow them)."""
+        # Checked once: a runtime-checkable protocol's isinstance costs ~15 us a call.
+        self._starts = store if isinstance(store, SegmentStarts) else None
+        """The store, when it starts a run with its segment (``SegmentStarts``)."""
 
-    def launch(self, run: RunRecord, *, resumed: bool) -> ActiveSegment:
-        """Advance a segment of ``run`` in a task of its own (or join the one running)."""
+    async def start_run(
+        self,
+        run: RunRecord,
+        items: Sequence[NewItem],
+        *,
+        create_thread: bool,
+        here: bool,
+    ) -> tuple[RunRecord, SegmentStart | None]:
+        """Start ``run`` (``Store.start_run``); the segment begun with it, if any.
+
+        A run this runtime will advance now (``here``, a human or scheduled turn, a slot of
+        ``max_concurrent_runs`` free) starts leased and running, its segment begun in the
+        same transaction (``SegmentStarts.start_segment``): the segment then makes no
+        ``begin_segment``. Otherwise, or when an idempotency key names an existing run (the
+        record returned), no segment is begun and nothing is held.
+        """
+        starts = self._starts
+        if starts is None or not here or is_unbound_profile(run.profile) or self._slots.locked():
+            return await self._store.start_run(run, items, create_thread=create_thread), None
+        await self._slots.acquire()  # free: taken at once, no wait
+        try:
+            begun = await self._leases.start(
+                starts, run, items, create_thread=create_thread, window=MIN_CAPACITY
+            )
+        except BaseException:
+            self._slots.release()
+            raise
+        if begun.run.run_id != run.run_id:
+            self._slots.release()
+            return begun.run, None
+        return begun.run, begun
+
+    def launch(
+        self, run: RunRecord, *, resumed: bool, begun: SegmentStart | None = None
+    ) -> ActiveSegment:
+        """Advance a segment of ``run`` in a task of its own (or join the one running).
+
+        ``begun``: the segment :meth:`start_run` began (its slot is held already).
+        """
         active = self._active.get(run.run_id)
         if active is None:
             loop = asyncio.get_running_loop()
@@ -129,6 +185,7 @@ class SegmentRunner:
                 bus=EventBus(),
                 done=loop.create_future(),
                 thread_id=run.thread_id,
+                begun=begun,
             )
             if run.cancel_requested:
                 active.token.cancel("cancelled")  # a handle for a cancel-requested run
@@ -140,8 +197,9 @@ class SegmentRunner:
 
     async def _drive(self, run: RunRecord, active: ActiveSegment, *, resumed: bool) -> None:
         run_id = run.run_id
+        slot = self._slots if active.begun is None else _HeldSlot(self._slots)
         try:
-            async with self._slots:
+            async with slot:
                 result = await self.advance(run, active, resumed=resumed)
                 if result.status == "blocked":
                     result = await self._unless_cancelled(run, active, result)
@@ -156,6 +214,8 @@ class SegmentRunner:
             if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
                 raise
         finally:
+            if active.begun is not None:  # begun with the run, never advanced: give it up
+                await self._give_up(run_id, active)
             active.bus.close()
             if self._recorder is not None:
                 self._recorder.finish(run_id)
@@ -165,6 +225,19 @@ class SegmentRunner:
             ended = done.done() and not done.cancelled() and done.exception() is None
             if ended and done.result().status in TERMINAL_STATUSES:
                 self._agents.forget_run(run_id)  # nothing of it will be resumed
+
+    async def _give_up(self, run_id: str, active: ActiveSegment) -> None:
+        begun, active.begun = active.begun, None
+        if begun is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._leases.release(run_id, begun.fence))
+
+    async def release_unstarted(self) -> None:
+        """Give up the leases of segments begun with their run whose task never ran (the
+        runtime closed first): their runs are free to resume at once, as queued runs are."""
+        for run_id, active in list(self._active.items()):
+            if active.begun is not None:
+                await self._give_up(run_id, active)
 
     async def _unless_cancelled(
         self, run: RunRecord, active: ActiveSegment, result: RunResult
@@ -232,8 +305,11 @@ class SegmentRunner:
         run_id = run.run_id
         if isinstance(agent, Failed):
             return await self._unrunnable(run, agent, active, resumed=resumed)
-        # One transaction: the lease, the run marked running, and the state it loads.
-        start = await self._leases.begin(run, window=MIN_CAPACITY)
+        # One transaction: the lease, the run marked running, and the state it loads (for a
+        # run just started here, the transaction that started it).
+        start, active.begun = active.begun, None
+        if start is None:
+            start = await self._leases.begin(run, window=MIN_CAPACITY)
         fence = start.fence
         released = False  # the exit's store operation gives the lease up with the status
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from reverie.core.fastcopy import fast_frozen
 from reverie.core.scope import Scope
@@ -50,6 +50,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SegmentStart",
+    "SegmentStarts",
     "StepReceipt",
     "StepWrite",
     "Store",
@@ -475,4 +476,37 @@ class Store(Protocol):
         self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
     ) -> list[GateRecord]:
         """Gates, newest first."""
+        ...
+
+
+@runtime_checkable
+class SegmentStarts(Protocol):
+    """A store that starts a run and begins its first segment in one transaction.
+
+    Optional (the runtime falls back to :meth:`Store.start_run` then
+    :meth:`Store.begin_segment`); every backend of reverie implements it.
+    """
+
+    async def start_segment(
+        self,
+        run: RunRecord,
+        items: Sequence[NewItem],
+        *,
+        owner: str,
+        ttl_s: float,
+        now: float,
+        create_thread: bool = False,
+        window: int = 0,
+    ) -> SegmentStart:
+        """:meth:`Store.start_run`, then :meth:`Store.begin_segment` of the new run: one
+        transaction.
+
+        The rules and refusals of :meth:`Store.start_run` hold (every refusal writes
+        nothing). The run is inserted ``running``, leased by ``owner`` until ``now + ttl_s``
+        with its first fence, its input queue open; the answer is what ``begin_segment``
+        would read: ``prior_status`` ``queued``, no checkpoint, no input, the thread's head
+        and newest ``window`` rows (the opening rows last). When the owner's idempotency key
+        names a run already, that run is the answer's ``run`` (its own ``run_id``) and
+        nothing is written or leased.
+        """
         ...

@@ -227,7 +227,7 @@ class MemoryStore(MemoryDocuments):
 
     def _insert_run(self, run: RunRecord) -> RunRecord:
         now = _now()
-        rec = dataclasses.replace(run, created_at=now, updated_at=now)
+        rec = fast_replace(run, created_at=now, updated_at=now)
         self._runs[run.run_id] = rec
         self._thread_runs.setdefault(run.thread_id, []).append(run.run_id)
         if run.idempotency_key is not None:
@@ -267,6 +267,49 @@ class MemoryStore(MemoryDocuments):
             self._items[row.ref] = row
             refs.append(row.ref)
         return rec
+
+    async def start_segment(
+        self,
+        run: RunRecord,
+        items: Sequence[NewItem],
+        *,
+        owner: str,
+        ttl_s: float,
+        now: float,
+        create_thread: bool = False,
+        window: int = 0,
+    ) -> SegmentStart:
+        leased = fast_replace(
+            run,
+            status="running",
+            lease_owner=owner,
+            lease_expires_at=now + ttl_s,
+            fence=run.fence + 1,
+        )
+        # start_run awaits nothing: the start and the reads are one transaction.
+        rec = await self.start_run(leased, items, create_thread=create_thread)
+        if rec.run_id != run.run_id:  # the key named another run: nothing written or leased
+            return SegmentStart(fence=0, run=rec, prior_status=rec.status)
+        refs = self._thread_items[run.thread_id]
+        return SegmentStart(
+            fence=rec.fence,
+            run=rec,
+            prior_status="queued",
+            head_seq=len(refs),
+            items=self._newest(refs, window),
+        )
+
+    def _newest(self, refs: Sequence[str], window: int) -> list[TranscriptItem]:
+        """The newest ``window`` non-superseded rows of ``refs`` (a thread's), in seq order."""
+        items: list[TranscriptItem] = []
+        for ref in reversed(refs):
+            if len(items) >= window:
+                break
+            row = self._items[ref]
+            if not row.superseded:
+                items.append(row)
+        items.reverse()
+        return items
 
     def _active(self, thread_id: str) -> RunRecord | None:
         for run_id in self._thread_runs.get(thread_id, ()):
@@ -312,7 +355,7 @@ class MemoryStore(MemoryDocuments):
     ) -> RunRecord:
         run = await self.get_run(run_id)
         self._check_fence(run_id, fence)
-        rec = dataclasses.replace(
+        rec = fast_replace(
             run,
             status=status,
             exit=dict(exit) if exit is not None else run.exit,
@@ -323,7 +366,7 @@ class MemoryStore(MemoryDocuments):
 
     async def request_cancel(self, run_id: str) -> RunRecord:
         run = await self.get_run(run_id)
-        rec = dataclasses.replace(run, cancel_requested=True, updated_at=_now())
+        rec = fast_replace(run, cancel_requested=True, updated_at=_now())
         self._runs[run_id] = rec
         return rec
 
@@ -348,7 +391,7 @@ class MemoryStore(MemoryDocuments):
         if held and not force:
             raise RunBusy(f"run {run_id} is leased by a live worker")
         fence = run.fence + 1
-        self._runs[run_id] = dataclasses.replace(
+        self._runs[run_id] = fast_replace(
             run, lease_owner=owner, lease_expires_at=now + ttl_s, fence=fence
         )
         return fence
@@ -356,12 +399,12 @@ class MemoryStore(MemoryDocuments):
     async def renew_lease(self, run_id: str, fence: int, *, ttl_s: float, now: float) -> None:
         self._check_fence(run_id, fence)
         run = self._runs[run_id]
-        self._runs[run_id] = dataclasses.replace(run, lease_expires_at=now + ttl_s)
+        self._runs[run_id] = fast_replace(run, lease_expires_at=now + ttl_s)
 
     async def release_lease(self, run_id: str, fence: int) -> None:
         run = self._runs.get(run_id)
         if run is not None and run.fence == fence:
-            self._runs[run_id] = dataclasses.replace(run, lease_owner=None, lease_expires_at=None)
+            self._runs[run_id] = fast_replace(run, lease_owner=None, lease_expires_at=None)
 
     async def begin_segment(
         self,
@@ -378,25 +421,17 @@ class MemoryStore(MemoryDocuments):
         run = self._runs[run_id]
         if run.status in TERMINAL_STATUSES:
             return SegmentStart(fence=fence, run=run, prior_status=run.status)
-        started = dataclasses.replace(run, status="running", updated_at=_now())
+        started = fast_replace(run, status="running", updated_at=_now())
         self._runs[run_id] = started
         self._sealed.discard(run_id)
         refs = self._thread_items.get(run.thread_id, [])
-        items: list[TranscriptItem] = []
-        for ref in reversed(refs):
-            if len(items) >= window:
-                break
-            row = self._items[ref]
-            if not row.superseded:
-                items.append(row)
-        items.reverse()
         return SegmentStart(
             fence=fence,
             run=started,
             prior_status=run.status,
             checkpoint=self._checkpoint(run_id),
             head_seq=len(refs),
-            items=items,
+            items=self._newest(refs, window),
             inputs=[r for r in self._inputs.get(run_id, []) if not r.acked],
         )
 
@@ -409,8 +444,16 @@ class MemoryStore(MemoryDocuments):
         exit: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         check_segment_end(status)
-        await self.set_run_status(run_id, status, fence=fence, exit=exit)  # no await inside
-        rec = dataclasses.replace(self._runs[run_id], lease_owner=None, lease_expires_at=None)
+        run = await self.get_run(run_id)
+        self._check_fence(run_id, fence)
+        rec = fast_replace(
+            run,
+            status=status,
+            exit=dict(exit) if exit is not None else run.exit,
+            updated_at=_now(),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
         self._runs[run_id] = rec
         if status in TERMINAL_STATUSES:
             self._sealed.add(run_id)

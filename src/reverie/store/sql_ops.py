@@ -449,6 +449,28 @@ def start_run(
     busy checks, the head and the inserts all rest on it: two processes starting runs on one
     thread are serialised, and the second sees the first's run.
     """
+    started = yield from _start_run(d, run, items, create_thread=create_thread, window=0)
+    return started.run
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Started:
+    run: RunRecord
+    """The run inserted, or the one the owner's idempotency key named (nothing written)."""
+    head: int = 0
+    """The thread's head before the opening rows."""
+    created: bool = False
+    """Whether the transaction created the thread."""
+    rows: Sequence[TranscriptItem] = ()
+    """The opening rows, as written."""
+    newest: list[Any] | None = None
+    """The thread's newest ``window`` rows as read after the writes, newest first (``None``:
+    not read, the opening rows are the window)."""
+
+
+def _start_run(
+    d: Dialect, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool, window: int
+) -> Op[_Started]:
     now = time.time()
     rec = dataclasses.replace(run, created_at=now, updated_at=now)
     columns = codec.run_columns(rec)
@@ -457,42 +479,45 @@ def start_run(
         # A repeated keyed start writes nothing (not even the thread it would name).
         [found] = yield [d.query(_RUN_BY_KEY, key)]
         if found:
-            return codec.row_run(found[0])
-    lock = d.query(_LOCK_OWNER, run.thread_id)
+            return _Started(codec.row_run(found[0]))
+    created = 0
     if create_thread:
         thread = ThreadRecord(thread_id=run.thread_id, scope=run.scope, created_at=now)
-        _, owner = yield [
-            d.insert("threads", codec.thread_columns(thread), " ON CONFLICT DO NOTHING"),
-            lock,
+        [created] = yield [
+            d.insert("threads", codec.thread_columns(thread), " ON CONFLICT DO NOTHING")
         ]
-    else:
-        [owner] = yield [lock]
-    if not owner or (owner[0]["scope_tenant"], owner[0]["scope_user"]) != (
-        run.scope.tenant,
-        run.scope.user,
-    ):
-        raise NotFoundError(f"thread {run.thread_id} not found")  # or another owner's
-    by_key, same_id, busy, [top] = yield [
-        d.query(_RUN_BY_KEY, key),
-        d.query("SELECT 1 AS found FROM runs WHERE run_id = ?", run.run_id),
-        d.query(_ACTIVE_RUN, run.thread_id, *ACTIVE_STATUSES),
-        d.query(_MAX_SEQ, run.thread_id),
+    head = 0
+    if not created:
+        # An existing thread: its owner, the key, a busy thread and the head are read under
+        # its lock. A thread this transaction just created is the run's owner's, locked by
+        # the insert, and holds no run and no row yet: nothing to read.
+        [owner] = yield [d.query(_LOCK_OWNER, run.thread_id)]
+        if not owner or (owner[0]["scope_tenant"], owner[0]["scope_user"]) != (
+            run.scope.tenant,
+            run.scope.user,
+        ):
+            raise NotFoundError(f"thread {run.thread_id} not found")  # or another owner's
+        reads = [
+            d.query(_ACTIVE_RUN, run.thread_id, *ACTIVE_STATUSES),
+            d.query(_MAX_SEQ, run.thread_id),
+        ]
+        if key is not None:
+            reads.append(d.query(_RUN_BY_KEY, key))
+        busy, [top], *by_key = yield reads
+        if by_key and by_key[0]:
+            return _Started(codec.row_run(by_key[0][0]))
+        if busy:
+            raise ThreadBusy(run.thread_id, busy[0]["run_id"], busy[0]["status"])
+        head = int(top["head"])
+    records = [
+        new_item(d, new_id("itm"), seq, run.thread_id, run.run_id, item)
+        for seq, item in enumerate(items, start=head + 1)
     ]
-    if by_key:
-        return codec.row_run(by_key[0])
-    if same_id:
-        raise ConflictError(f"run {run.run_id} already exists")
-    if busy:
-        raise ThreadBusy(run.thread_id, busy[0]["run_id"], busy[0]["status"])
-    first = int(top["head"]) + 1
-    rows = [
-        item_row(
-            d, new_item(d, new_id("itm"), seq, run.thread_id, run.run_id, item), created_at=now
-        )
-        for seq, item in enumerate(items, start=first)
-    ]
+    rows = [item_row(d, r, created_at=now) for r in records]
     writes: list[Statement] = []
     if key is None:
+        # A run id that exists already fails the insert (a unique violation: ConflictError),
+        # which undoes the whole operation, the thread it created included.
         writes.append(d.insert("runs", columns))
     else:
         # A concurrent start with the same key on another thread that committed first wins:
@@ -502,12 +527,51 @@ def start_run(
             [found] = yield [d.query(_RUN_BY_KEY, key)]
             if not found:
                 raise NotFoundError(f"run with idempotency key of {run.run_id} not found")
-            return codec.row_run(found[0])
+            return _Started(codec.row_run(found[0]))
     if rows:
         writes.append(d.insert_rows("items", ITEM_COLUMNS, rows))
-    if writes:
-        yield writes
-    return rec
+    # A window reaching past the opening rows into the thread's older ones: read with the
+    # writes (one round trip on PostgreSQL), after them.
+    read_window = head > 0 and window > len(records)
+    if read_window:
+        writes.append(d.query(_NEWEST_ITEMS, run.thread_id, window))
+    answers = (yield writes) if writes else []
+    newest = answers[-1] if read_window else None
+    return _Started(rec, head=head, created=bool(created), rows=records, newest=newest)
+
+
+def start_segment(
+    d: Dialect,
+    run: RunRecord,
+    items: Sequence[NewItem],
+    *,
+    owner: str,
+    ttl_s: float,
+    now: float,
+    create_thread: bool,
+    window: int,
+) -> Op[tuple[SegmentStart, list[Any]]]:
+    """:func:`start_run` with the run inserted running and leased (``begin_segment``'s work
+    for a run nobody else can have seen yet): one transaction.
+
+    A new run has no checkpoint and no input; its window is its opening rows, unless the
+    thread had rows before and the window reaches past them (then they are read: the rows are
+    returned as read, oldest first, for the store to decode after the transaction).
+    """
+    leased = dataclasses.replace(
+        run, status="running", lease_owner=owner, lease_expires_at=now + ttl_s, fence=run.fence + 1
+    )
+    started = yield from _start_run(d, leased, items, create_thread=create_thread, window=window)
+    rec = started.run
+    if rec.run_id != run.run_id:  # the key named another run: nothing written or leased
+        return SegmentStart(fence=0, run=rec, prior_status=rec.status), []
+    head = started.head + len(started.rows)
+    start = SegmentStart(fence=rec.fence, run=rec, prior_status="queued", head_seq=head)
+    if started.newest is not None:
+        return start, list(reversed(started.newest))
+    if window <= 0:
+        return start, []
+    return dataclasses.replace(start, items=started.rows[-window:]), []
 
 
 def active_run(d: Dialect, thread_id: str) -> Op[RunRecord | None]:

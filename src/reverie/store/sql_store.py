@@ -237,6 +237,36 @@ class SQLStore(OpRunner):
             return start
         return dataclasses.replace(start, items=[self._decode_item(row) for row in rows])
 
+    async def start_segment(
+        self,
+        run: RunRecord,
+        items: Sequence[NewItem],
+        *,
+        owner: str,
+        ttl_s: float,
+        now: float,
+        create_thread: bool = False,
+        window: int = 0,
+    ) -> SegmentStart:
+        """Start the run and begin its first segment: one transaction (see
+        :meth:`reverie.store.base.SegmentStarts.start_segment`)."""
+        start, rows = await self._write_op(
+            "start a run",
+            lambda: ops.start_segment(
+                self.dialect,
+                run,
+                items,
+                owner=owner,
+                ttl_s=ttl_s,
+                now=now,
+                create_thread=create_thread,
+                window=window,
+            ),
+        )
+        if not rows:
+            return start
+        return dataclasses.replace(start, items=[self._decode_item(row) for row in rows])
+
     def _decode_item(self, row: Any) -> TranscriptItem:
         """An ``items`` row as a record (a backend with an item cache reads it there)."""
         return codec.row_item(row)

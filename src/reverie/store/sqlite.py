@@ -46,7 +46,14 @@ from typing import Any
 
 from reverie.errors import NotFoundError
 from reverie.store import sql_ops as ops, sqlite_schema as schema
-from reverie.store.base import NewItem, StepReceipt, StepWrite, TranscriptItem
+from reverie.store.base import (
+    NewItem,
+    RunRecord,
+    SegmentStart,
+    StepReceipt,
+    StepWrite,
+    TranscriptItem,
+)
 from reverie.store.sql_store import SQLStore
 from reverie.store.sqlite_connections import SQLiteConnections
 from reverie.store.sqlite_documents import SQLiteDocuments
@@ -101,6 +108,33 @@ class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLStore):
         if step.items:
             self._items.add(ops.step_items(run_id, step))
         return receipt
+
+    async def start_segment(
+        self,
+        run: RunRecord,
+        items: Sequence[NewItem],
+        *,
+        owner: str,
+        ttl_s: float,
+        now: float,
+        create_thread: bool = False,
+        window: int = 0,
+    ) -> SegmentStart:
+        """Start the run and begin its first segment in one operation of the group commit
+        (see :meth:`reverie.store.base.SegmentStarts.start_segment`); the window's rows join
+        the item cache."""
+        start = await super().start_segment(
+            run,
+            items,
+            owner=owner,
+            ttl_s=ttl_s,
+            now=now,
+            create_thread=create_thread,
+            window=window,
+        )
+        if start.items:
+            self._items.add(start.items)
+        return start
 
     def _decode_item(self, row: Row) -> TranscriptItem:
         return self._items.decode(row)  # the rows a segment begins with
