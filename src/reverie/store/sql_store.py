@@ -233,9 +233,7 @@ class SQLStore(OpRunner):
                 window=window,
             ),
         )
-        if not rows:
-            return start
-        return dataclasses.replace(start, items=[self._decode_item(row) for row in rows])
+        return self._with_window(start, rows)
 
     async def start_segment(
         self,
@@ -263,6 +261,10 @@ class SQLStore(OpRunner):
                 window=window,
             ),
         )
+        return self._with_window(start, rows)
+
+    def _with_window(self, start: SegmentStart, rows: Sequence[Any]) -> SegmentStart:
+        """``start`` with the window's ``rows`` decoded as its items."""
         if not rows:
             return start
         return dataclasses.replace(start, items=[self._decode_item(row) for row in rows])

@@ -48,8 +48,6 @@ from reverie.errors import NotFoundError
 from reverie.store import sql_ops as ops, sqlite_schema as schema
 from reverie.store.base import (
     NewItem,
-    RunRecord,
-    SegmentStart,
     StepReceipt,
     StepWrite,
     TranscriptItem,
@@ -109,35 +107,9 @@ class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLStore):
             self._items.add(ops.step_items(run_id, step))
         return receipt
 
-    async def start_segment(
-        self,
-        run: RunRecord,
-        items: Sequence[NewItem],
-        *,
-        owner: str,
-        ttl_s: float,
-        now: float,
-        create_thread: bool = False,
-        window: int = 0,
-    ) -> SegmentStart:
-        """Start the run and begin its first segment in one operation of the group commit
-        (see :meth:`reverie.store.base.SegmentStarts.start_segment`); the window's rows join
-        the item cache."""
-        start = await super().start_segment(
-            run,
-            items,
-            owner=owner,
-            ttl_s=ttl_s,
-            now=now,
-            create_thread=create_thread,
-            window=window,
-        )
-        if start.items:
-            self._items.add(start.items)
-        return start
-
     def _decode_item(self, row: Row) -> TranscriptItem:
-        return self._items.decode(row)  # the rows a segment begins with
+        # The rows a segment begins with (begin_segment, start_segment) join the item cache.
+        return self._items.decode(row)
 
     async def get_items(self, refs: Sequence[str]) -> list[TranscriptItem]:
         """Rows by ref, in the order asked; :class:`NotFoundError` names the first missing."""
