@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,17 +29,9 @@ def _instructions(path: Path, sql: str) -> int:
 
 
 async def test_appending_events_reads_a_runs_last_seq_in_work_independent_of_how_many_it_keeps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_statements: list[str]
 ) -> None:
-    statements: list[str] = []
-    connect = sqlite3.connect
-
-    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        db: sqlite3.Connection = connect(*args, **kwargs)
-        db.set_trace_callback(statements.append)
-        return db
-
-    monkeypatch.setattr(sqlite3, "connect", traced)
+    statements = sqlite_statements
     path = tmp_path / "events.db"
     async with SQLiteStore(path) as store:
         await store.append_run_events("run-few", [{"kind": "k", "n": n} for n in range(3)])

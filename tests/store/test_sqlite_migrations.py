@@ -187,17 +187,9 @@ _TABLES = re.compile(r"\b(items|journal|checkpoints)\b")
 
 
 async def test_every_transcript_journal_and_checkpoint_read_or_update_is_served_by_an_index(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_statements: list[str]
 ) -> None:
-    statements: list[str] = []
-    connect = sqlite3.connect
-
-    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        db: sqlite3.Connection = connect(*args, **kwargs)
-        db.set_trace_callback(statements.append)
-        return db
-
-    monkeypatch.setattr(sqlite3, "connect", traced)
+    statements = sqlite_statements
     path = tmp_path / "plans.db"
     agent = Agent(
         name="planner",
