@@ -10,8 +10,10 @@ must complete having made all its model calls (``steps + 1``); one that made few
 benchmark. Printed: wall time and its ratio to the ideal for a bare asyncio loop doing the same
 waits, the in-memory store and durable SQLite, and the ratio to each target; for reverie also
 the process's CPU time (in all, and per run) and the part of it spent in the garbage collector
-(steadier than wall time on a loaded machine). ``--steps 0`` leaves a run's own cost (start,
-segment start and end, event log, result) and one model call.
+(steadier than wall time on a loaded machine), with the part of that in full collections (each
+one scans every tracked object of the process, so their cost grows with the runs alive).
+``--steps 0`` leaves a run's own cost (start, segment start and end, event log, result) and one
+model call.
 
 ``--postgres URL`` (a role that may create schemas) adds PostgreSQL, in a schema of its own,
 with a store of ``--pg-connections`` connections: every operation of the 1,000 runs waits its
@@ -48,20 +50,27 @@ async def bump(n: int) -> int:
 
 
 class GcClock:
-    """CPU time spent in the cyclic garbage collector (``gc.callbacks``)."""
+    """CPU time spent in the cyclic garbage collector (``gc.callbacks``), in all and in full
+    (oldest-generation) collections, which scan every tracked object of the process."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.collections = 0
+        self.full_seconds = 0.0
+        self.full_collections = 0
         self._started = 0.0
         gc.callbacks.append(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.process_time()
-        else:
-            self.seconds += time.process_time() - self._started
-            self.collections += 1
+            return
+        spent = time.process_time() - self._started
+        self.seconds += spent
+        self.collections += 1
+        if info["generation"] == 2:
+            self.full_seconds += spent
+            self.full_collections += 1
 
 
 GC_CLOCK = GcClock()
@@ -94,8 +103,9 @@ async def bare(runs: int, steps: int, latency: float) -> float:
     return time.perf_counter() - start
 
 
-Figures = tuple[float, float, float]
-"""Wall seconds, CPU seconds of the process, CPU seconds in the garbage collector."""
+Figures = tuple[float, float, float, tuple[float, int]]
+"""Wall seconds, CPU seconds of the process, CPU seconds in the garbage collector, and the CPU
+seconds and number of its full collections."""
 
 
 async def reverie_runs(
@@ -117,6 +127,7 @@ async def reverie_runs(
         opened = Runtime.open(url, max_concurrent_runs=runs)
     async with opened as rt:
         cpu, in_gc = time.process_time(), GC_CLOCK.seconds
+        full, fulls = GC_CLOCK.full_seconds, GC_CLOCK.full_collections
         start = time.perf_counter()
         handles = await asyncio.gather(
             *(rt.start(agent, "go", scope=Scope(tenant="b", user=f"u{i}")) for i in range(runs))
@@ -124,6 +135,7 @@ async def reverie_runs(
         results = await asyncio.gather(*(h.result() for h in handles))
         elapsed = time.perf_counter() - start
         cpu, in_gc = time.process_time() - cpu, GC_CLOCK.seconds - in_gc
+        full, fulls = GC_CLOCK.full_seconds - full, GC_CLOCK.full_collections - fulls
     short = [r for r in results if r.status != "completed" or r.usage.model_calls != steps + 1]
     if short or model.calls != runs * (steps + 1):
         raise SystemExit(
@@ -131,7 +143,7 @@ async def reverie_runs(
             f"model calls each; the model was called {model.calls} times, "
             f"not {runs * (steps + 1)}"
         )
-    return elapsed, cpu, in_gc
+    return elapsed, cpu, in_gc, (full, fulls)
 
 
 async def measure(
@@ -163,13 +175,14 @@ async def measure(
         f"(ideal wall {ideal * 1e3:.0f} ms), gc {gc_mode} {gc.get_threshold()}"
     )
     print(f"  {'bare asyncio':<18} {b * 1e3:9.0f} ms   {b / ideal:6.1f}x ideal")
-    for label, (wall, cpu, in_gc) in rows:
+    for label, (wall, cpu, in_gc, (full, fulls)) in rows:
         target = TARGETS_S.get(label) if (runs, steps, latency_ms) == (1000, 5, 20) else None
         vs = f"   {wall / target:5.2f}x target {target:.1f} s" if target else ""
         print(
             f"  {label:<18} {wall * 1e3:9.0f} ms   {wall / ideal:6.1f}x ideal{vs}\n"
             f"  {'':<18} cpu {cpu * 1e3:.0f} ms ({cpu / runs * 1e6:.0f} us per run), "
-            f"of which gc {in_gc * 1e3:.0f} ms ({in_gc / cpu:.0%})"
+            f"of which gc {in_gc * 1e3:.0f} ms ({in_gc / cpu:.0%}; {fulls} full collections "
+            f"{full * 1e3:.0f} ms)"
         )
 
 
