@@ -27,6 +27,7 @@ from reverie.store import sqlite_schema as schema
 from reverie.store.run_events import EventWaiters
 from reverie.store.sql_core import SQLITE, Dialect, Op, drive
 from reverie.store.sqlite_checkpoint import DEFAULT_CHECKPOINT_PAGES, Checkpointer
+from reverie.store.sqlite_inputs import InputWatch
 from reverie.store.sqlite_loop import LoopWriter, NotNow
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
 from reverie.store.sqlite_writer import ConnectionThread
@@ -77,6 +78,8 @@ class SQLiteConnections:
         self._reader: ConnectionThread | None = None
         self._lifecycle = asyncio.Lock()
         self._items = schema.ItemCache()  # decoded transcript rows, shared by all reads
+        self._watch = InputWatch()  # what is known of the runs' input queues unread
+        self._inputs_seen: Callable[[str, int], None] | None = self._watch.saw
         self._event_waiters = EventWaiters()  # this process's followers of run events
 
     async def __aenter__(self) -> Self:
@@ -137,8 +140,9 @@ class SQLiteConnections:
                 if checkpointer is not None:
                     await asyncio.to_thread(checkpointer.close)
                 raise
+            self._watch.attach(checkpointer.header)
             self._loop_writer = LoopWriter(
-                writer, checkpointer, busy_ms=self._busy_ms, inline=self.loop_writes
+                writer, checkpointer, self._watch, busy_ms=self._busy_ms, inline=self.loop_writes
             )
             self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
 
@@ -151,6 +155,7 @@ class SQLiteConnections:
             reader, writer, checkpointer = self._reader, self._writer, self._checkpointer
             if self._loop_writer is not None:
                 self._loop_writer.close()  # runs or hands over what is queued
+            self._watch.detach()
             self._reader = self._writer = self._loop_writer = self._checkpointer = None
             try:
                 try:

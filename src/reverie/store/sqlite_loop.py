@@ -38,6 +38,7 @@ from typing import TypeVar
 
 from reverie.errors import StoreError
 from reverie.store.sqlite_checkpoint import Checkpointer
+from reverie.store.sqlite_inputs import InputWatch
 from reverie.store.sqlite_schema import store_error
 from reverie.store.sqlite_writer import (
     TRANSACT,
@@ -67,6 +68,8 @@ class LoopWriter:
     Args:
         thread: The writer thread; its connection is shared (see :attr:`lock`).
         checkpointer: Told of every commit; bounds the WAL.
+        watch: Settled after every commit on the loop, forgotten after the thread's batches
+            (:mod:`reverie.store.sqlite_inputs`).
         busy_ms: The ``busy_timeout`` the writer thread waits with.
         inline: Whether lone and grouped writes run on the loop at all (``False``: every
             write goes to the writer thread, as for ``synchronous=FULL``).
@@ -76,12 +79,14 @@ class LoopWriter:
         self,
         thread: ConnectionThread,
         checkpointer: Checkpointer,
+        watch: InputWatch,
         *,
         busy_ms: int,
         inline: bool,
     ) -> None:
         self._thread = thread
         self._checkpointer = checkpointer
+        self._watch = watch
         self._busy_ms = busy_ms
         self._inline = inline
         self.lock = threading.Lock()
@@ -112,6 +117,7 @@ class LoopWriter:
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA busy_timeout = 0")
+                self._watch.forget()  # its commits are not settled one by one
                 self._checkpointer.committed()
 
     def transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
@@ -184,6 +190,7 @@ class LoopWriter:
             late = self._commit(conn, batch)
         except BaseException as exc:  # a bug here must not strand the callers
             rollback(conn)
+            self._watch.forget()
             for job in batch:
                 job.error = StoreError(f"SQLite store could not {job.action}: internal error")
                 job.error.__cause__ = exc
@@ -203,7 +210,14 @@ class LoopWriter:
         transaction lost as a whole send the batch to the writer thread, which waits for the
         lock and gives each write its own outcome.
         """
+        watch = self._watch
+        before = watch.before()
+        changes = conn.total_changes
         end = commit_group(conn, batch)
+        if end == "committed" and all(job.error is None for job in batch):
+            watch.settle(before, wrote=conn.total_changes != changes)
+        else:
+            watch.forget()
         if end in ("busy", "lost"):
             return forget(batch)
         if end == "committed":
