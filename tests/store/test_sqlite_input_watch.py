@@ -87,7 +87,7 @@ async def test_a_poll_past_a_lower_cursor_than_the_queue_top_reads_the_queue(
 ) -> None:
     async with SQLiteStore(tmp_path / "watch.db") as store:
         thread_id, run_id, fence = await _leased_run(store)
-        await store.enqueue_input(run_id, "steer", {"text": "a"}, input_id="in-1")
+        await store.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1")
         await _step(store, thread_id, run_id, fence, 1)
         [waiting] = await store.poll_inputs(run_id, after_cursor=0)
         assert waiting.input_id == "in-1"
@@ -101,7 +101,7 @@ async def test_an_input_this_store_enqueues_after_a_step_commit_is_polled(
         thread_id, run_id, fence = await _leased_run(store)
         await _step(store, thread_id, run_id, fence, 0)
         assert await store.poll_inputs(run_id, after_cursor=0) == []
-        await store.enqueue_input(run_id, "steer", {"text": "a"}, input_id="in-1")
+        await store.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1")
         assert [r.input_id for r in await store.poll_inputs(run_id, after_cursor=0)] == ["in-1"]
 
 
@@ -120,7 +120,7 @@ async def test_an_input_enqueued_in_the_same_group_commit_as_a_step_is_polled(
         # The step is queued first: its checks read the queue before the input is added.
         await asyncio.gather(
             store.commit_step(run_id, step, fence=fence),
-            store.enqueue_input(run_id, "steer", {"text": "a"}, input_id="in-1"),
+            store.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1"),
         )
         assert store.write_stats()["loop_transactions"] == before + 1
         assert [r.input_id for r in await store.poll_inputs(run_id, after_cursor=0)] == ["in-1"]
@@ -134,7 +134,7 @@ async def test_an_input_another_store_on_the_file_enqueues_after_a_step_commit_i
         thread_id, run_id, fence = await _leased_run(store)
         await _step(store, thread_id, run_id, fence, 0)
         assert await store.poll_inputs(run_id, after_cursor=0) == []
-        await other.enqueue_input(run_id, "steer", {"text": "a"}, input_id="in-1")
+        await other.enqueue_input(run_id, "steering", {"text": "a"}, input_id="in-1")
         assert [r.input_id for r in await store.poll_inputs(run_id, after_cursor=0)] == ["in-1"]
         # Another store's unrelated commit sends the next poll to the file too; its answer
         # stays right, and the next step commit makes the watch exact again.
@@ -149,7 +149,7 @@ from reverie.store import SQLiteStore
 
 async def main(path, run_id):
     async with SQLiteStore(path) as store:
-        await store.enqueue_input(run_id, "steer", {"text": "from afar"}, input_id="in-far")
+        await store.enqueue_input(run_id, "steering", {"text": "from afar"}, input_id="in-far")
     print("enqueued", flush=True)
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))
@@ -191,7 +191,7 @@ async def test_a_foreign_commit_landing_just_after_ours_is_not_taken_for_ours(
             if not raced:  # the step's COMMIT returned; the header is read next
                 foreign.execute(
                     "INSERT INTO inputs (run_id, cursor, input_id, kind, payload, created_at)"
-                    " VALUES (?, 1, 'in-race', 'steer', '{}', 0)",
+                    " VALUES (?, 1, 'in-race', 'steering', '{}', 0)",
                     (run_id,),
                 )
                 raced.append(True)
@@ -235,7 +235,7 @@ async def _interleave(path: Path, actions: list[str]) -> None:
                 await _step(store, thread_id, run_id, fence, cursor)
             elif action in ("enqueue_here", "enqueue_there"):
                 by = store if action == "enqueue_here" else other
-                await by.enqueue_input(run_id, "steer", {"n": n}, input_id=f"in-{n}")
+                await by.enqueue_input(run_id, "steering", {"n": n}, input_id=f"in-{n}")
             elif action == "other_write":
                 await other.create_thread(f"thr-{n}", ANA)
             else:

@@ -30,6 +30,7 @@ its own thread and connection:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import struct
@@ -155,10 +156,11 @@ class Checkpointer:
         self._shm = shm
         writer.execute(f"PRAGMA journal_size_limit = {self.hard_limit}")
 
-    def header(self) -> bytes | None:
-        """The wal-index header now (:func:`wal_header`); ``None`` when it cannot be read."""
+    def header_reader(self) -> Callable[[], bytes | None] | None:
+        """What reads the wal-index header (:func:`wal_header`) until :meth:`close`; ``None``
+        when the ``-shm`` file's header could not be read at :meth:`attach`."""
         shm = self._shm
-        return None if shm is None else wal_header(shm)
+        return None if shm is None else functools.partial(wal_header, shm)
 
     def wal_size(self) -> int:
         """The WAL file's size in bytes (0 when there is none)."""

@@ -140,7 +140,7 @@ class SQLiteConnections:
                 if checkpointer is not None:
                     await asyncio.to_thread(checkpointer.close)
                 raise
-            self._watch.attach(checkpointer.header)
+            self._watch.attach(checkpointer.header_reader())
             self._loop_writer = LoopWriter(
                 writer, checkpointer, self._watch, busy_ms=self._busy_ms, inline=self.loop_writes
             )
@@ -191,7 +191,9 @@ class SQLiteConnections:
     def write_stats(self) -> dict[str, int]:
         """Counters of the write paths, for diagnostics, benchmarks and tests.
 
-        ``loop_transactions``: transactions committed on the event loop; ``handed_over``:
+        ``loop_transactions``: transactions committed on the event loop (``inline_commits`` of
+        them at once, in the writer's own turn of the loop: nothing else was to run in it);
+        ``handed_over``:
         writes run by the writer thread instead (the lock was taken, the WAL past its bound,
         another event loop, or ``loop_writes`` off); ``loop_reads``: brief reads (a run's
         input queue at a boundary) answered on the event loop; ``checkpoints``: WAL
@@ -204,6 +206,7 @@ class SQLiteConnections:
             return dict.fromkeys(
                 (
                     "loop_transactions",
+                    "inline_commits",
                     "handed_over",
                     "loop_reads",
                     "checkpoints",
@@ -214,6 +217,7 @@ class SQLiteConnections:
             )
         return {
             "loop_transactions": loop_writer.loop_batches,
+            "inline_commits": loop_writer.inline_commits,
             "handed_over": loop_writer.handed_over,
             "loop_reads": loop_writer.loop_reads,
             "checkpoints": checkpointer.checkpoints,
@@ -243,7 +247,9 @@ class SQLiteConnections:
         The op is built where the batch runs (the loop or the writer thread), each time it runs
         (a batch may be run twice, the first run rolled back).
         """
-        return await self._transact(action, lambda db: drive(db, make()))
+        self._require(self._writer)
+        assert self._loop_writer is not None  # set with the writer
+        return await self._loop_writer.transact(action, lambda db: drive(db, make()))
 
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op on the reader thread, in one hop."""

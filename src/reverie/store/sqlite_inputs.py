@@ -67,14 +67,15 @@ class InputWatch:
         self._tops: dict[str, int] = {}
         self._notes: list[tuple[str, int | None]] = []  # this transaction's, in order
 
-    def attach(self, header: Callable[[], bytes | None]) -> None:
-        """Read the wal-index header with ``header`` from now on (the store opened).
+    def attach(self, header: Callable[[], bytes | None] | None) -> None:
+        """Read the wal-index header with ``header`` from now on (the store opened; ``None``:
+        it cannot be read, and the watch stays off).
 
         Off where reading the ``-shm`` file may not show what another process mapped and wrote
         there at once (Linux and macOS share one page cache between the two).
         """
         self.forget()
-        if _SHARED_PAGE_CACHE:
+        if header is not None and _SHARED_PAGE_CACHE:
             self._header = header
 
     def detach(self) -> None:

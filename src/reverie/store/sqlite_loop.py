@@ -11,6 +11,11 @@ thread's connection and runs writes on the loop when it can:
   them in one ``BEGIN IMMEDIATE`` … ``COMMIT``, each isolated as on the writer thread
   (both run :func:`~reverie.store.sqlite_writer.commit_group`): a write that fails is undone
   alone and raises in its own caller only; every caller is answered after the ``COMMIT``.
+  The flush scheduled in one turn runs first in the next, before any callback of that turn:
+  its batch is what was queued in the turn that scheduled it. So a write queued when nothing
+  else is left to run in the current turn (the loop's ready queue is empty: asyncio's
+  ``BaseEventLoop``; another loop always schedules) would be its batch alone: it is flushed at
+  once, in the caller's turn, and its future is resolved before the caller awaits it.
 - **never blocking the loop on a lock**: the connection's ``busy_timeout`` is 0 while the
   loop uses it, so ``BEGIN IMMEDIATE`` fails at once when another process (or another store
   on the file) holds the write lock; the batch then goes to the writer thread, which waits
@@ -101,6 +106,8 @@ class LoopWriter:
         """Writes handed to the writer thread (for diagnostics and tests)."""
         self.loop_reads = 0
         """Brief reads answered on the event loop (for diagnostics and tests)."""
+        self.inline_commits = 0
+        """Writes committed at once, in the caller's turn of the loop (for diagnostics)."""
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -131,6 +138,13 @@ class LoopWriter:
             self._hand_over([job])
             return future
         self._queue.append(job)
+        if len(self._queue) == 1 and not getattr(loop, "_ready", True):
+            # Nothing else is to run in this turn of the loop, and the flush would run first in
+            # the next: its batch would be this write alone. Commit it now, sparing the caller
+            # the two turns (the flush, its wake-up); the future is resolved when returned.
+            self.inline_commits += 1
+            self._flush()
+            return future
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush)
