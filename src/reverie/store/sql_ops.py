@@ -255,11 +255,18 @@ class PreparedStep:
     """The whole step commit as one statement (a dialect with a ``step_call``)."""
 
 
+def _as_dict(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``value`` as the JSON encoder takes it (a dict; any other mapping is copied into one)."""
+    return value if type(value) is dict else dict(value)
+
+
 def prepare_step(d: Dialect, run_id: str, step: StepWrite, *, fence: int) -> PreparedStep:
     """Encode a step's rows (JSON, bytes) into its statements."""
     now = time.time()
     always: list[Statement] = []
-    outcomes = [None if e.outcome is None else codec.dumps(dict(e.outcome)) for e in step.journal]
+    outcomes = [
+        None if e.outcome is None else codec.dumps(_as_dict(e.outcome)) for e in step.journal
+    ]
     for entry, outcome in zip(step.journal, outcomes, strict=True):
         sql = _JOURNAL_STARTED if entry.state == "started" else _JOURNAL_FINISHED
         always.append(d.exec(sql, run_id, entry.call_id, entry.tool, outcome, now))
