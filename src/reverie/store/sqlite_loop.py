@@ -142,8 +142,9 @@ class LoopWriter:
             # Nothing else is to run in this turn of the loop, and the flush would run first in
             # the next: its batch would be this write alone. Commit it now, sparing the caller
             # the two turns (the flush, its wake-up); the future is resolved when returned.
-            self.inline_commits += 1
+            batches = self.loop_batches
             self._flush()
+            self.inline_commits += self.loop_batches - batches  # not when it was handed over
             return future
         if not self._scheduled:
             self._scheduled = True
