@@ -90,6 +90,28 @@ async def test_a_lone_write_commits_on_the_loop_in_its_own_transaction(
     assert loaded is not None and loaded.payload == b"4"
 
 
+async def test_a_lone_write_with_nothing_else_to_run_commits_in_the_callers_turn(
+    store: SQLiteStore,
+) -> None:
+    _, run_id, fence = await _leased_run(store, 1)
+    before = store.write_stats()
+    await store.save_checkpoint(run_id, "BeforeModel", b"alone", fence=fence)
+    after = store.write_stats()
+    assert after["inline_commits"] - before["inline_commits"] == 1
+    assert after["loop_transactions"] - before["loop_transactions"] == 1
+    # Two writers in one turn: the first finds the second's task waiting to run, so it waits
+    # for the flush, which the second joins.
+    await asyncio.gather(
+        store.save_checkpoint(run_id, "BeforeModel", b"a", fence=fence),
+        store.save_checkpoint(run_id, "BeforeModel", b"b", fence=fence),
+    )
+    last = store.write_stats()
+    assert last["inline_commits"] == after["inline_commits"]
+    assert last["loop_transactions"] - after["loop_transactions"] == 1
+    loaded = await store.load_checkpoint(run_id)
+    assert loaded is not None and loaded.payload == b"b"
+
+
 async def test_concurrent_step_commits_on_one_loop_share_one_transaction(
     store: SQLiteStore,
 ) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reverie.core.ids import new_id
@@ -255,11 +255,18 @@ class PreparedStep:
     """The whole step commit as one statement (a dialect with a ``step_call``)."""
 
 
+def _as_dict(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``value`` as the JSON encoder takes it (a dict; any other mapping is copied into one)."""
+    return value if type(value) is dict else dict(value)
+
+
 def prepare_step(d: Dialect, run_id: str, step: StepWrite, *, fence: int) -> PreparedStep:
     """Encode a step's rows (JSON, bytes) into its statements."""
     now = time.time()
     always: list[Statement] = []
-    outcomes = [None if e.outcome is None else codec.dumps(dict(e.outcome)) for e in step.journal]
+    outcomes = [
+        None if e.outcome is None else codec.dumps(_as_dict(e.outcome)) for e in step.journal
+    ]
     for entry, outcome in zip(step.journal, outcomes, strict=True):
         sql = _JOURNAL_STARTED if entry.state == "started" else _JOURNAL_FINISHED
         always.append(d.exec(sql, run_id, entry.call_id, entry.tool, outcome, now))
@@ -329,7 +336,13 @@ def _step_call(
 
 
 def commit_step(
-    d: Dialect, run_id: str, step: StepWrite, *, fence: int, prepared: PreparedStep
+    d: Dialect,
+    run_id: str,
+    step: StepWrite,
+    *,
+    fence: int,
+    prepared: PreparedStep,
+    seen: Callable[[str, int], None] | None = None,
 ) -> Op[StepReceipt]:
     """:meth:`reverie.store.base.Store.commit_step`: every check, then every write.
 
@@ -337,7 +350,8 @@ def commit_step(
     writes are one statement, sent as a :class:`~reverie.store.sql_core.Guard`: one round
     trip. When it refuses, nothing was written and the checks run again in a new transaction,
     two batches as on SQLite, to raise the error they find (or, if the rows changed since, to
-    write the step after all).
+    write the step after all). ``seen`` is told the run's top input cursor the checks read,
+    once every write is done (SQLite's :class:`~reverie.store.sqlite_inputs.InputWatch`).
     """
     if prepared.call is not None:
         [found] = yield [prepared.call]
@@ -365,6 +379,8 @@ def commit_step(
     writes = prepared.always if receipt.inputs_waiting else [*prepared.always, *prepared.guarded]
     if writes:
         yield writes
+    if seen is not None:
+        seen(run_id, int(tops["top_cursor"]))
     return receipt
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from reverie.core.scope import Scope
@@ -46,6 +46,8 @@ class SQLStore(OpRunner):
     """The shared methods of ``SQLiteStore`` and ``PostgresStore`` (see the module doc)."""
 
     _event_waiters: EventWaiters
+    _inputs_seen: Callable[[str, int], None] | None = None
+    """Told each step commit's run and the top input cursor it read (SQLite's input watch)."""
 
     # threads and transcript -------------------------------------------------------------
     async def create_thread(self, thread_id: str, scope: Scope) -> ThreadRecord:
@@ -86,9 +88,12 @@ class SQLStore(OpRunner):
         (:func:`reverie.store.sql_ops.commit_step`).
         """
         prepared = ops.prepare_step(self.dialect, run_id, step, fence=fence)  # no lock held
+        seen = self._inputs_seen
         return await self._write_op(
             "commit a step",
-            lambda: ops.commit_step(self.dialect, run_id, step, fence=fence, prepared=prepared),
+            lambda: ops.commit_step(
+                self.dialect, run_id, step, fence=fence, prepared=prepared, seen=seen
+            ),
         )
 
     async def supersede_items_after(self, thread_id: str, run_id: str, seq: int) -> int:

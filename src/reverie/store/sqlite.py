@@ -40,18 +40,21 @@ applied in part). Every ``sqlite3`` error is re-raised as :class:`StoreError` (o
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from sqlite3 import Row
 from typing import Any
 
 from reverie.errors import NotFoundError
 from reverie.store import sql_ops as ops, sqlite_schema as schema
 from reverie.store.base import (
+    InputKind,
+    InputRecord,
     NewItem,
     StepReceipt,
     StepWrite,
     TranscriptItem,
 )
+from reverie.store.sql_core import Op
 from reverie.store.sql_store import SQLStore
 from reverie.store.sqlite_connections import SQLiteConnections
 from reverie.store.sqlite_documents import SQLiteDocuments
@@ -106,6 +109,36 @@ class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLStore):
         if step.items:
             self._items.add(ops.step_items(run_id, step))
         return receipt
+
+    # inputs -------------------------------------------------------------------------------
+    async def enqueue_input(
+        self, run_id: str, kind: InputKind, payload: Mapping[str, Any], *, input_id: str
+    ) -> InputRecord:
+        """Append an input; the same ``input_id`` returns the existing row (dedupe).
+
+        The input watch forgets what it knew of the run's queue, in the same transaction.
+
+        Raises:
+            RunEndedError: The queue is sealed (:meth:`seal_inputs`) and the input is new.
+        """
+        watch = self._watch
+
+        def make() -> Op[InputRecord]:
+            watch.touched(run_id)  # built inside the transaction, with the writer's lock
+            return ops.enqueue_input(self.dialect, run_id, kind, payload, input_id=input_id)
+
+        return await self._write_op("enqueue an input", make)
+
+    async def poll_inputs(self, run_id: str, *, after_cursor: int) -> list[InputRecord]:
+        """Inputs with cursor greater than ``after_cursor``, in order.
+
+        Answered without a statement when the input watch knows the queue holds none past the
+        cursor (:mod:`reverie.store.sqlite_inputs`): the run's last step commit read its top,
+        nothing of this store touched it since, and no connection committed since.
+        """
+        if self._watch.nothing_past(run_id, after_cursor):
+            return []
+        return await super().poll_inputs(run_id, after_cursor=after_cursor)
 
     def _decode_item(self, row: Row) -> TranscriptItem:
         # The rows a segment begins with (begin_segment, start_segment) join the item cache.

@@ -30,6 +30,7 @@ its own thread and connection:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sqlite3
 import struct
@@ -38,7 +39,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["DEFAULT_CHECKPOINT_PAGES", "Checkpointer", "wal_frames"]
+__all__ = ["DEFAULT_CHECKPOINT_PAGES", "Checkpointer", "commits_of", "wal_frames", "wal_header"]
 
 DEFAULT_CHECKPOINT_PAGES = 1000
 """WAL pages after which a checkpoint runs (SQLite's own ``wal_autocheckpoint`` default)."""
@@ -52,19 +53,21 @@ _LOOK_EVERY = 8
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
 
-_SHM_HEADER = struct.Struct("=I8xBxxxI")
-"""The start of a wal-index header (native byte order): ``iVersion``, ``isInit`` (offset 12)
-and ``mxFrame`` (offset 16). The header is kept twice, at offsets 0 and 48."""
+_SHM_HEADER = struct.Struct("=I4xIBxxxI")
+"""The start of a wal-index header (native byte order): ``iVersion``, ``iChange`` (offset 8,
+one more at every commit), ``isInit`` (offset 12) and ``mxFrame`` (offset 16). The header
+(48 bytes) is kept twice, at offsets 0 and 48."""
 _SHM_VERSION = 3007000
 _SHM_COPY = 48
 
 
-def wal_frames(shm: int) -> int | None:
-    """The WAL's length in frames, from the wal-index header of the open ``-shm`` file ``shm``.
+def wal_header(shm: int) -> bytes | None:
+    """The wal-index header of the open ``-shm`` file ``shm`` (48 bytes), as SQLite wrote it.
 
     ``None`` when the header is not one this module knows (no ``-shm`` in use, another
-    layout). Both copies of the header are read and must agree, as SQLite's own readers do: a
-    header being written is read again.
+    layout) or is being written. Both copies of the header are read and must agree, as SQLite's
+    own readers do (a writer updates one copy, then the other): a header being written is
+    read again.
     """
     for _ in range(3):
         try:
@@ -73,12 +76,28 @@ def wal_frames(shm: int) -> int | None:
             return None
         if len(data) < 2 * _SHM_COPY:
             return None
-        version, ready, frames = _SHM_HEADER.unpack_from(data)
+        version, _change, ready, _frames = _SHM_HEADER.unpack_from(data)
         if version != _SHM_VERSION or not ready:
             return None
-        if data[:_SHM_COPY] == data[_SHM_COPY:]:
-            return int(frames)
+        header = data[:_SHM_COPY]
+        if header == data[_SHM_COPY:]:
+            return header
     return None
+
+
+def commits_of(header: bytes) -> int:
+    """The commit counter (``iChange``) of a wal-index header: every commit of any connection
+    adds one (a checkpoint, or a WAL started over, adds none), modulo 2**32."""
+    return int(_SHM_HEADER.unpack_from(header)[1])
+
+
+def wal_frames(shm: int) -> int | None:
+    """The WAL's length in frames, from the wal-index header of the open ``-shm`` file ``shm``.
+
+    ``None`` when the header cannot be read (see :func:`wal_header`).
+    """
+    header = wal_header(shm)
+    return None if header is None else int(_SHM_HEADER.unpack_from(header)[3])
 
 
 class Checkpointer:
@@ -136,6 +155,12 @@ class Checkpointer:
             return
         self._shm = shm
         writer.execute(f"PRAGMA journal_size_limit = {self.hard_limit}")
+
+    def header_reader(self) -> Callable[[], bytes | None] | None:
+        """What reads the wal-index header (:func:`wal_header`) until :meth:`close`; ``None``
+        when the ``-shm`` file's header could not be read at :meth:`attach`."""
+        shm = self._shm
+        return None if shm is None else functools.partial(wal_header, shm)
 
     def wal_size(self) -> int:
         """The WAL file's size in bytes (0 when there is none)."""

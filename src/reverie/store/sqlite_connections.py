@@ -27,6 +27,7 @@ from reverie.store import sqlite_schema as schema
 from reverie.store.run_events import EventWaiters
 from reverie.store.sql_core import SQLITE, Dialect, Op, drive
 from reverie.store.sqlite_checkpoint import DEFAULT_CHECKPOINT_PAGES, Checkpointer
+from reverie.store.sqlite_inputs import InputWatch
 from reverie.store.sqlite_loop import LoopWriter, NotNow
 from reverie.store.sqlite_schema import SYNCHRONOUS_MODES, db_errors
 from reverie.store.sqlite_writer import ConnectionThread
@@ -77,6 +78,8 @@ class SQLiteConnections:
         self._reader: ConnectionThread | None = None
         self._lifecycle = asyncio.Lock()
         self._items = schema.ItemCache()  # decoded transcript rows, shared by all reads
+        self._watch = InputWatch()  # what is known of the runs' input queues unread
+        self._inputs_seen: Callable[[str, int], None] | None = self._watch.saw
         self._event_waiters = EventWaiters()  # this process's followers of run events
 
     async def __aenter__(self) -> Self:
@@ -137,8 +140,9 @@ class SQLiteConnections:
                 if checkpointer is not None:
                     await asyncio.to_thread(checkpointer.close)
                 raise
+            self._watch.attach(checkpointer.header_reader())
             self._loop_writer = LoopWriter(
-                writer, checkpointer, busy_ms=self._busy_ms, inline=self.loop_writes
+                writer, checkpointer, self._watch, busy_ms=self._busy_ms, inline=self.loop_writes
             )
             self._writer, self._reader, self._checkpointer = writer, reader, checkpointer
 
@@ -151,6 +155,7 @@ class SQLiteConnections:
             reader, writer, checkpointer = self._reader, self._writer, self._checkpointer
             if self._loop_writer is not None:
                 self._loop_writer.close()  # runs or hands over what is queued
+            self._watch.detach()
             self._reader = self._writer = self._loop_writer = self._checkpointer = None
             try:
                 try:
@@ -186,7 +191,9 @@ class SQLiteConnections:
     def write_stats(self) -> dict[str, int]:
         """Counters of the write paths, for diagnostics, benchmarks and tests.
 
-        ``loop_transactions``: transactions committed on the event loop; ``handed_over``:
+        ``loop_transactions``: transactions committed on the event loop (``inline_commits`` of
+        them at once, in the writer's own turn of the loop: nothing else was to run in it);
+        ``handed_over``:
         writes run by the writer thread instead (the lock was taken, the WAL past its bound,
         another event loop, or ``loop_writes`` off); ``loop_reads``: brief reads (a run's
         input queue at a boundary) answered on the event loop; ``checkpoints``: WAL
@@ -199,6 +206,7 @@ class SQLiteConnections:
             return dict.fromkeys(
                 (
                     "loop_transactions",
+                    "inline_commits",
                     "handed_over",
                     "loop_reads",
                     "checkpoints",
@@ -209,6 +217,7 @@ class SQLiteConnections:
             )
         return {
             "loop_transactions": loop_writer.loop_batches,
+            "inline_commits": loop_writer.inline_commits,
             "handed_over": loop_writer.handed_over,
             "loop_reads": loop_writer.loop_reads,
             "checkpoints": checkpointer.checkpoints,
@@ -238,7 +247,9 @@ class SQLiteConnections:
         The op is built where the batch runs (the loop or the writer thread), each time it runs
         (a batch may be run twice, the first run rolled back).
         """
-        return await self._transact(action, lambda db: drive(db, make()))
+        self._require(self._writer)
+        assert self._loop_writer is not None  # set with the writer
+        return await self._loop_writer.transact(action, lambda db: drive(db, make()))
 
     async def _read_op(self, action: str, make: Callable[[], Op[T]]) -> T:
         """Run a read-only op on the reader thread, in one hop."""

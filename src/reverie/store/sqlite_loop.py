@@ -11,6 +11,11 @@ thread's connection and runs writes on the loop when it can:
   them in one ``BEGIN IMMEDIATE`` … ``COMMIT``, each isolated as on the writer thread
   (both run :func:`~reverie.store.sqlite_writer.commit_group`): a write that fails is undone
   alone and raises in its own caller only; every caller is answered after the ``COMMIT``.
+  The flush scheduled in one turn runs first in the next, before any callback of that turn:
+  its batch is what was queued in the turn that scheduled it. So a write queued when nothing
+  else is left to run in the current turn (the loop's ready queue is empty: asyncio's
+  ``BaseEventLoop``; another loop always schedules) would be its batch alone: it is flushed at
+  once, in the caller's turn, and its future is resolved before the caller awaits it.
 - **never blocking the loop on a lock**: the connection's ``busy_timeout`` is 0 while the
   loop uses it, so ``BEGIN IMMEDIATE`` fails at once when another process (or another store
   on the file) holds the write lock; the batch then goes to the writer thread, which waits
@@ -38,6 +43,7 @@ from typing import TypeVar
 
 from reverie.errors import StoreError
 from reverie.store.sqlite_checkpoint import Checkpointer
+from reverie.store.sqlite_inputs import InputWatch
 from reverie.store.sqlite_schema import store_error
 from reverie.store.sqlite_writer import (
     TRANSACT,
@@ -67,6 +73,8 @@ class LoopWriter:
     Args:
         thread: The writer thread; its connection is shared (see :attr:`lock`).
         checkpointer: Told of every commit; bounds the WAL.
+        watch: Settled after every commit on the loop, forgotten after the thread's batches
+            (:mod:`reverie.store.sqlite_inputs`).
         busy_ms: The ``busy_timeout`` the writer thread waits with.
         inline: Whether lone and grouped writes run on the loop at all (``False``: every
             write goes to the writer thread, as for ``synchronous=FULL``).
@@ -76,12 +84,14 @@ class LoopWriter:
         self,
         thread: ConnectionThread,
         checkpointer: Checkpointer,
+        watch: InputWatch,
         *,
         busy_ms: int,
         inline: bool,
     ) -> None:
         self._thread = thread
         self._checkpointer = checkpointer
+        self._watch = watch
         self._busy_ms = busy_ms
         self._inline = inline
         self.lock = threading.Lock()
@@ -96,6 +106,8 @@ class LoopWriter:
         """Writes handed to the writer thread (for diagnostics and tests)."""
         self.loop_reads = 0
         """Brief reads answered on the event loop (for diagnostics and tests)."""
+        self.inline_commits = 0
+        """Writes committed at once, in the caller's turn of the loop (for diagnostics)."""
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -112,6 +124,7 @@ class LoopWriter:
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA busy_timeout = 0")
+                self._watch.forget()  # its commits are not settled one by one
                 self._checkpointer.committed()
 
     def transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
@@ -125,6 +138,14 @@ class LoopWriter:
             self._hand_over([job])
             return future
         self._queue.append(job)
+        if len(self._queue) == 1 and not getattr(loop, "_ready", True):
+            # Nothing else is to run in this turn of the loop, and the flush would run first in
+            # the next: its batch would be this write alone. Commit it now, sparing the caller
+            # the two turns (the flush, its wake-up); the future is resolved when returned.
+            batches = self.loop_batches
+            self._flush()
+            self.inline_commits += self.loop_batches - batches  # not when it was handed over
+            return future
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush)
@@ -184,6 +205,7 @@ class LoopWriter:
             late = self._commit(conn, batch)
         except BaseException as exc:  # a bug here must not strand the callers
             rollback(conn)
+            self._watch.forget()
             for job in batch:
                 job.error = StoreError(f"SQLite store could not {job.action}: internal error")
                 job.error.__cause__ = exc
@@ -203,7 +225,14 @@ class LoopWriter:
         transaction lost as a whole send the batch to the writer thread, which waits for the
         lock and gives each write its own outcome.
         """
+        watch = self._watch
+        before = watch.before()
+        changes = conn.total_changes
         end = commit_group(conn, batch)
+        if end == "committed" and all(job.error is None for job in batch):
+            watch.settle(before, wrote=conn.total_changes != changes)
+        else:
+            watch.forget()
         if end in ("busy", "lost"):
             return forget(batch)
         if end == "committed":
