@@ -217,20 +217,29 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
 
 
 _ATOMS = (str, int, float, bool, type(None))
+_ATOM_TYPES = frozenset(_ATOMS)
+"""The exact atom types: a member is kept as it is without a call (subclasses go through
+:func:`_detached`, which keeps them too)."""
 
 
 def _detached(value: Any) -> Any:
     """``value`` copied as :func:`dataclasses.asdict` copies a field (containers rebuilt with
     their own type, dataclasses turned into dicts, anything else deep-copied), without its
-    per-value overhead on the JSON-shaped values events carry."""
-    if isinstance(value, _ATOMS):
+    per-value overhead on the JSON-shaped values events carry (a run's exit: a few nested
+    objects of atoms, each member taken as it is)."""
+    kind = type(value)
+    if kind in _ATOM_TYPES or isinstance(value, _ATOMS):
         return value
-    if type(value) is dict:
-        return {_detached(k): _detached(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_detached(v) for v in value]
-    if type(value) is tuple:
-        return tuple(_detached(v) for v in value)
+    atoms = _ATOM_TYPES
+    if kind is dict:
+        return {
+            (k if type(k) in atoms else _detached(k)): (v if type(v) in atoms else _detached(v))
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [v if type(v) in atoms else _detached(v) for v in value]
+    if kind is tuple:
+        return tuple([v if type(v) in atoms else _detached(v) for v in value])
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return copy.deepcopy(value)

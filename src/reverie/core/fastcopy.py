@@ -27,8 +27,8 @@ T = TypeVar("T")
 _COPIERS: dict[type, Any] = {}
 _MISSING: Any = object()
 _new = object.__new__
-_FAST: dict[type, tuple[Any, frozenset[str]]] = {}
-"""Classes made by :func:`fast_frozen`: their ``__dict__`` setter and field names."""
+_FAST: dict[type, tuple[Any, int]] = {}
+"""Classes made by :func:`fast_frozen`: their ``__dict__`` setter and number of fields."""
 
 
 def _dict_setter(cls: type) -> Any:
@@ -90,7 +90,7 @@ def fast_frozen(cls: type[T]) -> type[T]:
     init.__doc__ = cls.__init__.__doc__
     cls.__init__ = init  # type: ignore[method-assign]
     if all(f.init for f in fields):
-        _FAST[cls] = (namespace["_fc_set_dict"], frozenset(f.name for f in fields))
+        _FAST[cls] = (namespace["_fc_set_dict"], len(fields))
     return cls
 
 
@@ -139,10 +139,14 @@ def replace(obj: T, /, **changes: Any) -> T:
     """Like :func:`dataclasses.replace`, without re-running ``__init__`` when that is safe."""
     cls = type(obj)
     fast = _FAST.get(cls)
-    if fast is not None and changes.keys() <= fast[1]:
-        new: T = _new(cls)
-        fast[0](new, {**obj.__dict__, **changes})
-        return new
+    if fast is not None:
+        merged = {**obj.__dict__, **changes}
+        # The instance's dict holds exactly its fields, so a name that is not one adds a key
+        # (cheaper than checking the names first); then the standard path names it.
+        if len(merged) == fast[1]:
+            new: T = _new(cls)
+            fast[0](new, merged)
+            return new
     try:
         copier = _COPIERS[type(obj)]
     except KeyError:

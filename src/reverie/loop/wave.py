@@ -30,7 +30,7 @@ from reverie.loop.events import emit_tool_finished, emit_tool_started
 from reverie.loop.family import LoopFamily
 from reverie.loop.ports import LoopHost
 from reverie.loop.signatures import wave_signatures
-from reverie.loop.state import LoopExecutionState, PendingWave, pushed
+from reverie.loop.state import LoopExecutionState, PendingWave, WavePolicy, pushed
 from reverie.loop.strategies import Abort, Block, CallResult, Retry, SkipAndContinue
 
 STOPPING_MESSAGE = "not run: the run is stopping and no new tool calls are started"
@@ -215,32 +215,24 @@ class WaveRunner:
         if surface is None:
             surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
         # Everything below is keyed by the call's position in the response.
-        outcomes: dict[int, CallOutcome] = {
-            index: CallFailed(error_kind="permanent", message=message)
-            for index, message in wave.rejected
-        }
+        rejected = wave.rejected
+        outcomes: dict[int, CallOutcome] = (
+            {
+                index: CallFailed(error_kind="permanent", message=message)
+                for index, message in rejected
+            }
+            if rejected
+            else {}
+        )
         keys = [call_key(wave.assistant_ref, i) for i in range(len(calls))]
         admitted = [(i, calls[i]) for i in wave.admitted]
 
-        async def run_all() -> dict[int, CallOutcome]:
-            results: dict[int, CallOutcome] = {}
-            if wave.policy == "parallel":
-                gate = asyncio.Semaphore(self.max_parallel)
-
-                async def one(index: int, call: ToolCall) -> None:
-                    async with gate:
-                        results[index] = await self._run_call(call, surface, keys[index])
-
-                async with asyncio.TaskGroup() as tg:
-                    for index, call in admitted:
-                        tg.create_task(one(index, call))
-            else:
-                for index, call in admitted:
-                    results[index] = await self._run_call(call, surface, keys[index])
-            return results
-
         # In-flight tools are cancelled with the wave; the answer is checked after the await.
-        outcomes.update(await race_cancellation(run_all(), self.host.token))
+        outcomes.update(
+            await race_cancellation(
+                self._run_all(wave.policy, admitted, surface, keys), self.host.token
+            )
+        )
         if self._abort is not None:
             return WaveResult(state=s, abort=self._abort)
 
@@ -288,8 +280,11 @@ class WaveRunner:
         # Each distinct outcome kind is pushed once per wave (like signatures): a parallel wave
         # of distinct calls failing the same way is one observation, so no-progress cannot trip
         # before the model has seen those errors.
-        refused = {index for index, _ in wave.rejected}
-        kinds = [_ring_kind(o) for i, o in enumerate(ordered) if i not in refused]
+        if rejected:
+            refused = {index for index, _ in rejected}
+            kinds = [_ring_kind(o) for i, o in enumerate(ordered) if i not in refused]
+        else:
+            kinds = [_ring_kind(o) for o in ordered]
         s = replace(
             s,
             result_refs=tuple([r.ref for r in rows]),
@@ -308,6 +303,30 @@ class WaveRunner:
                 ]
             ),
         )
+
+    async def _run_all(
+        self,
+        policy: WavePolicy,
+        admitted: list[tuple[int, ToolCall]],
+        surface: Surface,
+        keys: list[str],
+    ) -> dict[int, CallOutcome]:
+        """The admitted calls' outcomes by position: one by one, or as tasks (``parallel``)."""
+        results: dict[int, CallOutcome] = {}
+        if policy == "parallel":
+            gate = asyncio.Semaphore(self.max_parallel)
+
+            async def one(index: int, call: ToolCall) -> None:
+                async with gate:
+                    results[index] = await self._run_call(call, surface, keys[index])
+
+            async with asyncio.TaskGroup() as tg:
+                for index, call in admitted:
+                    tg.create_task(one(index, call))
+        else:
+            for index, call in admitted:
+                results[index] = await self._run_call(call, surface, keys[index])
+        return results
 
     async def _run_call(self, call: ToolCall, surface: Surface, key: str) -> CallOutcome:
         """One call with its retry budget (retries never re-count signatures or kinds)."""

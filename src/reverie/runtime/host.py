@@ -28,6 +28,7 @@ from reverie.core.messages import (
     Message,
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     ResponseComplete,
     TextDelta,
     ToolCall,
@@ -167,6 +168,8 @@ class StorePrompt:
         # request of a segment opens with the same instructions and offers the same surface.
         self._system: Message | None = None
         self._specs: tuple[Surface, tuple[ToolSpec, ...]] | None = None
+        self._settings = ModelSettings()
+        """The default settings every request of the segment carries (frozen: one for all)."""
 
     def _system_message(self) -> Message:
         system = self._system
@@ -222,13 +225,15 @@ class StorePrompt:
         start = 0
         while start < len(rows) and rows[start].role == "tool":
             start += 1
-        rows = rows[start:]
-        messages.extend(made[start:])
+        if start:
+            rows, made = rows[start:], made[start:]
+        messages.extend(made)
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
         tools = None if surface is None else self._tool_specs(surface)
         return PromptBundle(
-            request=ModelRequest(messages=tuple(messages), tools=tools), rows=tuple(rows)
+            request=ModelRequest(messages=tuple(messages), tools=tools, settings=self._settings),
+            rows=tuple(rows),
         )
 
 

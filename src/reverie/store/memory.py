@@ -181,7 +181,11 @@ class MemoryStore(MemoryDocuments):
                 outcome=None if entry.outcome is None else dict(entry.outcome),
             )
         for item in step.items:
-            self._items[item.ref] = fast_replace(item, run_id=run_id, meta=dict(item.meta))
+            # A row placed for this run with a meta dict of its own (as the segment stages
+            # them) is kept as it is: rows are frozen, and get_items hands out what is kept.
+            if item.run_id != run_id or type(item.meta) is not dict:
+                item = fast_replace(item, run_id=run_id, meta=dict(item.meta))
+            self._items[item.ref] = item
             refs.append(item.ref)
         if not waiting:
             if step.checkpoint is not None and step.checkpoint_kind is not None:
