@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NoReturn, TypeVar
 
 from reverie.core.canonical import compiled
@@ -270,10 +271,9 @@ class _Executor:
         bundle = await self.host.prompt.build(s, plan, surface)
 
         # 4b. Compact the context when it outgrew its budget; the next checkpoint takes the
-        # summary row into the run (a crash before it: the resume compacts again).
-        def rebuild(st: LoopExecutionState) -> Awaitable[PromptBundle]:
-            return self.host.prompt.build(st, plan, surface)
-
+        # summary row into the run (a crash before it: the resume compacts again). (A partial,
+        # not a closure: one object per tick, where a closure makes a cell per variable.)
+        rebuild: Rebuild = partial(self.host.prompt.build, plan=plan, surface=surface)
         if self._meter is not None:
             before = s
             s, bundle = await self._compact(s, bundle, rebuild, window=plan.window)
@@ -510,11 +510,13 @@ class _Executor:
             # The wall clock bounds the call in flight, not only the boundaries around it.
             wall = self.limits.wall_clock_s
             try:
-                response = await self._ask(
-                    bundle,
-                    index,
-                    deadline_s=None if wall is None else max(0.0, wall - self._active_s(s)),
-                    emit_text=emit_text,
+                response = self._capped(
+                    await self._ask(
+                        bundle,
+                        index,
+                        deadline_s=None if wall is None else max(0.0, wall - self._active_s(s)),
+                        emit_text=emit_text,
+                    )
                 )
             except _DeadlinePassed:
                 assert wall is not None
@@ -612,24 +614,30 @@ class _Executor:
         self._boundary()
         return s, await rebuild(s)
 
-    async def _ask(
+    def _ask(
         self,
         bundle: PromptBundle,
         index: int,
         *,
         deadline_s: float | None,
         emit_text: bool = True,
-    ) -> ModelResponse:
-        """One model call within ``deadline_s`` (``_DeadlinePassed`` past it) and the byte cap.
+    ) -> Awaitable[ModelResponse]:
+        """One model call within ``deadline_s`` (``_DeadlinePassed`` past it); the caller
+        awaits it, then checks the answer against the byte cap (:meth:`_capped`).
 
         Cancellation first: if both are ready, cancellation wins; the token is checked again
-        after the await, before anything is committed.
+        after the await, before anything is committed. (Not a coroutine of its own: one
+        fewer per model call.)
         """
         cap = self.limits.max_response_bytes
         work = self.host.model.call(bundle, model_index=index, emit_text=emit_text, max_bytes=cap)
         if deadline_s is not None:
             work = _within(work, deadline_s)
-        response = await race_cancellation(work, self.host.token)
+        return race_cancellation(work, self.host.token)
+
+    def _capped(self, response: ModelResponse) -> ModelResponse:
+        """``response``, unless it is past the byte cap (``ModelOutputTooLarge``)."""
+        cap = self.limits.max_response_bytes
         if response_bytes(response) > cap:
             raise ModelOutputTooLarge(cap)
         return response
@@ -821,8 +829,8 @@ class _Executor:
             self._last_state = s
             index = self.family.model.select(s)
             emit_model_request(self.host, s.iteration, 0, 0, self._model_name(s))
-            response = await self._ask(
-                bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False
+            response = self._capped(
+                await self._ask(bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False)
             )
         except ModelError as exc:
             raise self._fail(

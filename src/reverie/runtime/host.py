@@ -11,7 +11,7 @@ import logging
 import operator
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -387,8 +387,9 @@ class StoreTranscript:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
-    async def append(self, items: Sequence[NewItem]) -> list[TranscriptItem]:
-        return await self.ctx.segment.stage(items)
+    def append(self, items: Sequence[NewItem]) -> Coroutine[Any, Any, list[TranscriptItem]]:
+        # The segment's own coroutine (no second one wrapping it): twice per tool step.
+        return self.ctx.segment.stage(items)
 
     async def get(self, refs: Sequence[str]) -> list[TranscriptItem]:
         found = self.ctx.segment.find(refs)
