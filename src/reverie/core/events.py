@@ -199,6 +199,15 @@ _FIELD_ORDER: dict[type[Any], tuple[str, ...]] = {
 }
 _SHALLOW = {cls: _shallow_reader(cls) for cls in get_args(RunEvent)}
 _ALL = {cls: operator.attrgetter(*_FIELD_ORDER[cls]) for cls in get_args(RunEvent)}
+_AS_DICT = frozenset(
+    cls
+    for cls in get_args(RunEvent)
+    if _SHALLOW[cls] is not None
+    and "__slots__" not in cls.__dict__
+    and tuple(f.name for f in dataclasses.fields(cls)) == _FIELD_ORDER[cls]
+)
+"""Shallow :func:`~reverie.core.fastcopy.fast_frozen` events declaring ``kind`` first: their
+``__dict__`` holds exactly their fields, in that order, so its copy is the event's object."""
 
 
 def event_to_dict(event: RunEvent) -> dict[str, Any]:
@@ -209,6 +218,8 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
     deep-copied, as :func:`dataclasses.asdict` would copy it.
     """
     cls = type(event)
+    if cls in _AS_DICT:
+        return dict(event.__dict__)
     read = _SHALLOW.get(cls)
     if read is not None:
         return dict(zip(_FIELD_ORDER[cls], read(event), strict=True))

@@ -94,6 +94,23 @@ def fast_frozen(cls: type[T]) -> type[T]:
     return cls
 
 
+def from_fields(cls: type[T], values: dict[str, Any], /) -> T:
+    """A value of a :func:`fast_frozen` class made from ``values``, which names *every* field.
+
+    ``values`` becomes the instance's ``__dict__`` as it is (the caller hands it over and keeps
+    no reference): no keyword matching and no second dict, for the rows built on every step.
+    Raises ``TypeError`` for a class :func:`fast_frozen` did not make, or for a wrong number of
+    fields (a typo in a name is caught by the tests that compare with the dataclass's own
+    ``__init__``).
+    """
+    fast = _FAST.get(cls)
+    if fast is None or len(values) != fast[1]:
+        raise TypeError(f"{cls.__name__}: from_fields needs a fast_frozen class and every field")
+    new: T = _new(cls)
+    fast[0](new, values)
+    return new
+
+
 def _copier(cls: type) -> Any:
     """A function ``(obj, **changes) -> copy`` specialised for ``cls`` (``None``: use stdlib)."""
     try:
