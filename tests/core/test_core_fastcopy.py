@@ -6,7 +6,17 @@ import dataclasses
 
 import pytest
 
-from reverie.core.fastcopy import fast_frozen, from_fields, replace
+from reverie.core.events import (
+    AssistantMessage,
+    CheckpointEvent,
+    ModelRequested,
+    RunEvent,
+    TextDeltaEvent,
+    ToolFinished,
+    ToolStarted,
+    event_to_dict,
+)
+from reverie.core.fastcopy import fast_frozen, from_fields, maker, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import Message, ToolCall
 from reverie.core.transcript import NewItem, TranscriptItem, placed
@@ -230,3 +240,45 @@ def test_a_rows_message_is_the_message_the_dataclass_init_builds() -> None:
     message = to_message(row)
     expected = Message(role="assistant", content="x", tool_calls=(call,))
     assert message == expected and vars(message) == vars(expected)
+
+
+def test_a_maker_builds_the_value_the_class_call_builds() -> None:
+    @fast_frozen
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Point:
+        x: int
+        y: int = 0
+        tags: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    make = maker(Point)
+    point = make(x=1)
+    assert point == Point(x=1) and list(vars(point)) == ["x", "y", "tags"]
+    assert make(x=1).tags is not point.tags  # each value gets its own default
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        point.x = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make(y=2)  # type: ignore[call-arg]
+
+
+def test_a_maker_is_only_for_fast_frozen_classes() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        x: int
+
+    with pytest.raises(TypeError, match="not a fast_frozen class"):
+        maker(Plain)
+
+
+def test_the_loops_events_built_by_makers_are_objects_with_kind_first() -> None:
+    # event_to_dict copies these events' __dict__: its order must be the fields' order.
+    events: list[RunEvent] = [
+        maker(ToolStarted)(run_id="r", call_id="c", tool="t", attempt=1),
+        maker(ToolFinished)(run_id="r", call_id="c", tool="t", outcome="failed", error_kind="x"),
+        maker(ModelRequested)(run_id="r", iteration=1, tools=2, attempt=0, model="m"),
+        maker(AssistantMessage)(run_id="r", text="t", tool_calls=("a",)),
+        maker(CheckpointEvent)(run_id="r", checkpoint_kind="BeforeModel", iteration=3),
+        maker(TextDeltaEvent)(run_id="r", text="t"),
+    ]
+    for event in events:
+        assert event_to_dict(event) == dataclasses.asdict(event)
+        assert list(event_to_dict(event)) == [f.name for f in dataclasses.fields(event)]

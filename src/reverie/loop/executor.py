@@ -29,7 +29,7 @@ from reverie.core.exits import (
     GracefulReason,
     LoopExit,
 )
-from reverie.core.fastcopy import replace
+from reverie.core.fastcopy import maker, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
@@ -61,6 +61,8 @@ from reverie.loop.strategies import Abort, Finish, GracefulStop, NoProgress, Rep
 from reverie.loop.wave import WaveRunner, admit_wave, replays_harmlessly, unique_call_ids
 
 T = TypeVar("T")
+_new_item = maker(NewItem)
+"""Builds the step's assistant row (a class call with keywords costs more)."""
 Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
 
 # Budgets whose exhaustion still leaves room for the finalizer's one model call.
@@ -648,7 +650,7 @@ class _Executor:
             # Neither calls nor text: the model's fault, not a completion (a Completed with an
             # empty reply is an invalid exit, which the applier would record as a driver bug).
             raise self._fail(s, "invalid_model_output", "the model returned an empty reply")
-        rows = await self.host.transcript.append([NewItem(role="assistant", content=text)])
+        rows = await self.host.transcript.append([_new_item(role="assistant", content=text)])
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s
         emit_assistant(self.host, text, ())
@@ -689,7 +691,7 @@ class _Executor:
         """``surface`` is the one this tick offered the model: the wave runs against it."""
         calls = unique_call_ids(calls)
         rows = await self.host.transcript.append(
-            [NewItem(role="assistant", content=text, tool_calls=calls)]
+            [_new_item(role="assistant", content=text, tool_calls=calls)]
         )
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s

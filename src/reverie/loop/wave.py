@@ -21,7 +21,7 @@ from reverie.core.capability import (
     CallOutcome,
     Surface,
 )
-from reverie.core.fastcopy import fast_frozen, replace
+from reverie.core.fastcopy import fast_frozen, maker, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ToolCall
 from reverie.core.transcript import NewItem
@@ -111,7 +111,7 @@ def admit_wave(
         s,
         recent_call_signatures=pushed(s.recent_call_signatures, wave_signatures(calls)),
         budget=replace(s.budget, capability_calls=used),
-        pending_wave=PendingWave(
+        pending_wave=_pending_wave(
             assistant_ref=assistant_ref,
             policy=policy,
             admitted=tuple(admitted),
@@ -146,6 +146,13 @@ class WaveResult:
     abort: tuple[str, str] | None = None
     results: tuple[CallResult, ...] = ()
     """Each call's outcome kind and result row, in the model's order (for the stop strategy)."""
+
+
+# Plain functions that build what every wave builds (a class call with keywords costs more).
+_pending_wave = maker(PendingWave)
+_new_item = maker(NewItem)
+_call_result = maker(CallResult)
+_wave_result = maker(WaveResult)
 
 
 def render_outcome(outcome: CallOutcome) -> str:
@@ -264,7 +271,7 @@ class WaveRunner:
         ordered = [outcomes.get(i) or CallCancelled() for i in range(len(calls))]
         rows = await self.host.transcript.append(
             [
-                NewItem(
+                _new_item(
                     role="tool",
                     content=render_outcome(outcome),
                     tool_call_id=call.id,
@@ -294,11 +301,11 @@ class WaveRunner:
             recent_failure_kinds=pushed(s.recent_failure_kinds, tuple(dict.fromkeys(kinds))),
         )
         s = s.with_nested_usage([getattr(o, "usage", None) for o in ordered])
-        return WaveResult(
+        return _wave_result(
             state=s,
             results=tuple(
                 [
-                    CallResult(name=c.name, outcome=o.kind, ref=r.ref)
+                    _call_result(name=c.name, outcome=o.kind, ref=r.ref)
                     for c, o, r in zip(calls, ordered, rows, strict=True)
                 ]
             ),

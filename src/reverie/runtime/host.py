@@ -23,6 +23,7 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
+from reverie.core.fastcopy import maker
 from reverie.core.ids import new_id
 from reverie.core.messages import (
     Message,
@@ -83,6 +84,14 @@ def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
 _SURFACES: dict[tuple[int, ...], Surface] = {}
 """Surfaces by their descriptors' identities: every run of an agent has the same tools."""
 _MAX_SURFACES = 256
+
+
+# Plain functions that build what every step builds (a class call with keywords costs more).
+_prompt_bundle = maker(PromptBundle)
+_model_request = maker(ModelRequest)
+_text_delta = maker(TextDeltaEvent)
+_step_write = maker(StepWrite)
+_checkpoint_event = maker(CheckpointEvent)
 
 
 def surface_of(tools: Sequence[Any]) -> Surface:
@@ -231,8 +240,8 @@ class StorePrompt:
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
         tools = None if surface is None else self._tool_specs(surface)
-        return PromptBundle(
-            request=ModelRequest(messages=tuple(messages), tools=tools, settings=self._settings),
+        return _prompt_bundle(
+            request=_model_request(messages=tuple(messages), tools=tools, settings=self._settings),
             rows=tuple(rows),
         )
 
@@ -269,9 +278,7 @@ class StreamingModel:
                         if max_bytes is not None and streamed > max_bytes:
                             raise ModelOutputTooLarge(max_bytes)
                         if emit_text and not self.ctx.token.cancelled:
-                            self.ctx.bus.emit(
-                                TextDeltaEvent(run_id=self.ctx.run_id, text=event.text)
-                            )
+                            self.ctx.bus.emit(_text_delta(run_id=self.ctx.run_id, text=event.text))
                     elif isinstance(event, ResponseComplete):
                         final = event.response
             finally:
@@ -438,7 +445,7 @@ class StoreCheckpoints:
             payload = self._encoder.encode(state, host_state=host_state)
         elif not items and not journal and ack_cursor is None and not seal:
             return _RECEIPTS[True, False]
-        step = StepWrite(
+        step = _step_write(
             thread_id=ctx.thread_id,
             items=items,
             after_seq=after_seq,
@@ -461,7 +468,9 @@ class StoreCheckpoints:
         written = not receipt.inputs_waiting
         if written and kind is not None:
             ctx.bus.emit(
-                CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
+                _checkpoint_event(
+                    run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration
+                )
             )
             if "after_checkpoint" in ctx.registry.bound_points:
                 result = await ctx.hooks.observe(
