@@ -61,6 +61,9 @@ class Admitted:
     descriptor: CapabilityDescriptor
 
 
+_admitted = maker(Admitted)
+
+
 async def record(ctx: RunContext, key: str, outcome: CallOutcome) -> CallOutcome:
     """Write ``outcome`` as the call's finished journal record now, and return it."""
     await ctx.store.journal_finished(ctx.run_id, key, outcome_to_dict(outcome), fence=ctx.fence)
@@ -107,7 +110,7 @@ async def preflight(
         check_json_value(dict(call.arguments))
     except NotCanonicalizable as exc:
         return CallFailed(error_kind="input_invalid", message=f"invalid arguments: {exc}")
-    return Admitted(tool=tools[call.name], descriptor=descriptor)
+    return _admitted(tools[call.name], descriptor)
 
 
 async def replay_journal(
