@@ -6,11 +6,24 @@ import dataclasses
 
 import pytest
 
-from reverie.core.fastcopy import fast_frozen, replace
+from reverie.core.events import (
+    AssistantMessage,
+    CheckpointEvent,
+    ModelRequested,
+    RunEvent,
+    TextDeltaEvent,
+    ToolFinished,
+    ToolStarted,
+    event_to_dict,
+)
+from reverie.core.fastcopy import fast_frozen, from_fields, maker, replace
 from reverie.core.limits import Limits
+from reverie.core.messages import Message, ToolCall
+from reverie.core.transcript import NewItem, TranscriptItem, placed
 from reverie.loop.family import LoopFamily
 from reverie.loop.state import BudgetLedger, LoopExecutionState
 from reverie.loop.strategies import DefaultRecovery
+from reverie.runtime.window import to_message
 
 
 def test_fast_replace_equals_dataclasses_replace() -> None:
@@ -150,3 +163,122 @@ def test_the_loop_state_is_built_fast_and_stays_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         state.iteration = 2  # type: ignore[misc]
     assert replace(state, iteration=2).budget is state.budget
+
+
+def test_from_fields_makes_the_value_the_dataclass_init_makes() -> None:
+    @fast_frozen
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Point:
+        x: int
+        y: int = 0
+
+    point = from_fields(Point, {"x": 1, "y": 2})
+    assert point == Point(x=1, y=2) and repr(point) == repr(Point(x=1, y=2))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        point.x = 5  # type: ignore[misc]
+    assert replace(point, y=3) == Point(x=1, y=3)
+
+
+def test_from_fields_refuses_a_missing_field_and_a_class_fast_frozen_did_not_make() -> None:
+    @fast_frozen
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Point:
+        x: int
+        y: int = 0
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        x: int
+
+    with pytest.raises(TypeError, match="every field"):
+        from_fields(Point, {"x": 1})  # a default is not filled in: every field is named
+    with pytest.raises(TypeError, match="fast_frozen"):
+        from_fields(Plain, {"x": 1})
+
+
+def test_a_placed_row_is_the_row_the_dataclass_init_builds() -> None:
+    call = ToolCall(id="c1", name="add", arguments={"a": 1})
+    item = NewItem(
+        role="assistant",
+        content="text",
+        tool_calls=(call,),
+        tool_call_id="t",
+        name="n",
+        input_id="i",
+        meta={"k": [1]},
+    )
+    row = placed(item, ref="itm_1", seq=3, thread_id="thr", run_id="run")
+    expected = TranscriptItem(
+        ref="itm_1",
+        seq=3,
+        thread_id="thr",
+        run_id="run",
+        role="assistant",
+        content="text",
+        tool_calls=(call,),
+        tool_call_id="t",
+        name="n",
+        input_id="i",
+        meta={"k": [1]},
+    )
+    assert row == expected and vars(row) == vars(expected)
+    assert row.meta is not item.meta  # the row's meta is its own
+    assert placed(item, ref="r", seq=1, thread_id="t", run_id=None, content="other").content == (
+        "other"
+    )
+
+
+def test_a_rows_message_is_the_message_the_dataclass_init_builds() -> None:
+    call = ToolCall(id="c1", name="add", arguments={"a": 1})
+    row = placed(
+        NewItem(role="assistant", content="x", tool_calls=(call,)),
+        ref="r",
+        seq=1,
+        thread_id="t",
+        run_id="u",
+    )
+    message = to_message(row)
+    expected = Message(role="assistant", content="x", tool_calls=(call,))
+    assert message == expected and vars(message) == vars(expected)
+
+
+def test_a_maker_builds_the_value_the_class_call_builds() -> None:
+    @fast_frozen
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Point:
+        x: int
+        y: int = 0
+        tags: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    make = maker(Point)
+    point = make(x=1)
+    assert point == Point(x=1) and list(vars(point)) == ["x", "y", "tags"]
+    assert make(x=1).tags is not point.tags  # each value gets its own default
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        point.x = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make(y=2)  # type: ignore[call-arg]
+
+
+def test_a_maker_is_only_for_fast_frozen_classes() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        x: int
+
+    with pytest.raises(TypeError, match="not a fast_frozen class"):
+        maker(Plain)
+
+
+def test_the_loops_events_built_by_makers_are_objects_with_kind_first() -> None:
+    # event_to_dict copies these events' __dict__: its order must be the fields' order.
+    events: list[RunEvent] = [
+        maker(ToolStarted)(run_id="r", call_id="c", tool="t", attempt=1),
+        maker(ToolFinished)(run_id="r", call_id="c", tool="t", outcome="failed", error_kind="x"),
+        maker(ModelRequested)(run_id="r", iteration=1, tools=2, attempt=0, model="m"),
+        maker(AssistantMessage)(run_id="r", text="t", tool_calls=("a",)),
+        maker(CheckpointEvent)(run_id="r", checkpoint_kind="BeforeModel", iteration=3),
+        maker(TextDeltaEvent)(run_id="r", text="t"),
+    ]
+    for event in events:
+        assert event_to_dict(event) == dataclasses.asdict(event)
+        assert list(event_to_dict(event)) == [f.name for f in dataclasses.fields(event)]

@@ -35,6 +35,7 @@ from reverie.core.capability import (
     CallOutcome,
     CapabilityDescriptor,
 )
+from reverie.core.fastcopy import maker
 from reverie.core.vocabulary import as_gate_kind
 from reverie.errors import ApprovalRequired, CapabilityError, RetryTool, UsageError
 
@@ -48,6 +49,8 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 DEFAULT_TIMEOUT_S = 60.0
 
 _NOT_AWAITABLE = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+_call_completed = maker(CallCompleted)
+"""Builds each call's outcome (a class call with keywords costs more)."""
 """Exact result types that cannot be awaitable (checked before the general test)."""
 
 
@@ -182,7 +185,7 @@ class Tool(Generic[P, R]):
             else:
                 # The deadline counts from here, and is armed only if the call waits.
                 value = await within(self._run(args, kwargs), timeout_s)
-            return CallCompleted(output=render_output(value, self.max_output_bytes))
+            return _call_completed(output=render_output(value, self.max_output_bytes))
         except DeadlinePassed:
             return CallFailed(error_kind="transient", message=f"timed out after {timeout_s}s")
         except Exception as exc:

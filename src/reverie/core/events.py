@@ -199,6 +199,15 @@ _FIELD_ORDER: dict[type[Any], tuple[str, ...]] = {
 }
 _SHALLOW = {cls: _shallow_reader(cls) for cls in get_args(RunEvent)}
 _ALL = {cls: operator.attrgetter(*_FIELD_ORDER[cls]) for cls in get_args(RunEvent)}
+_AS_DICT = frozenset(
+    cls
+    for cls in get_args(RunEvent)
+    if _SHALLOW[cls] is not None
+    and "__slots__" not in cls.__dict__
+    and tuple(f.name for f in dataclasses.fields(cls)) == _FIELD_ORDER[cls]
+)
+"""Shallow :func:`~reverie.core.fastcopy.fast_frozen` events declaring ``kind`` first: their
+``__dict__`` holds exactly their fields, in that order, so its copy is the event's object."""
 
 
 def event_to_dict(event: RunEvent) -> dict[str, Any]:
@@ -209,6 +218,8 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
     deep-copied, as :func:`dataclasses.asdict` would copy it.
     """
     cls = type(event)
+    if cls in _AS_DICT:
+        return dict(event.__dict__)
     read = _SHALLOW.get(cls)
     if read is not None:
         return dict(zip(_FIELD_ORDER[cls], read(event), strict=True))
@@ -217,20 +228,29 @@ def event_to_dict(event: RunEvent) -> dict[str, Any]:
 
 
 _ATOMS = (str, int, float, bool, type(None))
+_ATOM_TYPES = frozenset(_ATOMS)
+"""The exact atom types: a member is kept as it is without a call (subclasses go through
+:func:`_detached`, which keeps them too)."""
 
 
 def _detached(value: Any) -> Any:
     """``value`` copied as :func:`dataclasses.asdict` copies a field (containers rebuilt with
     their own type, dataclasses turned into dicts, anything else deep-copied), without its
-    per-value overhead on the JSON-shaped values events carry."""
-    if isinstance(value, _ATOMS):
+    per-value overhead on the JSON-shaped values events carry (a run's exit: a few nested
+    objects of atoms, each member taken as it is)."""
+    kind = type(value)
+    if kind in _ATOM_TYPES or isinstance(value, _ATOMS):
         return value
-    if type(value) is dict:
-        return {_detached(k): _detached(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_detached(v) for v in value]
-    if type(value) is tuple:
-        return tuple(_detached(v) for v in value)
+    atoms = _ATOM_TYPES
+    if kind is dict:
+        return {
+            (k if type(k) in atoms else _detached(k)): (v if type(v) in atoms else _detached(v))
+            for k, v in value.items()
+        }
+    if kind is list:
+        return [v if type(v) in atoms else _detached(v) for v in value]
+    if kind is tuple:
+        return tuple([v if type(v) in atoms else _detached(v) for v in value])
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return copy.deepcopy(value)

@@ -20,15 +20,19 @@ outside ``__init__`` (they are set afresh by ``__init__``); :func:`replace` fall
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _COPIERS: dict[type, Any] = {}
 _MISSING: Any = object()
 _new = object.__new__
-_FAST: dict[type, tuple[Any, frozenset[str]]] = {}
-"""Classes made by :func:`fast_frozen`: their ``__dict__`` setter and field names."""
+_MAKERS: dict[type, Any] = {}
+"""Classes made by :func:`fast_frozen`: the function :func:`maker` hands out."""
+_FAST: dict[type, tuple[Any, int]] = {}
+"""Classes made by :func:`fast_frozen`: their ``__dict__`` setter and number of fields."""
 
 
 def _dict_setter(cls: type) -> Any:
@@ -82,16 +86,61 @@ def fast_frozen(cls: type[T]) -> type[T]:
             param, value = f.name, f.name
         (keyword if f.kw_only else positional).append(param)
         entries.append(f"'{f.name}': {value}")
-    signature = ", ".join(["_fc_self", *positional, *(["*", *keyword] if keyword else [])])
-    source = f"def __init__({signature}):\n    _fc_set_dict(_fc_self, {{{', '.join(entries)}}})\n"
+    params_text = ", ".join([*positional, *(["*", *keyword] if keyword else [])])
+    values = f"{{{', '.join(entries)}}}"
+    namespace["_fc_cls"] = cls
+    namespace["_fc_new"] = _new
+    source = (
+        f"def __init__(_fc_self{', ' if params_text else ''}{params_text}):\n"
+        f"    _fc_set_dict(_fc_self, {values})\n"
+        f"def _fc_make({params_text}):\n"
+        f"    _fc_self = _fc_new(_fc_cls)\n"
+        f"    _fc_set_dict(_fc_self, {values})\n"
+        f"    return _fc_self\n"
+    )
     exec(source, namespace)  # generated from the class's own field names
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
     cls.__init__ = init  # type: ignore[method-assign]
+    make = namespace["_fc_make"]
+    make.__qualname__ = f"{cls.__qualname__}._fc_make"
+    _MAKERS[cls] = make
     if all(f.init for f in fields):
-        _FAST[cls] = (namespace["_fc_set_dict"], frozenset(f.name for f in fields))
+        _FAST[cls] = (namespace["_fc_set_dict"], len(fields))
     return cls
+
+
+def maker(cls: Callable[P, T]) -> Callable[P, T]:
+    """A function that builds values of a :func:`fast_frozen` class as calling it does.
+
+    Same parameters, defaults and result as the class's ``__init__``, but a plain function
+    call: calling a class with keywords packs them into a dict and unpacks it again on the way
+    to ``__init__`` (CPython 3.11), which is most of the cost of a small value. For the values
+    built on every step; raises ``TypeError`` for a class :func:`fast_frozen` did not make.
+    """
+    make = _MAKERS.get(cls)  # type: ignore[call-overload]
+    if make is None:
+        raise TypeError(f"{getattr(cls, '__name__', cls)!r} is not a fast_frozen class")
+    result: Callable[P, T] = make
+    return result
+
+
+def from_fields(cls: type[T], values: dict[str, Any], /) -> T:
+    """A value of a :func:`fast_frozen` class made from ``values``, which names *every* field.
+
+    ``values`` becomes the instance's ``__dict__`` as it is (the caller hands it over and keeps
+    no reference): no keyword matching and no second dict, for the rows built on every step.
+    Raises ``TypeError`` for a class :func:`fast_frozen` did not make, or for a wrong number of
+    fields (a typo in a name is caught by the tests that compare with the dataclass's own
+    ``__init__``).
+    """
+    fast = _FAST.get(cls)
+    if fast is None or len(values) != fast[1]:
+        raise TypeError(f"{cls.__name__}: from_fields needs a fast_frozen class and every field")
+    new: T = _new(cls)
+    fast[0](new, values)
+    return new
 
 
 def _copier(cls: type) -> Any:
@@ -139,10 +188,14 @@ def replace(obj: T, /, **changes: Any) -> T:
     """Like :func:`dataclasses.replace`, without re-running ``__init__`` when that is safe."""
     cls = type(obj)
     fast = _FAST.get(cls)
-    if fast is not None and changes.keys() <= fast[1]:
-        new: T = _new(cls)
-        fast[0](new, {**obj.__dict__, **changes})
-        return new
+    if fast is not None:
+        merged = {**obj.__dict__, **changes}
+        # The instance's dict holds exactly its fields, so a name that is not one adds a key
+        # (cheaper than checking the names first); then the standard path names it.
+        if len(merged) == fast[1]:
+            new: T = _new(cls)
+            fast[0](new, merged)
+            return new
     try:
         copier = _COPIERS[type(obj)]
     except KeyError:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from reverie.core.fastcopy import fast_frozen
+from reverie.core.fastcopy import fast_frozen, from_fields
 from reverie.core.messages import Role, ToolCall
 
 InputKind = Literal["steering", "follow_up", "cancel", "gate_resolved", "graceful_stop"]
@@ -63,18 +63,24 @@ def placed(
 
     ``content`` replaces the item's text when the store holds it otherwise.
     """
-    return TranscriptItem(
-        ref=ref,
-        seq=seq,
-        thread_id=thread_id,
-        run_id=run_id,
-        role=item.role,
-        content=item.content if content is None else content,
-        tool_calls=item.tool_calls,
-        tool_call_id=item.tool_call_id,
-        name=item.name,
-        input_id=item.input_id,
-        meta=dict(item.meta),
+    # Every field, in declaration order (the dict is the row's own): built for every row a
+    # step writes, so without the keyword matching of __init__.
+    return from_fields(
+        TranscriptItem,
+        {
+            "ref": ref,
+            "seq": seq,
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "role": item.role,
+            "content": item.content if content is None else content,
+            "tool_calls": item.tool_calls,
+            "tool_call_id": item.tool_call_id,
+            "name": item.name,
+            "input_id": item.input_id,
+            "meta": dict(item.meta),
+            "superseded": False,
+        },
     )
 
 

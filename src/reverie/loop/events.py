@@ -16,21 +16,29 @@ from reverie.core.events import (
     ToolFinished,
     ToolStarted,
 )
+from reverie.core.fastcopy import maker
 from reverie.core.transcript import InputRecord
 from reverie.core.vocabulary import OnLimit
 
 if TYPE_CHECKING:
     from reverie.loop.ports import LoopHost
 
+# Plain functions that build the per-step events (a class call with keywords costs more).
+_assistant_message = maker(AssistantMessage)
+_text_delta = maker(TextDeltaEvent)
+_model_requested = maker(ModelRequested)
+_tool_started = maker(ToolStarted)
+_tool_finished = maker(ToolFinished)
+
 
 def emit_assistant(host: LoopHost, text: str, tools: tuple[str, ...]) -> None:
     """A committed assistant message."""
-    host.events.emit(AssistantMessage(run_id=host.run_id, text=text, tool_calls=tools))
+    host.events.emit(_assistant_message(run_id=host.run_id, text=text, tool_calls=tools))
 
 
 def emit_text(host: LoopHost, text: str) -> None:
     """Answer text the loop releases itself (the finalizer's, once validated)."""
-    host.events.emit(TextDeltaEvent(run_id=host.run_id, text=text))
+    host.events.emit(_text_delta(run_id=host.run_id, text=text))
 
 
 def emit_input(host: LoopHost, rec: InputRecord) -> None:
@@ -48,7 +56,7 @@ def emit_model_request(
 ) -> None:
     """A model request is about to go out (to ``model``)."""
     host.events.emit(
-        ModelRequested(
+        _model_requested(
             run_id=host.run_id, iteration=iteration, tools=tools, attempt=attempt, model=model
         )
     )
@@ -70,13 +78,13 @@ def emit_gate(host: LoopHost, ref: str, tool: str, gate_kind: str) -> None:
 
 def emit_tool_started(host: LoopHost, call_id: str, tool: str, attempt: int) -> None:
     """A tool call started."""
-    host.events.emit(ToolStarted(run_id=host.run_id, call_id=call_id, tool=tool, attempt=attempt))
+    host.events.emit(_tool_started(run_id=host.run_id, call_id=call_id, tool=tool, attempt=attempt))
 
 
 def emit_tool_finished(host: LoopHost, call_id: str, tool: str, outcome: CallOutcome) -> None:
     """A tool call ended."""
     host.events.emit(
-        ToolFinished(
+        _tool_finished(
             run_id=host.run_id,
             call_id=call_id,
             tool=tool,

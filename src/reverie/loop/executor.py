@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NoReturn, TypeVar
 
 from reverie.core.canonical import compiled
@@ -28,7 +29,7 @@ from reverie.core.exits import (
     GracefulReason,
     LoopExit,
 )
-from reverie.core.fastcopy import replace
+from reverie.core.fastcopy import maker, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
@@ -60,6 +61,8 @@ from reverie.loop.strategies import Abort, Finish, GracefulStop, NoProgress, Rep
 from reverie.loop.wave import WaveRunner, admit_wave, replays_harmlessly, unique_call_ids
 
 T = TypeVar("T")
+_new_item = maker(NewItem)
+"""Builds the step's assistant row (a class call with keywords costs more)."""
 Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
 
 # Budgets whose exhaustion still leaves room for the finalizer's one model call.
@@ -270,10 +273,9 @@ class _Executor:
         bundle = await self.host.prompt.build(s, plan, surface)
 
         # 4b. Compact the context when it outgrew its budget; the next checkpoint takes the
-        # summary row into the run (a crash before it: the resume compacts again).
-        def rebuild(st: LoopExecutionState) -> Awaitable[PromptBundle]:
-            return self.host.prompt.build(st, plan, surface)
-
+        # summary row into the run (a crash before it: the resume compacts again). (A partial,
+        # not a closure: one object per tick, where a closure makes a cell per variable.)
+        rebuild: Rebuild = partial(self.host.prompt.build, plan=plan, surface=surface)
         if self._meter is not None:
             before = s
             s, bundle = await self._compact(s, bundle, rebuild, window=plan.window)
@@ -510,11 +512,13 @@ class _Executor:
             # The wall clock bounds the call in flight, not only the boundaries around it.
             wall = self.limits.wall_clock_s
             try:
-                response = await self._ask(
-                    bundle,
-                    index,
-                    deadline_s=None if wall is None else max(0.0, wall - self._active_s(s)),
-                    emit_text=emit_text,
+                response = self._capped(
+                    await self._ask(
+                        bundle,
+                        index,
+                        deadline_s=None if wall is None else max(0.0, wall - self._active_s(s)),
+                        emit_text=emit_text,
+                    )
                 )
             except _DeadlinePassed:
                 assert wall is not None
@@ -612,24 +616,30 @@ class _Executor:
         self._boundary()
         return s, await rebuild(s)
 
-    async def _ask(
+    def _ask(
         self,
         bundle: PromptBundle,
         index: int,
         *,
         deadline_s: float | None,
         emit_text: bool = True,
-    ) -> ModelResponse:
-        """One model call within ``deadline_s`` (``_DeadlinePassed`` past it) and the byte cap.
+    ) -> Awaitable[ModelResponse]:
+        """One model call within ``deadline_s`` (``_DeadlinePassed`` past it); the caller
+        awaits it, then checks the answer against the byte cap (:meth:`_capped`).
 
         Cancellation first: if both are ready, cancellation wins; the token is checked again
-        after the await, before anything is committed.
+        after the await, before anything is committed. (Not a coroutine of its own: one
+        fewer per model call.)
         """
         cap = self.limits.max_response_bytes
         work = self.host.model.call(bundle, model_index=index, emit_text=emit_text, max_bytes=cap)
         if deadline_s is not None:
             work = _within(work, deadline_s)
-        response = await race_cancellation(work, self.host.token)
+        return race_cancellation(work, self.host.token)
+
+    def _capped(self, response: ModelResponse) -> ModelResponse:
+        """``response``, unless it is past the byte cap (``ModelOutputTooLarge``)."""
+        cap = self.limits.max_response_bytes
         if response_bytes(response) > cap:
             raise ModelOutputTooLarge(cap)
         return response
@@ -640,7 +650,7 @@ class _Executor:
             # Neither calls nor text: the model's fault, not a completion (a Completed with an
             # empty reply is an invalid exit, which the applier would record as a driver bug).
             raise self._fail(s, "invalid_model_output", "the model returned an empty reply")
-        rows = await self.host.transcript.append([NewItem(role="assistant", content=text)])
+        rows = await self.host.transcript.append([_new_item(role="assistant", content=text)])
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s
         emit_assistant(self.host, text, ())
@@ -681,7 +691,7 @@ class _Executor:
         """``surface`` is the one this tick offered the model: the wave runs against it."""
         calls = unique_call_ids(calls)
         rows = await self.host.transcript.append(
-            [NewItem(role="assistant", content=text, tool_calls=calls)]
+            [_new_item(role="assistant", content=text, tool_calls=calls)]
         )
         s = replace(s, assistant_refs=(rows[0].ref,), result_refs=(), transcript_seq=rows[0].seq)
         self._last_state = s
@@ -821,8 +831,8 @@ class _Executor:
             self._last_state = s
             index = self.family.model.select(s)
             emit_model_request(self.host, s.iteration, 0, 0, self._model_name(s))
-            response = await self._ask(
-                bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False
+            response = self._capped(
+                await self._ask(bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False)
             )
         except ModelError as exc:
             raise self._fail(

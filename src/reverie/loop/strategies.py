@@ -74,6 +74,10 @@ class Continue:
     kind: Literal["continue"] = "continue"
 
 
+_CONTINUE = Continue()
+"""The one ``Continue`` the built-in stop strategies return (frozen, with nothing of its own)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GracefulStop:
     """Stop gracefully through the finalizer."""
@@ -282,6 +286,10 @@ class BudgetStrategy(Protocol):
 # ---------------------------------------------------------------------------------- defaults
 
 
+_PLANS: dict[tuple[int | None, bool], ContextPlan] = {}
+"""The plans of :class:`WindowContext`, by configuration (a handful in a process)."""
+
+
 @dataclass(frozen=True, slots=True)
 class WindowContext:
     """Default context: the last ``window`` items plus pinned system/context, and the run's
@@ -291,8 +299,12 @@ class WindowContext:
     include_memory: bool = True
 
     def plan(self, state: LoopExecutionState) -> ContextPlan:
-        """Same window every tick."""
-        return ContextPlan(window=self.window, include_memory=self.include_memory)
+        """Same window every tick (one frozen plan for each configuration)."""
+        key = (self.window, self.include_memory)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = _PLANS[key] = ContextPlan(window=self.window, include_memory=self.include_memory)
+        return plan
 
     def describe(self) -> Mapping[str, Any]:
         """Configuration for the digest."""
@@ -478,7 +490,7 @@ class RepetitionStop:
 
     def after_reply(self, state: LoopExecutionState) -> StopDecision:
         """A reply is progress: complete."""
-        return Continue()
+        return _CONTINUE
 
     def after_wave(
         self, state: LoopExecutionState, results: Sequence[CallResult] = ()
@@ -500,7 +512,7 @@ class RepetitionStop:
             return NoProgress(
                 detail=f"the last {self.failure_run} tool calls all failed ({kinds[0]})"
             )
-        return Continue()
+        return _CONTINUE
 
     def describe(self) -> Mapping[str, Any]:
         """Configuration for the digest."""

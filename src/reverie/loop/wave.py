@@ -21,7 +21,7 @@ from reverie.core.capability import (
     CallOutcome,
     Surface,
 )
-from reverie.core.fastcopy import fast_frozen, replace
+from reverie.core.fastcopy import fast_frozen, maker, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ToolCall
 from reverie.core.transcript import NewItem
@@ -30,7 +30,7 @@ from reverie.loop.events import emit_tool_finished, emit_tool_started
 from reverie.loop.family import LoopFamily
 from reverie.loop.ports import LoopHost
 from reverie.loop.signatures import wave_signatures
-from reverie.loop.state import LoopExecutionState, PendingWave, pushed
+from reverie.loop.state import LoopExecutionState, PendingWave, WavePolicy, pushed
 from reverie.loop.strategies import Abort, Block, CallResult, Retry, SkipAndContinue
 
 STOPPING_MESSAGE = "not run: the run is stopping and no new tool calls are started"
@@ -111,7 +111,7 @@ def admit_wave(
         s,
         recent_call_signatures=pushed(s.recent_call_signatures, wave_signatures(calls)),
         budget=replace(s.budget, capability_calls=used),
-        pending_wave=PendingWave(
+        pending_wave=_pending_wave(
             assistant_ref=assistant_ref,
             policy=policy,
             admitted=tuple(admitted),
@@ -146,6 +146,13 @@ class WaveResult:
     abort: tuple[str, str] | None = None
     results: tuple[CallResult, ...] = ()
     """Each call's outcome kind and result row, in the model's order (for the stop strategy)."""
+
+
+# Plain functions that build what every wave builds (a class call with keywords costs more).
+_pending_wave = maker(PendingWave)
+_new_item = maker(NewItem)
+_call_result = maker(CallResult)
+_wave_result = maker(WaveResult)
 
 
 def render_outcome(outcome: CallOutcome) -> str:
@@ -215,32 +222,24 @@ class WaveRunner:
         if surface is None:
             surface = self.family.capabilities.filter(s, self.host.capabilities.surface())
         # Everything below is keyed by the call's position in the response.
-        outcomes: dict[int, CallOutcome] = {
-            index: CallFailed(error_kind="permanent", message=message)
-            for index, message in wave.rejected
-        }
+        rejected = wave.rejected
+        outcomes: dict[int, CallOutcome] = (
+            {
+                index: CallFailed(error_kind="permanent", message=message)
+                for index, message in rejected
+            }
+            if rejected
+            else {}
+        )
         keys = [call_key(wave.assistant_ref, i) for i in range(len(calls))]
         admitted = [(i, calls[i]) for i in wave.admitted]
 
-        async def run_all() -> dict[int, CallOutcome]:
-            results: dict[int, CallOutcome] = {}
-            if wave.policy == "parallel":
-                gate = asyncio.Semaphore(self.max_parallel)
-
-                async def one(index: int, call: ToolCall) -> None:
-                    async with gate:
-                        results[index] = await self._run_call(call, surface, keys[index])
-
-                async with asyncio.TaskGroup() as tg:
-                    for index, call in admitted:
-                        tg.create_task(one(index, call))
-            else:
-                for index, call in admitted:
-                    results[index] = await self._run_call(call, surface, keys[index])
-            return results
-
         # In-flight tools are cancelled with the wave; the answer is checked after the await.
-        outcomes.update(await race_cancellation(run_all(), self.host.token))
+        outcomes.update(
+            await race_cancellation(
+                self._run_all(wave.policy, admitted, surface, keys), self.host.token
+            )
+        )
         if self._abort is not None:
             return WaveResult(state=s, abort=self._abort)
 
@@ -272,7 +271,7 @@ class WaveRunner:
         ordered = [outcomes.get(i) or CallCancelled() for i in range(len(calls))]
         rows = await self.host.transcript.append(
             [
-                NewItem(
+                _new_item(
                     role="tool",
                     content=render_outcome(outcome),
                     tool_call_id=call.id,
@@ -288,8 +287,11 @@ class WaveRunner:
         # Each distinct outcome kind is pushed once per wave (like signatures): a parallel wave
         # of distinct calls failing the same way is one observation, so no-progress cannot trip
         # before the model has seen those errors.
-        refused = {index for index, _ in wave.rejected}
-        kinds = [_ring_kind(o) for i, o in enumerate(ordered) if i not in refused]
+        if rejected:
+            refused = {index for index, _ in rejected}
+            kinds = [_ring_kind(o) for i, o in enumerate(ordered) if i not in refused]
+        else:
+            kinds = [_ring_kind(o) for o in ordered]
         s = replace(
             s,
             result_refs=tuple([r.ref for r in rows]),
@@ -299,15 +301,39 @@ class WaveRunner:
             recent_failure_kinds=pushed(s.recent_failure_kinds, tuple(dict.fromkeys(kinds))),
         )
         s = s.with_nested_usage([getattr(o, "usage", None) for o in ordered])
-        return WaveResult(
+        return _wave_result(
             state=s,
             results=tuple(
                 [
-                    CallResult(name=c.name, outcome=o.kind, ref=r.ref)
+                    _call_result(name=c.name, outcome=o.kind, ref=r.ref)
                     for c, o, r in zip(calls, ordered, rows, strict=True)
                 ]
             ),
         )
+
+    async def _run_all(
+        self,
+        policy: WavePolicy,
+        admitted: list[tuple[int, ToolCall]],
+        surface: Surface,
+        keys: list[str],
+    ) -> dict[int, CallOutcome]:
+        """The admitted calls' outcomes by position: one by one, or as tasks (``parallel``)."""
+        results: dict[int, CallOutcome] = {}
+        if policy == "parallel":
+            gate = asyncio.Semaphore(self.max_parallel)
+
+            async def one(index: int, call: ToolCall) -> None:
+                async with gate:
+                    results[index] = await self._run_call(call, surface, keys[index])
+
+            async with asyncio.TaskGroup() as tg:
+                for index, call in admitted:
+                    tg.create_task(one(index, call))
+        else:
+            for index, call in admitted:
+                results[index] = await self._run_call(call, surface, keys[index])
+        return results
 
     async def _run_call(self, call: ToolCall, surface: Surface, key: str) -> CallOutcome:
         """One call with its retry budget (retries never re-count signatures or kinds)."""

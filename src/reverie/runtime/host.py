@@ -11,7 +11,7 @@ import logging
 import operator
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +23,13 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
+from reverie.core.fastcopy import maker
 from reverie.core.ids import new_id
 from reverie.core.messages import (
     Message,
     ModelRequest,
     ModelResponse,
+    ModelSettings,
     ResponseComplete,
     TextDelta,
     ToolCall,
@@ -82,6 +84,14 @@ def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
 _SURFACES: dict[tuple[int, ...], Surface] = {}
 """Surfaces by their descriptors' identities: every run of an agent has the same tools."""
 _MAX_SURFACES = 256
+
+
+# Plain functions that build what every step builds (a class call with keywords costs more).
+_prompt_bundle = maker(PromptBundle)
+_model_request = maker(ModelRequest)
+_text_delta = maker(TextDeltaEvent)
+_step_write = maker(StepWrite)
+_checkpoint_event = maker(CheckpointEvent)
 
 
 def surface_of(tools: Sequence[Any]) -> Surface:
@@ -167,6 +177,8 @@ class StorePrompt:
         # request of a segment opens with the same instructions and offers the same surface.
         self._system: Message | None = None
         self._specs: tuple[Surface, tuple[ToolSpec, ...]] | None = None
+        self._settings = ModelSettings()
+        """The default settings every request of the segment carries (frozen: one for all)."""
 
     def _system_message(self) -> Message:
         system = self._system
@@ -222,13 +234,15 @@ class StorePrompt:
         start = 0
         while start < len(rows) and rows[start].role == "tool":
             start += 1
-        rows = rows[start:]
-        messages.extend(made[start:])
+        if start:
+            rows, made = rows[start:], made[start:]
+        messages.extend(made)
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
         tools = None if surface is None else self._tool_specs(surface)
-        return PromptBundle(
-            request=ModelRequest(messages=tuple(messages), tools=tools), rows=tuple(rows)
+        return _prompt_bundle(
+            request=_model_request(messages=tuple(messages), tools=tools, settings=self._settings),
+            rows=tuple(rows),
         )
 
 
@@ -264,9 +278,7 @@ class StreamingModel:
                         if max_bytes is not None and streamed > max_bytes:
                             raise ModelOutputTooLarge(max_bytes)
                         if emit_text and not self.ctx.token.cancelled:
-                            self.ctx.bus.emit(
-                                TextDeltaEvent(run_id=self.ctx.run_id, text=event.text)
-                            )
+                            self.ctx.bus.emit(_text_delta(run_id=self.ctx.run_id, text=event.text))
                     elif isinstance(event, ResponseComplete):
                         final = event.response
             finally:
@@ -382,8 +394,9 @@ class StoreTranscript:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
-    async def append(self, items: Sequence[NewItem]) -> list[TranscriptItem]:
-        return await self.ctx.segment.stage(items)
+    def append(self, items: Sequence[NewItem]) -> Coroutine[Any, Any, list[TranscriptItem]]:
+        # The segment's own coroutine (no second one wrapping it): twice per tool step.
+        return self.ctx.segment.stage(items)
 
     async def get(self, refs: Sequence[str]) -> list[TranscriptItem]:
         found = self.ctx.segment.find(refs)
@@ -432,7 +445,7 @@ class StoreCheckpoints:
             payload = self._encoder.encode(state, host_state=host_state)
         elif not items and not journal and ack_cursor is None and not seal:
             return _RECEIPTS[True, False]
-        step = StepWrite(
+        step = _step_write(
             thread_id=ctx.thread_id,
             items=items,
             after_seq=after_seq,
@@ -455,7 +468,9 @@ class StoreCheckpoints:
         written = not receipt.inputs_waiting
         if written and kind is not None:
             ctx.bus.emit(
-                CheckpointEvent(run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration)
+                _checkpoint_event(
+                    run_id=ctx.run_id, checkpoint_kind=kind, iteration=state.iteration
+                )
             )
             if "after_checkpoint" in ctx.registry.bound_points:
                 result = await ctx.hooks.observe(

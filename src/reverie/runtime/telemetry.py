@@ -300,18 +300,20 @@ class Segment:
         """Log the segment's result and record it on its span; returns ``result``."""
         self._done = True
         u = result.usage
-        usage = (
-            f"model calls {u.model_calls}, tokens {u.input_tokens} in / {u.output_tokens} out, "
-            f"tool calls {u.capability_calls}, ${u.usd:.4f}"
-        )
         exit_ = result.exit
-        if isinstance(exit_, Blocked):
-            log.info("run %s blocked on gate %s (%s)", result.run_id, exit_.gate_ref, usage)
-        elif isinstance(exit_, Failed):
-            log.info("run %s finished: failed (%s) (%s)", result.run_id, exit_.kind, usage)
+        if log.isEnabledFor(logging.INFO):  # the usage line is formatted only to be logged
+            usage = (
+                f"model calls {u.model_calls}, tokens {u.input_tokens} in / "
+                f"{u.output_tokens} out, tool calls {u.capability_calls}, ${u.usd:.4f}"
+            )
+            if isinstance(exit_, Blocked):
+                log.info("run %s blocked on gate %s (%s)", result.run_id, exit_.gate_ref, usage)
+            elif isinstance(exit_, Failed):
+                log.info("run %s finished: failed (%s) (%s)", result.run_id, exit_.kind, usage)
+            else:
+                log.info("run %s finished: %s (%s)", result.run_id, result.status, usage)
+        if isinstance(exit_, Failed):
             log.debug("run %s failure: %s", result.run_id, exit_.safe_summary)
-        else:
-            log.info("run %s finished: %s (%s)", result.run_id, result.status, usage)
         span = self._span
         if span is not None:
             span.set_attribute("reverie.run.status", result.status)

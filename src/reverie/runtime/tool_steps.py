@@ -26,13 +26,17 @@ from reverie.core.capability import (
     outcome_from_dict,
     outcome_to_dict,
 )
-from reverie.core.fastcopy import fast_frozen
+from reverie.core.fastcopy import fast_frozen, maker
 from reverie.core.messages import ToolCall
 from reverie.hooks import CapabilityHookContext, CapabilityResultContext
 from reverie.store.base import JournalWrite
 
 if TYPE_CHECKING:
     from reverie.runtime.host import RunContext
+
+# Plain functions that build what every call builds (a class call with keywords costs more).
+_tool_context = maker(ToolContext)
+_journal_write = maker(JournalWrite)
 
 
 def descriptor_digest(d: CapabilityDescriptor) -> str:
@@ -55,6 +59,9 @@ class Admitted:
 
     tool: Any
     descriptor: CapabilityDescriptor
+
+
+_admitted = maker(Admitted)
 
 
 async def record(ctx: RunContext, key: str, outcome: CallOutcome) -> CallOutcome:
@@ -103,7 +110,7 @@ async def preflight(
         check_json_value(dict(call.arguments))
     except NotCanonicalizable as exc:
         return CallFailed(error_kind="input_invalid", message=f"invalid arguments: {exc}")
-    return Admitted(tool=tools[call.name], descriptor=descriptor)
+    return _admitted(tools[call.name], descriptor)
 
 
 async def replay_journal(
@@ -233,7 +240,7 @@ async def execute_journaled(
     try:
         outcome: CallOutcome = await admitted.tool.invoke(
             call.arguments,
-            ToolContext(run_id=ctx.run_id, call_id=key, scope=ctx.scope, tool_name=call.name),
+            _tool_context(run_id=ctx.run_id, call_id=key, scope=ctx.scope, tool_name=call.name),
         )
     except asyncio.CancelledError:
         if not again:
@@ -243,7 +250,7 @@ async def execute_journaled(
         ctx.gated[key] = descriptor_digest(descriptor)
     elif again:
         ctx.segment.journal.append(
-            JournalWrite(
+            _journal_write(
                 call_id=key, tool=call.name, state="finished", outcome=outcome_to_dict(outcome)
             )
         )

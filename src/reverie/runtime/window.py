@@ -14,6 +14,7 @@ from bisect import bisect_right
 from collections.abc import Collection, Sequence
 
 from reverie.core.content import PARTS_META_KEY, parts_from_meta
+from reverie.core.fastcopy import from_fields
 from reverie.core.ids import new_id
 from reverie.core.messages import Message
 from reverie.core.transcript import NewItem, TranscriptItem, placed
@@ -27,13 +28,17 @@ MIN_CAPACITY = 256
 def to_message(row: TranscriptItem) -> Message:
     """The model-facing message of a transcript row."""
     meta = row.meta
-    return Message(
-        role=row.role,
-        content=row.content,
-        tool_calls=row.tool_calls,
-        tool_call_id=row.tool_call_id,
-        name=row.name,
-        parts=parts_from_meta(meta) if PARTS_META_KEY in meta else (),
+    # Every field (the dict is the message's own): one message per row a segment stages.
+    return from_fields(
+        Message,
+        {
+            "role": row.role,
+            "content": row.content,
+            "tool_calls": row.tool_calls,
+            "tool_call_id": row.tool_call_id,
+            "name": row.name,
+            "parts": parts_from_meta(meta) if PARTS_META_KEY in meta else (),
+        },
     )
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from reverie.core.fastcopy import replace as fast_replace
+from reverie.core.fastcopy import maker, replace as fast_replace
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.core.transcript import placed
@@ -51,6 +51,10 @@ from reverie.store.memory_documents import MemoryDocuments
 from reverie.store.run_events import MAX_RUN_EVENTS, EventWaiters, RunEventRecord
 
 _now = time.time
+# Plain functions that build what every step commit builds (a class call with keywords costs
+# more).
+_journal_entry = maker(JournalEntry)
+_step_receipt = maker(StepReceipt)
 
 
 class MemoryStore(MemoryDocuments):
@@ -173,7 +177,7 @@ class MemoryStore(MemoryDocuments):
             prior = self._journal.get((run_id, entry.call_id))
             if entry.state == "started" and prior is not None:
                 continue  # started is idempotent; it never overwrites an outcome
-            self._journal[(run_id, entry.call_id)] = JournalEntry(
+            self._journal[(run_id, entry.call_id)] = _journal_entry(
                 run_id=run_id,
                 call_id=entry.call_id,
                 tool=entry.tool or (prior.tool if prior else ""),
@@ -181,7 +185,11 @@ class MemoryStore(MemoryDocuments):
                 outcome=None if entry.outcome is None else dict(entry.outcome),
             )
         for item in step.items:
-            self._items[item.ref] = fast_replace(item, run_id=run_id, meta=dict(item.meta))
+            # A row placed for this run with a meta dict of its own (as the segment stages
+            # them) is kept as it is: rows are frozen, and get_items hands out what is kept.
+            if item.run_id != run_id or type(item.meta) is not dict:
+                item = fast_replace(item, run_id=run_id, meta=dict(item.meta))
+            self._items[item.ref] = item
             refs.append(item.ref)
         if not waiting:
             if step.checkpoint is not None and step.checkpoint_kind is not None:
@@ -192,7 +200,7 @@ class MemoryStore(MemoryDocuments):
                         queue[i] = dataclasses.replace(rec, acked=True)
             if step.seal:
                 self._sealed.add(run_id)
-        return StepReceipt(
+        return _step_receipt(
             head_seq=len(refs),
             inputs_waiting=waiting,
             cancel_requested=self._runs[run_id].cancel_requested,
