@@ -207,6 +207,39 @@ async def test_a_foreign_commit_landing_just_after_ours_is_not_taken_for_ours(
         assert [r.input_id for r in await store.poll_inputs(run_id, after_cursor=0)] == ["in-race"]
 
 
+async def test_a_foreign_commit_after_a_commit_that_wrote_nothing_is_not_taken_for_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A transaction that changed no rows adds nothing to the counter: one step more is not
+    # ours, even though it is the one step a commit that wrote would have added.
+    path = tmp_path / "watch.db"
+    async with SQLiteStore(path) as store:
+        thread_id, run_id, fence = await _leased_run(store)
+        await _step(store, thread_id, run_id, fence, 0)
+        watch = store._watch
+        settle = watch.settle
+        foreign = sqlite3.connect(path, isolation_level=None)
+        seen: list[bool] = []
+
+        def settle_late(before: bytes | None, *, wrote: bool) -> None:
+            seen.append(wrote)
+            foreign.execute(
+                "INSERT INTO inputs (run_id, cursor, input_id, kind, payload, created_at)"
+                " VALUES (?, 1, 'in-race', 'steering', '{}', 0)",
+                (run_id,),
+            )
+            settle(before, wrote=wrote)
+
+        monkeypatch.setattr(watch, "settle", settle_late)
+        try:
+            await store.create_thread(thread_id, ANA)  # exists: nothing written
+        finally:
+            monkeypatch.undo()
+            foreign.close()
+        assert seen == [False]
+        assert [r.input_id for r in await store.poll_inputs(run_id, after_cursor=0)] == ["in-race"]
+
+
 async def test_a_store_whose_writes_go_to_the_writer_thread_reads_the_queue_at_every_poll(
     tmp_path: Path, sqlite_statements: list[str]
 ) -> None:

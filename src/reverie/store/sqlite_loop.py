@@ -227,6 +227,7 @@ class LoopWriter:
         """
         watch = self._watch
         before = watch.before()
+        # Rows changed (the store writes no temporary table) means the COMMIT wrote frames.
         changes = conn.total_changes
         end = commit_group(conn, batch)
         if end == "committed" and all(job.error is None for job in batch):
