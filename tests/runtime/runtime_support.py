@@ -1,9 +1,16 @@
-"""Helpers for the runtime tests: a store wrapper that counts what the runtime asks of it."""
+"""Helpers for the runtime tests: a store wrapper that counts what the runtime asks of it, and a
+pure tool whose calls wait until the test lets them go."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
+
+from reverie import tool
+
+STARTUP_S = 60
+"""How long a held call may take to show up (start-up only, never a timing assertion)."""
 
 _BACKGROUND = frozenset({"append_run_events", "run_events", "wait_run_events", "renew_lease"})
 """Written beside the run (the event log) or on a timer (the lease): not per step."""
@@ -33,3 +40,32 @@ class CountingStore:
             return await target(*args, **kwargs)
 
         return counted
+
+
+class Held:
+    """A pure tool (``look``) whose every call waits until released; counts its calls.
+
+    ``await held.wait_running()`` returns once a call is waiting; ``held.release.set()`` lets
+    that call return (the next call waits again).
+    """
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.release = asyncio.Event()
+        self.runs = 0
+
+        @tool(effects=set())
+        async def look(n: int) -> str:
+            """Look at n."""
+            self.runs += 1
+            self.running.set()
+            await self.release.wait()
+            self.release.clear()
+            return f"saw {n}"
+
+        self.tool = look
+
+    async def wait_running(self) -> None:
+        """Until a call waits to be released."""
+        await asyncio.wait_for(self.running.wait(), STARTUP_S)
+        self.running.clear()

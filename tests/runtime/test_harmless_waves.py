@@ -20,33 +20,13 @@ from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.store.memory import MemoryStore
 from reverie.store.sqlite import SQLiteStore
 from reverie.testing import ScriptedModel, call, calls, reply
-from runtime.runtime_support import CountingStore
+from runtime.runtime_support import STARTUP_S, CountingStore, Held
 
 SCOPE = Scope(tenant="acme", user="ana")
-STARTUP_S = 60
 
 
 def backend(kind: str, tmp_path: Path) -> Any:
     return MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "waves.db")
-
-
-class Held:
-    """A pure tool that waits until released, and counts its runs."""
-
-    def __init__(self) -> None:
-        self.running = asyncio.Event()
-        self.release = asyncio.Event()
-        self.runs = 0
-
-        @tool(effects=set())
-        async def look(n: int) -> str:
-            """Look at n."""
-            self.runs += 1
-            self.running.set()
-            await self.release.wait()
-            return f"saw {n}"
-
-        self.tool = look
 
 
 def tool_texts(request: ModelRequest) -> list[str]:

@@ -23,43 +23,19 @@ from pathlib import Path
 
 import pytest
 
-from reverie import Agent, Runtime, Scope, tool
+from reverie import Agent, RunResult, Runtime, Scope
 from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.store.base import TranscriptItem
 from reverie.testing import ScriptedModel, call, reply
+from runtime.runtime_support import STARTUP_S, Held
 
 SCOPE = Scope(tenant="acme", user="ana")
-STARTUP_S = 60
-"""How long a held call, a child process or a result may take to show up (start-up only)."""
 
 POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
 
 Send = Callable[[str, str, str], Awaitable[None]]
 """``send(run_id, what, text)``: the other writer sends ``what`` (steering, follow_up, cancel,
 stop) to the run, and returns once it is committed."""
-
-
-class Held:
-    """A pure tool whose every call waits until released; counts its calls."""
-
-    def __init__(self) -> None:
-        self.running = asyncio.Event()
-        self.release = asyncio.Event()
-        self.runs = 0
-
-        @tool(effects=set())
-        async def look(n: int) -> str:
-            """Look at n."""
-            self.runs += 1
-            self.running.set()
-            await self.release.wait()
-            self.release.clear()
-            return f"saw {n}"
-
-        self.tool = look
-
-    async def wait_running(self) -> None:
-        await asyncio.wait_for(self.running.wait(), STARTUP_S)
-        self.running.clear()
 
 
 async def _send_with(rt: Runtime, run_id: str, what: str, text: str) -> None:
@@ -161,25 +137,50 @@ def user_texts(request: ModelRequest) -> list[str]:
 Database = Callable[[Path], contextlib.AbstractAsyncContextManager[str]]
 
 
+Script = Callable[[ModelRequest], ModelResponse]
+
+
+async def sent_during_waves(
+    database: Database,
+    writer: Writer,
+    tmp_path: Path,
+    script: Script,
+    sends: list[tuple[str, str]],
+) -> tuple[list[ModelRequest], RunResult, list[TranscriptItem]]:
+    """Run an agent whose calls are held; the other writer sends ``sends[k]`` while call k waits.
+
+    Returns the requests the model saw, the result and the thread's rows.
+    """
+    held = Held()
+    requests: list[ModelRequest] = []
+
+    def recorded(request: ModelRequest) -> ModelResponse:
+        requests.append(request)
+        return script(request)
+
+    agent = Agent(name="watched", model=ScriptedModel(recorded), tools=[held.tool])
+    async with database(tmp_path) as url, Runtime.open(url) as rt, writer(url) as send:
+        handle = await rt.start(agent, "go", scope=SCOPE)
+        for what, text in sends:
+            await held.wait_running()
+            await send(handle.run_id, what, text)
+            held.release.set()
+        result = await asyncio.wait_for(handle.result(), STARTUP_S)
+        items = await rt.runs.thread_items(result.thread_id)
+    return requests, result, items
+
+
+def look_once(request: ModelRequest) -> ModelResponse:
+    return reply("done") if tool_texts(request) else call("look", n=1)
+
+
 @pytest.mark.parametrize(("database", "writer"), WRITERS)
 async def test_steering_from_another_writer_during_a_harmless_wave_reaches_the_next_model_call(
     database: Database, writer: Writer, tmp_path: Path
 ) -> None:
-    held = Held()
-    requests: list[ModelRequest] = []
-
-    def script(request: ModelRequest) -> ModelResponse:
-        requests.append(request)
-        return reply("done") if tool_texts(request) else call("look", n=1)
-
-    agent = Agent(name="steered", model=ScriptedModel(script), tools=[held.tool])
-    async with database(tmp_path) as url, Runtime.open(url) as rt, writer(url) as send:
-        handle = await rt.start(agent, "go", scope=SCOPE)
-        await held.wait_running()
-        await send(handle.run_id, "steering", "also mind X")
-        held.release.set()
-        result = await asyncio.wait_for(handle.result(), STARTUP_S)
-        items = await rt.runs.thread_items(result.thread_id)
+    requests, result, items = await sent_during_waves(
+        database, writer, tmp_path, look_once, [("steering", "also mind X")]
+    )
     assert result.status == "completed", result.exit
     assert [user_texts(r) for r in requests] == [["go"], ["go", "also mind X"]]
     assert [i.content for i in items if i.role == "user"] == ["go", "also mind X"]
@@ -189,57 +190,34 @@ async def test_steering_from_another_writer_during_a_harmless_wave_reaches_the_n
 async def test_steering_from_another_writer_at_every_step_reaches_each_next_model_call_once(
     database: Database, writer: Writer, tmp_path: Path
 ) -> None:
-    held = Held()
-    requests: list[ModelRequest] = []
     steps = 4
 
-    def script(request: ModelRequest) -> ModelResponse:
-        requests.append(request)
+    def look_steps(request: ModelRequest) -> ModelResponse:
         done = len(tool_texts(request))
         return reply("done") if done == steps else call("look", n=done + 1)
 
-    agent = Agent(name="steered", model=ScriptedModel(script), tools=[held.tool])
-    async with database(tmp_path) as url, Runtime.open(url) as rt, writer(url) as send:
-        handle = await rt.start(agent, "go", scope=SCOPE)
-        for step in range(1, steps + 1):
-            await held.wait_running()
-            await send(handle.run_id, "steering", f"note {step}")
-            held.release.set()
-        result = await asyncio.wait_for(handle.result(), STARTUP_S)
-        items = await rt.runs.thread_items(result.thread_id)
+    notes = [f"note {k}" for k in range(1, steps + 1)]
+    requests, result, items = await sent_during_waves(
+        database, writer, tmp_path, look_steps, [("steering", note) for note in notes]
+    )
     assert result.status == "completed", result.exit
     # The model call after step k has seen notes 1..k, each once.
-    assert [user_texts(r) for r in requests] == [
-        ["go", *(f"note {k}" for k in range(1, n + 1))] for n in range(steps + 1)
-    ]
-    assert [i.content for i in items if i.role == "user"] == [
-        "go",
-        *(f"note {k}" for k in range(1, steps + 1)),
-    ]
-    assert held.runs == steps
+    assert [user_texts(r) for r in requests] == [["go", *notes[:n]] for n in range(steps + 1)]
+    assert [i.content for i in items if i.role == "user"] == ["go", *notes]
 
 
 @pytest.mark.parametrize(("database", "writer"), WRITERS)
 async def test_a_follow_up_from_another_writer_during_a_harmless_wave_is_answered_once(
     database: Database, writer: Writer, tmp_path: Path
 ) -> None:
-    held = Held()
-    requests: list[ModelRequest] = []
-
-    def script(request: ModelRequest) -> ModelResponse:
-        requests.append(request)
+    def followed(request: ModelRequest) -> ModelResponse:
         if not tool_texts(request):
             return call("look", n=1)
         return reply("and more") if "more please" in user_texts(request) else reply("first")
 
-    agent = Agent(name="followed", model=ScriptedModel(script), tools=[held.tool])
-    async with database(tmp_path) as url, Runtime.open(url) as rt, writer(url) as send:
-        handle = await rt.start(agent, "go", scope=SCOPE)
-        await held.wait_running()
-        await send(handle.run_id, "follow_up", "more please")
-        held.release.set()
-        result = await asyncio.wait_for(handle.result(), STARTUP_S)
-        items = await rt.runs.thread_items(result.thread_id)
+    requests, result, items = await sent_during_waves(
+        database, writer, tmp_path, followed, [("follow_up", "more please")]
+    )
     assert (result.status, result.text) == ("completed", "and more")
     # Not steering: the reply comes first, then the follow-up is answered, once.
     assert [user_texts(r) for r in requests] == [["go"], ["go"], ["go", "more please"]]
@@ -250,20 +228,9 @@ async def test_a_follow_up_from_another_writer_during_a_harmless_wave_is_answere
 async def test_a_cancel_from_another_writer_during_a_harmless_wave_stops_the_next_model_call(
     database: Database, writer: Writer, tmp_path: Path
 ) -> None:
-    held = Held()
-    requests: list[ModelRequest] = []
-
-    def script(request: ModelRequest) -> ModelResponse:
-        requests.append(request)
-        return reply("done") if tool_texts(request) else call("look", n=1)
-
-    agent = Agent(name="cancelled", model=ScriptedModel(script), tools=[held.tool])
-    async with database(tmp_path) as url, Runtime.open(url) as rt, writer(url) as send:
-        handle = await rt.start(agent, "go", scope=SCOPE)
-        await held.wait_running()
-        await send(handle.run_id, "cancel", "from elsewhere")
-        held.release.set()
-        result = await asyncio.wait_for(handle.result(), STARTUP_S)
+    requests, result, _ = await sent_during_waves(
+        database, writer, tmp_path, look_once, [("cancel", "from elsewhere")]
+    )
     assert (result.status, getattr(result.exit, "reason", None)) == (
         "cancelled",
         "from elsewhere",
@@ -275,20 +242,12 @@ async def test_a_cancel_from_another_writer_during_a_harmless_wave_stops_the_nex
 async def test_a_graceful_stop_from_another_writer_during_a_harmless_wave_goes_to_the_finalizer(
     database: Database, writer: Writer, tmp_path: Path
 ) -> None:
-    held = Held()
-    requests: list[ModelRequest] = []
+    def until_stopped(request: ModelRequest) -> ModelResponse:
+        return reply("summary") if request.tools is None else call("look", n=1)
 
-    def script(request: ModelRequest) -> ModelResponse:
-        requests.append(request)
-        return reply("summary") if request.tools is None else call("look", n=len(requests))
-
-    agent = Agent(name="stopped", model=ScriptedModel(script), tools=[held.tool])
-    async with database(tmp_path) as url, Runtime.open(url) as rt, writer(url) as send:
-        handle = await rt.start(agent, "go", scope=SCOPE)
-        await held.wait_running()
-        await send(handle.run_id, "stop", "")
-        held.release.set()
-        result = await asyncio.wait_for(handle.result(), STARTUP_S)
+    requests, result, _ = await sent_during_waves(
+        database, writer, tmp_path, until_stopped, [("stop", "")]
+    )
     assert (result.status, getattr(result.exit, "reason", None)) == ("completed", "host")
     # The very next model call is the finalizer's (no tools), with the wave's result in it.
     assert [r.tools is None for r in requests] == [False, True]
