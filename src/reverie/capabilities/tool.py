@@ -49,9 +49,9 @@ TOOL_NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 DEFAULT_TIMEOUT_S = 60.0
 
 _NOT_AWAITABLE = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+"""Exact result types that cannot be awaitable (checked before the general test)."""
 _call_completed = maker(CallCompleted)
 """Builds each call's outcome (a class call with keywords costs more)."""
-"""Exact result types that cannot be awaitable (checked before the general test)."""
 
 
 @runtime_checkable

@@ -361,6 +361,18 @@ class MemoryStore(MemoryDocuments):
         fence: int | None,
         exit: Mapping[str, Any] | None = None,
     ) -> RunRecord:
+        return await self._write_status(run_id, status, fence=fence, exit=exit)
+
+    async def _write_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        fence: int | None,
+        exit: Mapping[str, Any] | None,
+        **more: Any,
+    ) -> RunRecord:
+        """The run's status (and exit, if given) written under ``fence``, with ``more`` fields."""
         run = await self.get_run(run_id)
         self._check_fence(run_id, fence)
         rec = fast_replace(
@@ -368,6 +380,7 @@ class MemoryStore(MemoryDocuments):
             status=status,
             exit=dict(exit) if exit is not None else run.exit,
             updated_at=_now(),
+            **more,
         )
         self._runs[run_id] = rec
         return rec
@@ -452,17 +465,9 @@ class MemoryStore(MemoryDocuments):
         exit: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         check_segment_end(status)
-        run = await self.get_run(run_id)
-        self._check_fence(run_id, fence)
-        rec = fast_replace(
-            run,
-            status=status,
-            exit=dict(exit) if exit is not None else run.exit,
-            updated_at=_now(),
-            lease_owner=None,
-            lease_expires_at=None,
+        rec = await self._write_status(
+            run_id, status, fence=fence, exit=exit, lease_owner=None, lease_expires_at=None
         )
-        self._runs[run_id] = rec
         if status in TERMINAL_STATUSES:
             self._sealed.add(run_id)
         return rec
