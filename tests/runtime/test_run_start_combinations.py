@@ -12,12 +12,14 @@ caller's own store operation may let it start first).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reverie import Agent, Runtime, Scope
+from reverie import Agent, RunHandle, RunResult, Runtime, Scope
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.store.memory import MemoryStore
 from reverie.store.sqlite import SQLiteStore
@@ -65,57 +67,70 @@ async def released(rt: Runtime, run_id: str) -> Any:
     return run
 
 
-async def test_a_run_cancelled_right_after_its_start_ends_cancelled_with_no_reply(
-    kind: str, tmp_path: Path
-) -> None:
+@dataclass
+class Acted:
+    """What a run started with its segment came to, after the caller acted on its handle."""
+
+    store: CountingStore
+    model: Recording
+    result: RunResult
+    run: Any
+    """The stored run record, its lease given back."""
+    rows: list[Any]
+    """The thread's rows."""
+    stored: RunResult
+    """The result as read back from the store."""
+
+    @property
+    def texts(self) -> list[str]:
+        return [str(r.content) for r in self.rows if r.role == "user"]
+
+
+async def acted_on_at_start(
+    kind: str, tmp_path: Path, act: Callable[[RunHandle], Awaitable[Any]]
+) -> Acted:
+    """Start a run whose first model answer is held, ``act`` on its handle, then let it go."""
     store = backend(kind, tmp_path)
     model = Recording()
     async with Runtime(store) as rt:
         handle = await rt.start(Agent(name="a", model=ScriptedModel(model)), "go", scope=SCOPE)
-        await handle.cancel()
+        await act(handle)
         model.go.set()
         result = await asyncio.wait_for(handle.result(), WAIT_S)
         run = await released(rt, handle.run_id)
         rows = await rt.store.thread_items(handle.thread_id)
-    assert (result.status, run.status) == ("cancelled", "cancelled")
-    assert [r.role for r in rows] == ["user"]  # no answer of the model was kept
-    assert len(model.requests) <= 1
+        stored = await rt.get_result(handle.run_id)
+    return Acted(store, model, result, run, rows, stored)
+
+
+async def test_a_run_cancelled_right_after_its_start_ends_cancelled_with_no_reply(
+    kind: str, tmp_path: Path
+) -> None:
+    done = await acted_on_at_start(kind, tmp_path, lambda h: h.cancel())
+    assert (done.result.status, done.run.status) == ("cancelled", "cancelled")
+    assert [r.role for r in done.rows] == ["user"]  # no answer of the model was kept
+    assert len(done.model.requests) <= 1
     if kind == "memory":
-        assert model.requests == []  # cancelled before its segment's task first ran
-    assert store.counts["start_segment"] == 1
+        assert done.model.requests == []  # cancelled before its segment's task first ran
+    assert done.store.counts["start_segment"] == 1
 
 
 async def test_a_graceful_stop_before_its_started_segment_ran_still_ends_the_run_once(
     kind: str, tmp_path: Path
 ) -> None:
-    store = backend(kind, tmp_path)
-    model = Recording()
-    async with Runtime(store) as rt:
-        handle = await rt.start(Agent(name="a", model=ScriptedModel(model)), "go", scope=SCOPE)
-        await handle.request_graceful_stop()
-        model.go.set()
-        result = await asyncio.wait_for(handle.result(), WAIT_S)
-        run = await released(rt, handle.run_id)
-        stored = await rt.get_result(handle.run_id)
-    assert run.status == result.status == stored.status
-    assert result.status in ("completed", "stopped")
-    assert len(model.requests) <= 2  # the held call and the finalizer's at most
-    assert store.counts["end_segment"] == 1
+    done = await acted_on_at_start(kind, tmp_path, lambda h: h.request_graceful_stop())
+    assert done.run.status == done.result.status == done.stored.status
+    assert done.result.status in ("completed", "stopped")
+    assert len(done.model.requests) <= 2  # the held call and the finalizer's at most
+    assert done.store.counts["end_segment"] == 1
 
 
 async def test_steering_sent_before_its_started_segment_ran_is_delivered_once(
     kind: str, tmp_path: Path
 ) -> None:
-    store = backend(kind, tmp_path)
-    model = Recording()
-    async with Runtime(store) as rt:
-        handle = await rt.start(Agent(name="a", model=ScriptedModel(model)), "go", scope=SCOPE)
-        await handle.steer("and be brief")
-        model.go.set()
-        result = await asyncio.wait_for(handle.result(), WAIT_S)
-        texts = await user_texts(rt, handle.thread_id)
-        await released(rt, handle.run_id)
-    assert result.status == "completed"
+    done = await acted_on_at_start(kind, tmp_path, lambda h: h.steer("and be brief"))
+    texts, model = done.texts, done.model
+    assert done.result.status == "completed"
     assert texts.count("and be brief") == 1
     assert texts.index("go") < texts.index("and be brief")
     # The steering reached a model call, and no request carried it twice.
@@ -126,20 +141,13 @@ async def test_steering_sent_before_its_started_segment_ran_is_delivered_once(
 async def test_a_follow_up_sent_before_its_started_segment_ran_is_answered_once_after_the_reply(
     kind: str, tmp_path: Path
 ) -> None:
-    store = backend(kind, tmp_path)
-    model = Recording()
-    async with Runtime(store) as rt:
-        handle = await rt.start(Agent(name="a", model=ScriptedModel(model)), "go", scope=SCOPE)
-        await handle.follow_up("one more thing")
-        model.go.set()
-        result = await asyncio.wait_for(handle.result(), WAIT_S)
-        texts = await user_texts(rt, handle.thread_id)
-        await released(rt, handle.run_id)
-    assert result.status == "completed"
-    assert texts == ["go", "one more thing"]
+    done = await acted_on_at_start(kind, tmp_path, lambda h: h.follow_up("one more thing"))
+    model = done.model
+    assert done.result.status == "completed"
+    assert done.texts == ["go", "one more thing"]
     assert model.texts(0) == ["go"]
     assert model.texts(-1) == ["go", "one more thing"]
-    assert result.text == f"reply-{len(model.requests)}"
+    assert done.result.text == f"reply-{len(model.requests)}"
 
 
 async def test_an_interrupting_start_before_the_first_runs_segment_ran_cancels_it_and_runs(

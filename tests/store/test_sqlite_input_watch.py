@@ -10,9 +10,11 @@ before the poll is seen by it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -173,6 +175,36 @@ async def test_an_input_another_process_enqueues_after_a_step_commit_is_polled(
         assert [r.input_id for r in polled] == ["in-far"]
 
 
+@contextlib.contextmanager
+def _foreign_input_at_settle(
+    store: SQLiteStore, path: Path, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[bool]]:
+    """Another connection commits an input for the run just after this store's next loop
+    ``COMMIT``, before the input watch reads the header that follows; yields what the watch
+    was told of that commit (whether it wrote), once it settled."""
+    watch = store._watch
+    settle = watch.settle
+    foreign = sqlite3.connect(path, isolation_level=None)
+    wrote_flags: list[bool] = []
+
+    def settle_late(before: bytes | None, *, wrote: bool) -> None:
+        if not wrote_flags:  # the COMMIT returned; the header is read next
+            foreign.execute(
+                "INSERT INTO inputs (run_id, cursor, input_id, kind, payload, created_at)"
+                " VALUES (?, 1, 'in-race', 'steering', '{}', 0)",
+                (run_id,),
+            )
+        wrote_flags.append(wrote)
+        settle(before, wrote=wrote)
+
+    monkeypatch.setattr(watch, "settle", settle_late)
+    try:
+        yield wrote_flags
+    finally:
+        monkeypatch.undo()
+        foreign.close()
+
+
 async def test_a_foreign_commit_landing_just_after_ours_is_not_taken_for_ours(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,27 +214,8 @@ async def test_a_foreign_commit_landing_just_after_ours_is_not_taken_for_ours(
     async with SQLiteStore(path) as store:
         thread_id, run_id, fence = await _leased_run(store)
         await _step(store, thread_id, run_id, fence, 0)
-        watch = store._watch
-        settle = watch.settle
-        foreign = sqlite3.connect(path, isolation_level=None)
-        raced: list[bool] = []
-
-        def settle_late(before: bytes | None, *, wrote: bool) -> None:
-            if not raced:  # the step's COMMIT returned; the header is read next
-                foreign.execute(
-                    "INSERT INTO inputs (run_id, cursor, input_id, kind, payload, created_at)"
-                    " VALUES (?, 1, 'in-race', 'steering', '{}', 0)",
-                    (run_id,),
-                )
-                raced.append(True)
-            settle(before, wrote=wrote)
-
-        monkeypatch.setattr(watch, "settle", settle_late)
-        try:
+        with _foreign_input_at_settle(store, path, run_id, monkeypatch) as raced:
             await _step(store, thread_id, run_id, fence, 0)
-        finally:
-            monkeypatch.undo()
-            foreign.close()
         assert raced
         assert [r.input_id for r in await store.poll_inputs(run_id, after_cursor=0)] == ["in-race"]
 
@@ -216,26 +229,8 @@ async def test_a_foreign_commit_after_a_commit_that_wrote_nothing_is_not_taken_f
     async with SQLiteStore(path) as store:
         thread_id, run_id, fence = await _leased_run(store)
         await _step(store, thread_id, run_id, fence, 0)
-        watch = store._watch
-        settle = watch.settle
-        foreign = sqlite3.connect(path, isolation_level=None)
-        seen: list[bool] = []
-
-        def settle_late(before: bytes | None, *, wrote: bool) -> None:
-            seen.append(wrote)
-            foreign.execute(
-                "INSERT INTO inputs (run_id, cursor, input_id, kind, payload, created_at)"
-                " VALUES (?, 1, 'in-race', 'steering', '{}', 0)",
-                (run_id,),
-            )
-            settle(before, wrote=wrote)
-
-        monkeypatch.setattr(watch, "settle", settle_late)
-        try:
+        with _foreign_input_at_settle(store, path, run_id, monkeypatch) as seen:
             await store.create_thread(thread_id, ANA)  # exists: nothing written
-        finally:
-            monkeypatch.undo()
-            foreign.close()
         assert seen == [False]
         assert [r.input_id for r in await store.poll_inputs(run_id, after_cursor=0)] == ["in-race"]
 
