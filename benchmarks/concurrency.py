@@ -1,7 +1,7 @@
 """Many concurrent runs in one process (DESIGN §18; issue 11's targets).
 
     python benchmarks/concurrency.py [--runs 1000] [--steps 5] [--latency-ms 20] [--gc MODE]
-        [--postgres URL [--pg-connections 8]]
+        [--postgres URL [--pg-connections 8]] [--processes K]
 
 Each run makes ``steps`` tool calls against a model that takes ``latency`` per answer, so the
 ideal wall time is (steps + 1) x latency. The runs are started concurrently (``Runtime.start``
@@ -19,6 +19,13 @@ model call.
 with a store of ``--pg-connections`` connections: every operation of the 1,000 runs waits its
 turn for one of them (no timeout, so no pool exhaustion error), and the figure says how long.
 
+``--processes K`` (K >= 2) spreads the runs over K worker processes instead, each with its own
+runtime on the one store (one SQLite file; one PostgreSQL schema; an in-memory store each, since
+a memory store is not shared), as K ``reverie worker`` processes or K servers would. The clock
+runs from the moment every process has opened its runtime to the last result of any of them,
+and the CPU is the sum over the processes. The store is migrated by this process first, so the
+figure holds no schema set-up.
+
 ``--gc default`` keeps Python's collector settings; ``--gc server`` applies what ``reverie
 serve`` and ``reverie worker`` do after start-up (``gc.freeze()`` and the server thresholds,
 ``reverie.runtime.gc_tuning``); ``--gc both`` measures default, then server, in one process.
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import multiprocessing
 import tempfile
 import time
 from pathlib import Path
@@ -149,6 +157,148 @@ async def reverie_runs(
     return elapsed, cpu, in_gc, (full, fulls)
 
 
+def _worker(
+    url: str,
+    runs: int,
+    first: int,
+    steps: int,
+    latency: float,
+    gc_mode: str,
+    pg_connections: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One of ``--processes``: its share of the runs, reported as (end, CPU, short runs)."""
+    if gc_mode == "server":
+        tune_gc_for_server()
+    asyncio.run(_worker_runs(url, runs, first, steps, latency, pg_connections, barrier, results))
+
+
+def _open(url: str, runs: int, pg_connections: int) -> Any:
+    if url.startswith("postgresql://"):
+        from reverie.store.postgres import PostgresStore
+
+        return Runtime(PostgresStore(url, max_connections=pg_connections), max_concurrent_runs=runs)
+    return Runtime.open(url, max_concurrent_runs=runs)
+
+
+async def _worker_runs(
+    url: str,
+    runs: int,
+    first: int,
+    steps: int,
+    latency: float,
+    pg_connections: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    model = Counted(steps, latency)
+    agent = Agent(
+        name="bench",
+        model=ScriptedModel(model),
+        tools=[bump],
+        limits=Limits(max_iterations=steps + 5),
+    )
+    async with _open(url, runs, pg_connections) as rt:
+        # One run before the clock, so the process's first-use costs (imports, schema
+        # builds) are not in its share; the single-process figure pays them once for all.
+        await rt.run(agent, "go", scope=Scope(tenant="b", user=f"warm{first}"))
+        model.calls = 0
+        barrier.wait()  # every process has its runtime open: the clock starts
+        cpu = time.process_time()
+        handles = await asyncio.gather(
+            *(
+                rt.start(agent, "go", scope=Scope(tenant="b", user=f"u{first + i}"))
+                for i in range(runs)
+            )
+        )
+        done = await asyncio.gather(*(h.result() for h in handles))
+        end, cpu = time.monotonic(), time.process_time() - cpu
+    short = sum(1 for r in done if r.status != "completed" or r.usage.model_calls != steps + 1)
+    results.put((end, cpu, short + (0 if model.calls == runs * (steps + 1) else 1)))
+
+
+async def spread_runs(
+    runs: int,
+    steps: int,
+    latency: float,
+    url: str,
+    processes: int,
+    gc_mode: str,
+    *,
+    pg_connections: int = 8,
+) -> tuple[float, float]:
+    """``runs`` spread over ``processes`` worker processes on one store: (wall, CPU summed)."""
+    async with _open(url, 1, pg_connections):
+        pass  # migrate once, here, outside every clock
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(processes + 1), ctx.Queue()
+    sync = (barrier, results)
+    shares = [runs // processes + (1 if k < runs % processes else 0) for k in range(processes)]
+    workers = [
+        ctx.Process(
+            target=_worker,
+            args=(url, share, sum(shares[:k]), steps, latency, gc_mode, pg_connections, *sync),
+        )
+        for k, share in enumerate(shares)
+    ]
+    for w in workers:
+        w.start()
+    await asyncio.to_thread(barrier.wait)
+    start = time.monotonic()
+    reports = [await asyncio.to_thread(results.get) for _ in workers]
+    for w in workers:
+        await asyncio.to_thread(w.join)
+    if any(short for _, _, short in reports) or any(w.exitcode for w in workers):
+        raise SystemExit(f"FAILED ({url}): a worker process's runs did not all complete")
+    return max(end for end, _, _ in reports) - start, sum(cpu for _, cpu, _ in reports)
+
+
+async def measure_spread(
+    runs: int,
+    steps: int,
+    latency_ms: float,
+    gc_mode: str,
+    processes: int,
+    postgres: str | None = None,
+    pg_connections: int = 8,
+) -> None:
+    latency = latency_ms / 1000
+    ideal = (steps + 1) * latency
+    rows = [
+        (
+            "reverie in-memory",
+            await spread_runs(runs, steps, latency, ":memory:", processes, gc_mode),
+        )
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{Path(tmp) / 'c.db'}"
+        rows.append(
+            ("reverie SQLite", await spread_runs(runs, steps, latency, url, processes, gc_mode))
+        )
+    if postgres is not None:
+        from reverie.store.postgres import temporary_schema
+
+        async with temporary_schema(postgres, prefix="reverie_bench") as scoped:
+            figures = await spread_runs(
+                runs, steps, latency, scoped, processes, gc_mode, pg_connections=pg_connections
+            )
+        rows.append(("reverie PostgreSQL", figures))
+        print(f"(PostgreSQL: a store of {pg_connections} connections in each process)")
+    print(
+        f"{runs} runs x {steps} tool steps over {processes} processes, model latency "
+        f"{latency_ms:.0f} ms (ideal wall {ideal * 1e3:.0f} ms), gc {gc_mode}"
+    )
+    for label, (wall, cpu) in rows:
+        target = TARGETS_S.get(label) if (runs, steps, latency_ms) == (1000, 5, 20) else None
+        vs = f"   {wall / target:5.2f}x target {target:.1f} s" if target else ""
+        print(
+            f"  {label:<18} {wall * 1e3:9.0f} ms   {wall / ideal:6.1f}x ideal{vs}\n"
+            f"  {'':<18} cpu {cpu * 1e3:.0f} ms in all processes "
+            f"({cpu / runs * 1e6:.0f} us per run)"
+        )
+
+
 async def measure(
     runs: int,
     steps: int,
@@ -196,9 +346,13 @@ async def main(
     gc_mode: str,
     postgres: str | None = None,
     pg_connections: int = 8,
+    processes: int = 1,
 ) -> None:
     modes = ["default", "server"] if gc_mode == "both" else [gc_mode]
     for mode in modes:
+        if processes > 1:
+            await measure_spread(runs, steps, latency_ms, mode, processes, postgres, pg_connections)
+            continue
         if mode == "server":
             tune_gc_for_server()
         await measure(runs, steps, latency_ms, mode, postgres, pg_connections)
@@ -212,5 +366,10 @@ if __name__ == "__main__":
     parser.add_argument("--gc", choices=("default", "server", "both"), default="default")
     parser.add_argument("--postgres", metavar="URL", help="also measure PostgreSQL at URL")
     parser.add_argument("--pg-connections", type=int, default=8, help="PostgreSQL pool size")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="spread the runs over this many processes"
+    )
     a = parser.parse_args()
-    asyncio.run(main(a.runs, a.steps, a.latency_ms, a.gc, a.postgres, a.pg_connections))
+    asyncio.run(
+        main(a.runs, a.steps, a.latency_ms, a.gc, a.postgres, a.pg_connections, a.processes)
+    )
