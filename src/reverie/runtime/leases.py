@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from reverie.core.transcript import NewItem
@@ -86,22 +85,23 @@ class Renewer:
         """(run id, fence) → when it was last taken or renewed (the loop's clock)."""
         self._task: asyncio.Task[None] | None = None
 
-    @contextlib.asynccontextmanager
-    async def held(self, run_id: str, fence: int) -> AsyncIterator[None]:
-        """Renew the lease ``fence`` of ``run_id`` while the body runs."""
+    def hold(self, run_id: str, fence: int) -> None:
+        """Renew the lease ``fence`` of ``run_id`` until :meth:`let_go`.
+
+        (Two plain calls, not a context manager: no generator and no coroutine per segment.)
+        """
         loop = asyncio.get_running_loop()
-        key = (run_id, fence)
-        self._held[key] = loop.time()
+        self._held[(run_id, fence)] = loop.time()
         if self._task is None or self._task.done():  # (a task that died is started again)
             self._task = loop.create_task(self._renew())
-        try:
-            yield
-        finally:
-            self._held.pop(key, None)
-            if not self._held and self._task is not None:
-                # Nothing left to renew: the task stops now rather than at its next wake.
-                task, self._task = self._task, None
-                task.cancel()
+
+    def let_go(self, run_id: str, fence: int) -> None:
+        """Stop renewing the lease ``fence`` of ``run_id``."""
+        self._held.pop((run_id, fence), None)
+        if not self._held and self._task is not None:
+            # Nothing left to renew: the task stops now rather than at its next wake.
+            task, self._task = self._task, None
+            task.cancel()
 
     async def _renew(self) -> None:
         loop = asyncio.get_running_loop()
@@ -226,9 +226,13 @@ class Leases:
                 raise
             return await lease(owner, holder)
 
-    def heartbeat(self, run_id: str, fence: int) -> contextlib.AbstractAsyncContextManager[None]:
-        """Renew the lease while the body runs (see :class:`Renewer`)."""
-        return self._renewer.held(run_id, fence)
+    def renew(self, run_id: str, fence: int) -> None:
+        """Renew the lease from now until :meth:`stop_renewing` (see :class:`Renewer`)."""
+        self._renewer.hold(run_id, fence)
+
+    def stop_renewing(self, run_id: str, fence: int) -> None:
+        """Stop renewing the lease (the caller does, in a ``finally``)."""
+        self._renewer.let_go(run_id, fence)
 
     async def release(self, run_id: str, fence: int) -> None:
         """Give the lease up."""

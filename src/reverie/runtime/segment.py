@@ -78,19 +78,6 @@ class ActiveSegment:
     """The segment the run's start began (its lease and a slot held), until it advances."""
 
 
-class _HeldSlot:
-    """A slot of ``max_concurrent_runs`` taken already: given back when the segment ends."""
-
-    def __init__(self, slots: asyncio.Semaphore) -> None:
-        self._slots = slots
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._slots.release()
-
-
 class SegmentRunner:
     """Advances one segment of a run (see the module docstring); one per runtime."""
 
@@ -197,12 +184,15 @@ class SegmentRunner:
 
     async def _drive(self, run: RunRecord, active: ActiveSegment, *, resumed: bool) -> None:
         run_id = run.run_id
-        slot = self._slots if active.begun is None else _HeldSlot(self._slots)
         try:
-            async with slot:
+            if active.begun is None:  # (a segment begun with its run holds its slot already)
+                await self._slots.acquire()
+            try:
                 result = await self.advance(run, active, resumed=resumed)
                 if result.status == "blocked":
                     result = await self._unless_cancelled(run, active, result)
+            finally:
+                self._slots.release()
             if not active.done.done():
                 active.done.set_result(result)
         except BaseException as exc:
@@ -379,17 +369,19 @@ class SegmentRunner:
             )
             traced = segment.instrument(host, state)
             config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
-            async with self._leases.heartbeat(run_id, fence):
-                try:
-                    exit_, _ = await run_loop(traced, family, state, config)
-                except (LeaseLost, TranscriptConflict):
-                    raise
-                except Exception as exc:  # a bug below the loop: recorded, never a crash
-                    log.exception("run %s: unexpected error in the loop", run_id)
-                    exit_ = Failed(
-                        kind="driver_bug",
-                        safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
-                    )
+            self._leases.renew(run_id, fence)
+            try:
+                exit_, _ = await run_loop(traced, family, state, config)
+            except (LeaseLost, TranscriptConflict):
+                raise
+            except Exception as exc:  # a bug below the loop: recorded, never a crash
+                log.exception("run %s: unexpected error in the loop", run_id)
+                exit_ = Failed(
+                    kind="driver_bug",
+                    safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
+                )
+            finally:
+                self._leases.stop_renewing(run_id, fence)
             await ctx.drain_observers()
             return segment.finished(await end(exit_, hooks=dispatcher, known=ctx.segment.committed))
         finally:
