@@ -67,13 +67,14 @@ def owner_gone(owner: str | None) -> bool:
 
 
 class Renewer:
-    """Renews the leases of every segment one runtime advances, from one task.
+    """Renews the leases of every segment one runtime advances, together.
 
     A lease is renewed at most :attr:`every` (a third of its lifetime, as a heartbeat task per
-    segment did) after it was taken or last renewed: the task wakes every half of that and
-    renews, together, every lease at least that half old (on SQLite one group commit). A
-    renewal refused with ``LeaseLost`` stops renewing that lease (the segment's next fenced
-    write fails); another failure is tried again at the next wake.
+    segment did) after it was taken or last renewed: a timer wakes every half of that while a
+    lease is held, and a task renews, together, every lease at least that half old (on SQLite
+    one group commit). A renewal refused with ``LeaseLost`` stops renewing that lease (the
+    segment's next fenced write fails); another failure is tried again at the next wake. A
+    segment shorter than a wake costs a timer, never a task.
     """
 
     def __init__(self, store: Store, *, ttl_s: float) -> None:
@@ -83,7 +84,10 @@ class Renewer:
         """The longest a lease goes without a renewal."""
         self._held: dict[tuple[str, int], float] = {}
         """(run id, fence) → when it was last taken or renewed (the loop's clock)."""
+        self._timer: asyncio.TimerHandle | None = None
+        """The next wake, while a lease is held and no renewal runs."""
         self._task: asyncio.Task[None] | None = None
+        """The renewal running now, if any (it sets the next wake when it ends)."""
 
     def hold(self, run_id: str, fence: int) -> None:
         """Renew the lease ``fence`` of ``run_id`` until :meth:`let_go`.
@@ -92,25 +96,34 @@ class Renewer:
         """
         loop = asyncio.get_running_loop()
         self._held[(run_id, fence)] = loop.time()
-        if self._task is None or self._task.done():  # (a task that died is started again)
-            self._task = loop.create_task(self._renew())
+        if self._timer is None and self._task is None:
+            self._timer = loop.call_later(self.every / 2, self._wake)
 
     def let_go(self, run_id: str, fence: int) -> None:
         """Stop renewing the lease ``fence`` of ``run_id``."""
         self._held.pop((run_id, fence), None)
-        if not self._held and self._task is not None:
-            # Nothing left to renew: the task stops now rather than at its next wake.
+        if self._held:
+            return
+        # Nothing left to renew: no wake is left pending, and a renewal running stops now.
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:
             task, self._task = self._task, None
             task.cancel()
 
-    async def _renew(self) -> None:
+    def _wake(self) -> None:
+        self._timer = None
         loop = asyncio.get_running_loop()
-        while self._held:
-            await asyncio.sleep(self.every / 2)
-            now = loop.time()
-            due = [key for key, since in self._held.items() if now - since >= self.every / 2]
-            if not due:
-                continue
+        now = loop.time()
+        due = [key for key, since in self._held.items() if now - since >= self.every / 2]
+        if due:
+            self._task = loop.create_task(self._renew(due, now))
+        elif self._held:
+            self._timer = loop.call_later(self.every / 2, self._wake)
+
+    async def _renew(self, due: list[tuple[str, int]], now: float) -> None:
+        try:
             outcomes = await asyncio.gather(
                 *(
                     self._store.renew_lease(run_id, fence, ttl_s=self.ttl_s, now=time.time())
@@ -125,6 +138,11 @@ class Renewer:
                     del self._held[key]  # taken over: renewing it again cannot succeed
                 elif not isinstance(outcome, BaseException):
                     self._held[key] = now
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+                if self._held:
+                    self._timer = asyncio.get_running_loop().call_later(self.every / 2, self._wake)
 
 
 def lease_live(run: RunRecord, now: float | None = None) -> bool:
