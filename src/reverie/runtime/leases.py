@@ -205,7 +205,7 @@ class Leases:
 
         return await self._taking_over(run, begin)
 
-    async def start(
+    def start(
         self,
         store: SegmentStarts,
         run: RunRecord,
@@ -213,10 +213,13 @@ class Leases:
         *,
         create_thread: bool,
         window: int,
-    ) -> SegmentStart:
+    ) -> Awaitable[SegmentStart]:
         """Start ``run`` leased for this runtime and begin its segment: one transaction
-        (``SegmentStarts.start_segment``; a new run has no owner to take over from)."""
-        return await store.start_segment(
+        (``SegmentStarts.start_segment``; a new run has no owner to take over from).
+
+        The store's own awaitable (no coroutine of this one's around it, at every run start).
+        """
+        return store.start_segment(
             run,
             items,
             owner=self.owner or new_owner(),
