@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import RunStarted
-from reverie.core.exits import Failed, LoopExit
+from reverie.core.exits import Failed
 from reverie.core.transcript import NewItem
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost, TranscriptConflict
@@ -301,14 +301,8 @@ class SegmentRunner:
         if start is None:
             start = await self._leases.begin(run, window=MIN_CAPACITY)
         fence = start.fence
-        released = False  # the exit's store operation gives the lease up with the status
-
-        async def end(exit_: LoopExit, **kwargs: Any) -> RunResult:
-            nonlocal released
-            result = await self._applier.apply(run, exit_, fence=fence, bus=active.bus, **kwargs)
-            released = True
-            return result
-
+        # Set once the exit is applied: its store operation gave the lease up with the status.
+        ended: RunResult | None = None
         segment = self._telemetry.segment(run, resumed=resumed)
         try:
             run = start.run
@@ -323,12 +317,14 @@ class SegmentRunner:
                 self._store, run, family, checkpoint=start.checkpoint, head_seq=start.head_seq
             )
             if not isinstance(loaded, LoopExecutionState):
-                return await end(loaded)
+                ended = await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
+                return ended
             state = loaded
             if crashed:
                 limited = crash_resume(state, agent.limits)
                 if not isinstance(limited, LoopExecutionState):
-                    return await end(limited)
+                    ended = await self._applier.apply(run, limited, fence=fence, bus=active.bus)
+                    return ended
                 state = limited
                 # Durable at once: a worker that dies again before its next checkpoint must
                 # still have used up this resume.
@@ -383,10 +379,18 @@ class SegmentRunner:
             finally:
                 self._leases.stop_renewing(run_id, fence)
             await ctx.drain_observers()
-            return segment.finished(await end(exit_, hooks=dispatcher, known=ctx.segment.committed))
+            ended = await self._applier.apply(
+                run,
+                exit_,
+                fence=fence,
+                bus=active.bus,
+                hooks=dispatcher,
+                known=ctx.segment.committed,
+            )
+            return segment.finished(ended)
         finally:
             segment.close()
-            if not released:
+            if ended is None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._leases.release(run_id, fence))
 
