@@ -20,6 +20,7 @@ from reverie.core.exits import (
     Completed,
     Failed,
     LoopExit,
+    exit_from_dict,
     exit_to_dict,
 )
 from reverie.errors import NotFoundError
@@ -234,8 +235,6 @@ class ExitApplier:
         ``replies``: the reply rows, when the caller has just read them. ``exit_``: the exit
         the caller has just stored as ``run.exit`` (not decoded again).
         """
-        from reverie.core.exits import exit_from_dict
-
         if run.exit is None:
             raise NotFoundError(f"run {run.run_id} has no result yet (status {run.status})")
         if exit_ is None:
