@@ -133,8 +133,7 @@ async def reverie_runs(
         opened: Any = Runtime(store, max_concurrent_runs=runs)
     else:
         opened = Runtime.open(url, max_concurrent_runs=runs)
-    # What an earlier measurement left (a closed runtime's objects are one reference cycle:
-    # runtime, store, rows) is collected now, not inside this one's clock.
+    # Whatever garbage an earlier measurement left is collected now, not inside this one's clock.
     gc.collect()
     async with opened as rt:
         cpu, in_gc = time.process_time(), GC_CLOCK.seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,30 @@ async def test_a_renewal_that_fails_for_a_moment_is_tried_again() -> None:
         await store.until(lambda: store.refused[key] == 1 and store.renewed[key] >= 2)
         release.set()
         assert (await handle.result()).status == "completed"
+
+
+async def test_a_segment_shorter_than_a_renewal_wake_starts_no_renewal_task() -> None:
+    store = RenewalStore()
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+    create_task = loop.create_task
+
+    def recording(coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        started.append(coro.__qualname__)
+        return create_task(coro, **kwargs)
+
+    async with Runtime(store) as rt:  # the default lease: a wake every 5 s
+        loop.create_task = recording  # type: ignore[method-assign]
+        try:
+            for user in ("ana", "bo", "cy"):
+                result = await rt.run(
+                    Agent(name="a", model=ScriptedModel([reply("hi")])),
+                    "go",
+                    scope=Scope(tenant="t", user=user),
+                )
+                assert result.status == "completed"
+        finally:
+            del loop.create_task
+    assert "SegmentRunner._drive" in started  # (the recording saw the runs' tasks)
+    assert not [name for name in started if name.startswith("Renewer.")]
+    assert not store.renewed

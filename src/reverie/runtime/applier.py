@@ -20,6 +20,7 @@ from reverie.core.exits import (
     Completed,
     Failed,
     LoopExit,
+    exit_from_dict,
     exit_to_dict,
 )
 from reverie.errors import NotFoundError
@@ -161,7 +162,8 @@ class ExitApplier:
             if status in TERMINAL_STATUSES:
                 await self.store.seal_inputs(run.run_id, after_cursor=1 << 62)
         try:
-            result = await self.result_of(record, replies=self._replies.pop(run.run_id, None))
+            replies = self._replies.pop(run.run_id, None)
+            result = await self.result_of(record, replies=replies, exit_=exit_)
         finally:
             self._replies.pop(run.run_id, None)
         if bus is not None:
@@ -222,17 +224,21 @@ class ExitApplier:
                 )
 
     async def result_of(
-        self, run: RunRecord, *, replies: list[TranscriptItem] | None = None
+        self,
+        run: RunRecord,
+        *,
+        replies: list[TranscriptItem] | None = None,
+        exit_: LoopExit | None = None,
     ) -> RunResult:
         """Rebuild the public result of a run from its stored exit.
 
-        ``replies``: the reply rows, when the caller has just read them.
+        ``replies``: the reply rows, when the caller has just read them. ``exit_``: the exit
+        the caller has just stored as ``run.exit`` (not decoded again).
         """
-        from reverie.core.exits import exit_from_dict
-
         if run.exit is None:
             raise NotFoundError(f"run {run.run_id} has no result yet (status {run.status})")
-        exit_ = exit_from_dict(dict(run.exit))
+        if exit_ is None:
+            exit_ = exit_from_dict(dict(run.exit))
         text: str | None = None
         gate: Gate | None = None
         output: Any | None = None

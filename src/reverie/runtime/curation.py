@@ -427,9 +427,9 @@ def curator_for(
             ``model`` is not a valid model spec.
     """
     # Any runtime can end a pass another process started (recover): it keeps its record.
-    host.unbound.register_finisher(
-        PASS_FINISHER, lambda run, exit_: _finished(host.store, run, exit_)
-    )
+    # (The store, not the host: the host holds the finisher's registry, no cycle.)
+    store = host.store
+    host.unbound.register_finisher(PASS_FINISHER, lambda run, exit_: _finished(store, run, exit_))
     checked = check_interval(interval)
     provider = service.provider if service is not None else None
     op = curation_op(provider, checked)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from reverie.core.transcript import NewItem
@@ -68,13 +67,14 @@ def owner_gone(owner: str | None) -> bool:
 
 
 class Renewer:
-    """Renews the leases of every segment one runtime advances, from one task.
+    """Renews the leases of every segment one runtime advances, together.
 
     A lease is renewed at most :attr:`every` (a third of its lifetime, as a heartbeat task per
-    segment did) after it was taken or last renewed: the task wakes every half of that and
-    renews, together, every lease at least that half old (on SQLite one group commit). A
-    renewal refused with ``LeaseLost`` stops renewing that lease (the segment's next fenced
-    write fails); another failure is tried again at the next wake.
+    segment did) after it was taken or last renewed: a timer wakes every half of that while a
+    lease is held, and a task renews, together, every lease at least that half old (on SQLite
+    one group commit). A renewal refused with ``LeaseLost`` stops renewing that lease (the
+    segment's next fenced write fails); another failure is tried again at the next wake. A
+    segment shorter than a wake costs a timer, never a task.
     """
 
     def __init__(self, store: Store, *, ttl_s: float) -> None:
@@ -84,33 +84,46 @@ class Renewer:
         """The longest a lease goes without a renewal."""
         self._held: dict[tuple[str, int], float] = {}
         """(run id, fence) → when it was last taken or renewed (the loop's clock)."""
+        self._timer: asyncio.TimerHandle | None = None
+        """The next wake, while a lease is held and no renewal runs."""
         self._task: asyncio.Task[None] | None = None
+        """The renewal running now, if any (it sets the next wake when it ends)."""
 
-    @contextlib.asynccontextmanager
-    async def held(self, run_id: str, fence: int) -> AsyncIterator[None]:
-        """Renew the lease ``fence`` of ``run_id`` while the body runs."""
+    def hold(self, run_id: str, fence: int) -> None:
+        """Renew the lease ``fence`` of ``run_id`` until :meth:`let_go`.
+
+        (Two plain calls, not a context manager: no generator and no coroutine per segment.)
+        """
         loop = asyncio.get_running_loop()
-        key = (run_id, fence)
-        self._held[key] = loop.time()
-        if self._task is None or self._task.done():  # (a task that died is started again)
-            self._task = loop.create_task(self._renew())
+        self._held[(run_id, fence)] = loop.time()
+        if self._timer is None and self._task is None:
+            self._timer = loop.call_later(self.every / 2, self._wake)
+
+    def let_go(self, run_id: str, fence: int) -> None:
+        """Stop renewing the lease ``fence`` of ``run_id``."""
+        self._held.pop((run_id, fence), None)
+        if self._held:
+            return
+        # Nothing left to renew: no wake is left pending, and a renewal running stops now.
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+
+    def _wake(self) -> None:
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due = [key for key, since in self._held.items() if now - since >= self.every / 2]
+        if due:
+            self._task = loop.create_task(self._renew(due, now))
+        elif self._held:
+            self._timer = loop.call_later(self.every / 2, self._wake)
+
+    async def _renew(self, due: list[tuple[str, int]], now: float) -> None:
         try:
-            yield
-        finally:
-            self._held.pop(key, None)
-            if not self._held and self._task is not None:
-                # Nothing left to renew: the task stops now rather than at its next wake.
-                task, self._task = self._task, None
-                task.cancel()
-
-    async def _renew(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._held:
-            await asyncio.sleep(self.every / 2)
-            now = loop.time()
-            due = [key for key, since in self._held.items() if now - since >= self.every / 2]
-            if not due:
-                continue
             outcomes = await asyncio.gather(
                 *(
                     self._store.renew_lease(run_id, fence, ttl_s=self.ttl_s, now=time.time())
@@ -125,6 +138,11 @@ class Renewer:
                     del self._held[key]  # taken over: renewing it again cannot succeed
                 elif not isinstance(outcome, BaseException):
                     self._held[key] = now
+        finally:
+            if self._task is asyncio.current_task():
+                self._task = None
+                if self._held:
+                    self._timer = asyncio.get_running_loop().call_later(self.every / 2, self._wake)
 
 
 def lease_live(run: RunRecord, now: float | None = None) -> bool:
@@ -187,7 +205,7 @@ class Leases:
 
         return await self._taking_over(run, begin)
 
-    async def start(
+    def start(
         self,
         store: SegmentStarts,
         run: RunRecord,
@@ -195,10 +213,13 @@ class Leases:
         *,
         create_thread: bool,
         window: int,
-    ) -> SegmentStart:
+    ) -> Awaitable[SegmentStart]:
         """Start ``run`` leased for this runtime and begin its segment: one transaction
-        (``SegmentStarts.start_segment``; a new run has no owner to take over from)."""
-        return await store.start_segment(
+        (``SegmentStarts.start_segment``; a new run has no owner to take over from).
+
+        The store's own awaitable (no coroutine of this one's around it, at every run start).
+        """
+        return store.start_segment(
             run,
             items,
             owner=self.owner or new_owner(),
@@ -226,9 +247,13 @@ class Leases:
                 raise
             return await lease(owner, holder)
 
-    def heartbeat(self, run_id: str, fence: int) -> contextlib.AbstractAsyncContextManager[None]:
-        """Renew the lease while the body runs (see :class:`Renewer`)."""
-        return self._renewer.held(run_id, fence)
+    def renew(self, run_id: str, fence: int) -> None:
+        """Renew the lease from now until :meth:`stop_renewing` (see :class:`Renewer`)."""
+        self._renewer.hold(run_id, fence)
+
+    def stop_renewing(self, run_id: str, fence: int) -> None:
+        """Stop renewing the lease (the caller does, in a ``finally``)."""
+        self._renewer.let_go(run_id, fence)
 
     async def release(self, run_id: str, fence: int) -> None:
         """Give the lease up."""

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Generator, Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -57,6 +58,7 @@ from reverie.runtime.output import family_for, typed_result
 from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
 from reverie.runtime.segment import ActiveSegment, SegmentRunner
+from reverie.runtime.tasks import OwnedTasks
 from reverie.runtime.telemetry import Telemetry
 from reverie.runtime.thread_policy import BusyThreads, checked_policy
 from reverie.runtime.unbound import UnboundTurnService
@@ -109,28 +111,33 @@ class Runtime:
         )
         self._directory = AgentDirectory()
         self._active: dict[str, ActiveSegment] = {}
+        # The parts below hold the runtime weakly and its tasks keep it alive while they run:
+        # a closed runtime is no reference cycle, so dropping it frees its store's rows at once
+        # (runtime/tasks.py).
+        me: Runtime = weakref.proxy(self)
+        self._tasks = OwnedTasks(self)
         self.unbound = UnboundTurnService(
-            self, agents=self._directory, families=self._families, active=self._active.get
+            me, agents=self._directory, families=self._families, active=self._active.get
         )
         """Unbound turns: no conversation, no reply target (DESIGN §14)."""
         self._after_turn = AfterTurnWork()
+        directory, active = self._directory, self._active
         self._applier = ExitApplier(
             store,
             self._dispatcher,
             before_terminal=self.unbound.before_terminal,
             after_turn=self._after_turn,
-            output_of=lambda run, value: typed_result(self._directory.known(run), value),
+            output_of=lambda run, value: typed_result(directory.known(run), value),
         )
         for agent in agents:
             self.register(agent)
-        self._tasks: set[asyncio.Task[None]] = set()
         self._leases = Leases(store, ttl_s=lease_ttl_s)
         self._recorder = EventRecorder(store) if isinstance(store, RunEventLog) else None
         self._busy = BusyThreads(
             store,
-            cancel=lambda run_id, reason: self.cancel(run_id, reason=reason),
-            handle_for=self._handle_for,
-            running_here=lambda run_id: getattr(self._active.get(run_id), "task", None),
+            cancel=lambda run_id, reason: me.cancel(run_id, reason=reason),
+            handle_for=lambda run: me._handle_for(run),
+            running_here=lambda run_id: getattr(active.get(run_id), "task", None),
             lease_ttl_s=lease_ttl_s,
         )
         from reverie.models.pricing import PriceTable
@@ -151,7 +158,7 @@ class Runtime:
             agents=self._directory,
             telemetry=self._telemetry,
             after_turn=self._after_turn,
-            spawn=self._spawn,
+            spawn=self._tasks.spawn,
         )
         self._curator = curator_for(
             curation, self._memory, interval=curation_interval_turns, model=curation_model
@@ -170,10 +177,10 @@ class Runtime:
             telemetry=self._telemetry,
             memory=self._memory,
             prices=self._prices,
-            runner=self,
+            runner=me,
             active=self._active,
             slots=asyncio.Semaphore(max_concurrent_runs),
-            spawn=self._spawn,
+            spawn=self._tasks.spawn,
             recorder=self._recorder,
         )
 
@@ -272,10 +279,7 @@ class Runtime:
     async def aclose(self) -> None:
         """Stop local work (runs stay durable and can be resumed) and close the store."""
         await self._after_turn.drain()  # bounded by its deadline: a turn still gets recorded
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.stop()
         await self._segments.release_unstarted()
         if self._recorder is not None:
             await self._recorder.drain()  # the events of the segments just stopped too
@@ -339,7 +343,7 @@ class Runtime:
             return here
         from reverie.runtime.dispatch import watching_handle
 
-        return watching_handle(self, run, self._spawn)
+        return watching_handle(self, run, self._tasks.spawn)
 
     async def start(
         self,
@@ -466,20 +470,13 @@ class Runtime:
         queue = self.routing.queue_for(run)
         if queue is None:
             return self._launch(run, resumed=resumed)
-        return await queue.dispatch(self, run, self._spawn, resumed=resumed)
+        return await queue.dispatch(self, run, self._tasks.spawn, resumed=resumed)
 
     def _launch(
         self, run: RunRecord, *, resumed: bool, begun: SegmentStart | None = None
     ) -> RunHandle:
         active = self._segments.launch(run, resumed=resumed, begun=begun)
         return RunHandle(self, run.run_id, run.thread_id, active.bus, active.done)
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """The one place tasks are created; the runtime owns and awaits them on close."""
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     # ------------------------------------------------------------------------------ inputs
     async def send_input(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import RunStarted
-from reverie.core.exits import Failed, LoopExit
+from reverie.core.exits import Failed
 from reverie.core.transcript import NewItem
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost, TranscriptConflict
@@ -76,19 +76,6 @@ class ActiveSegment:
     thread_id: str = ""
     begun: SegmentStart | None = None
     """The segment the run's start began (its lease and a slot held), until it advances."""
-
-
-class _HeldSlot:
-    """A slot of ``max_concurrent_runs`` taken already: given back when the segment ends."""
-
-    def __init__(self, slots: asyncio.Semaphore) -> None:
-        self._slots = slots
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._slots.release()
 
 
 class SegmentRunner:
@@ -197,12 +184,15 @@ class SegmentRunner:
 
     async def _drive(self, run: RunRecord, active: ActiveSegment, *, resumed: bool) -> None:
         run_id = run.run_id
-        slot = self._slots if active.begun is None else _HeldSlot(self._slots)
         try:
-            async with slot:
+            if active.begun is None:  # (a segment begun with its run holds its slot already)
+                await self._slots.acquire()
+            try:
                 result = await self.advance(run, active, resumed=resumed)
                 if result.status == "blocked":
                     result = await self._unless_cancelled(run, active, result)
+            finally:
+                self._slots.release()
             if not active.done.done():
                 active.done.set_result(result)
         except BaseException as exc:
@@ -311,14 +301,8 @@ class SegmentRunner:
         if start is None:
             start = await self._leases.begin(run, window=MIN_CAPACITY)
         fence = start.fence
-        released = False  # the exit's store operation gives the lease up with the status
-
-        async def end(exit_: LoopExit, **kwargs: Any) -> RunResult:
-            nonlocal released
-            result = await self._applier.apply(run, exit_, fence=fence, bus=active.bus, **kwargs)
-            released = True
-            return result
-
+        # Set once the exit is applied: its store operation gave the lease up with the status.
+        ended: RunResult | None = None
         segment = self._telemetry.segment(run, resumed=resumed)
         try:
             run = start.run
@@ -333,12 +317,14 @@ class SegmentRunner:
                 self._store, run, family, checkpoint=start.checkpoint, head_seq=start.head_seq
             )
             if not isinstance(loaded, LoopExecutionState):
-                return await end(loaded)
+                ended = await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
+                return ended
             state = loaded
             if crashed:
                 limited = crash_resume(state, agent.limits)
                 if not isinstance(limited, LoopExecutionState):
-                    return await end(limited)
+                    ended = await self._applier.apply(run, limited, fence=fence, bus=active.bus)
+                    return ended
                 state = limited
                 # Durable at once: a worker that dies again before its next checkpoint must
                 # still have used up this resume.
@@ -379,22 +365,32 @@ class SegmentRunner:
             )
             traced = segment.instrument(host, state)
             config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
-            async with self._leases.heartbeat(run_id, fence):
-                try:
-                    exit_, _ = await run_loop(traced, family, state, config)
-                except (LeaseLost, TranscriptConflict):
-                    raise
-                except Exception as exc:  # a bug below the loop: recorded, never a crash
-                    log.exception("run %s: unexpected error in the loop", run_id)
-                    exit_ = Failed(
-                        kind="driver_bug",
-                        safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
-                    )
+            self._leases.renew(run_id, fence)
+            try:
+                exit_, _ = await run_loop(traced, family, state, config)
+            except (LeaseLost, TranscriptConflict):
+                raise
+            except Exception as exc:  # a bug below the loop: recorded, never a crash
+                log.exception("run %s: unexpected error in the loop", run_id)
+                exit_ = Failed(
+                    kind="driver_bug",
+                    safe_summary=f"unexpected {type(exc).__name__} while advancing the run",
+                )
+            finally:
+                self._leases.stop_renewing(run_id, fence)
             await ctx.drain_observers()
-            return segment.finished(await end(exit_, hooks=dispatcher, known=ctx.segment.committed))
+            ended = await self._applier.apply(
+                run,
+                exit_,
+                fence=fence,
+                bus=active.bus,
+                hooks=dispatcher,
+                known=ctx.segment.committed,
+            )
+            return segment.finished(ended)
         finally:
             segment.close()
-            if not released:
+            if ended is None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._leases.release(run_id, fence))
 

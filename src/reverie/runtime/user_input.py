@@ -48,22 +48,23 @@ def opening_items(
         ImageTooLarge: the message's images exceed ``max_image_bytes`` (nothing is written).
         UsageError: a part is neither ``Text`` nor ``Image``.
     """
-    if not isinstance(message, str):
-        messages = [m for m in message if isinstance(m, Message)]
-        if len(messages) == len(message):
-            for m in messages:
-                check_parts(m.parts, max_image_bytes=max_image_bytes)
-            return [
-                NewItem(
-                    role=m.role,
-                    content=render_text(m.parts) if m.parts else m.content,
-                    tool_calls=m.tool_calls,
-                    tool_call_id=m.tool_call_id,
-                    name=m.name,
-                    meta=parts_meta(m.parts),
-                )
-                for m in messages
-            ]
+    if isinstance(message, str):  # one text part: its text is the row, no meta
+        return [NewItem(role="user", content=message)]
+    messages = [m for m in message if isinstance(m, Message)]
+    if len(messages) == len(message):
+        for m in messages:
+            check_parts(m.parts, max_image_bytes=max_image_bytes)
+        return [
+            NewItem(
+                role=m.role,
+                content=render_text(m.parts) if m.parts else m.content,
+                tool_calls=m.tool_calls,
+                tool_call_id=m.tool_call_id,
+                name=m.name,
+                meta=parts_meta(m.parts),
+            )
+            for m in messages
+        ]
     parts = _checked(message, max_image_bytes)  # type: ignore[arg-type]
     return [NewItem(role="user", content=render_text(parts), meta=parts_meta(parts))]
 

@@ -246,6 +246,11 @@ class MemoryStore(MemoryDocuments):
     async def start_run(
         self, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool = False
     ) -> RunRecord:
+        return self._start_run(run, items, create_thread=create_thread)
+
+    def _start_run(
+        self, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool
+    ) -> RunRecord:
         # Every check first, then every write: no await in between, so it is one transaction.
         thread = self._threads.get(run.thread_id)
         if thread is None and not create_thread:
@@ -294,8 +299,8 @@ class MemoryStore(MemoryDocuments):
             lease_expires_at=now + ttl_s,
             fence=run.fence + 1,
         )
-        # start_run awaits nothing: the start and the reads are one transaction.
-        rec = await self.start_run(leased, items, create_thread=create_thread)
+        # No await: the start and the reads are one transaction.
+        rec = self._start_run(leased, items, create_thread=create_thread)
         if rec.run_id != run.run_id:  # the key named another run: nothing written or leased
             return SegmentStart(fence=0, run=rec, prior_status=rec.status)
         refs = self._thread_items[run.thread_id]

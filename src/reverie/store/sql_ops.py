@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from reverie.core.fastcopy import replace as fast_replace
 from reverie.core.ids import new_id
 from reverie.core.scope import Scope
 from reverie.core.transcript import placed
@@ -423,7 +424,7 @@ def where(
 def create_run(d: Dialect, run: RunRecord) -> Op[RunRecord]:
     """Insert a run, or return the run its owner's idempotency key names already."""
     now = time.time()
-    rec = dataclasses.replace(run, created_at=now, updated_at=now)
+    rec = fast_replace(run, created_at=now, updated_at=now)
     columns = codec.run_columns(rec)
     key = columns["idempotency_key"]  # qualified by the owner
     if key is not None:
@@ -488,7 +489,7 @@ def _start_run(
     d: Dialect, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool, window: int
 ) -> Op[_Started]:
     now = time.time()
-    rec = dataclasses.replace(run, created_at=now, updated_at=now)
+    rec = fast_replace(run, created_at=now, updated_at=now)
     columns = codec.run_columns(rec)
     key = columns["idempotency_key"]  # qualified by the owner
     if create_thread and key is not None:
@@ -574,7 +575,7 @@ def start_segment(
     thread had rows before and the window reaches past them (then they are read: the rows are
     returned as read, oldest first, for the store to decode after the transaction).
     """
-    leased = dataclasses.replace(
+    leased = fast_replace(
         run, status="running", lease_owner=owner, lease_expires_at=now + ttl_s, fence=run.fence + 1
     )
     started = yield from _start_run(d, leased, items, create_thread=create_thread, window=window)
@@ -587,7 +588,7 @@ def start_segment(
         return start, list(reversed(started.newest))
     if window <= 0:
         return start, []
-    return dataclasses.replace(start, items=started.rows[-window:]), []
+    return fast_replace(start, items=started.rows[-window:]), []
 
 
 def active_run(d: Dialect, thread_id: str) -> Op[RunRecord | None]:
@@ -756,7 +757,7 @@ def begin_segment(
     _, checkpoint, [top], inputs, *newest = yield reads
     start = SegmentStart(
         fence=run.fence,
-        run=dataclasses.replace(run, status="running", updated_at=updated),
+        run=fast_replace(run, status="running", updated_at=updated),
         prior_status=run.status,
         checkpoint=codec.row_checkpoint(checkpoint[0]) if checkpoint else None,
         head_seq=int(top["head"]),

@@ -9,11 +9,11 @@ where it does more than the op (SQLite's item cache, PostgreSQL's ``LISTEN``).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from reverie.core.fastcopy import replace as fast_replace
 from reverie.core.scope import Scope
 from reverie.core.vocabulary import GateDecision
 from reverie.store import rows as codec, sql_ops as ops
@@ -272,7 +272,7 @@ class SQLStore(OpRunner):
         """``start`` with the window's ``rows`` decoded as its items."""
         if not rows:
             return start
-        return dataclasses.replace(start, items=[self._decode_item(row) for row in rows])
+        return fast_replace(start, items=[self._decode_item(row) for row in rows])
 
     def _decode_item(self, row: Any) -> TranscriptItem:
         """An ``items`` row as a record (a backend with an item cache reads it there)."""
