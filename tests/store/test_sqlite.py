@@ -20,6 +20,7 @@ from reverie.store import (
     NewItem,
     RunRecord,
     SQLiteStore,
+    TranscriptItem,
     default_store_url,
     open_store,
 )
@@ -321,6 +322,21 @@ def test_item_cache_keeps_at_most_its_size() -> None:
             assert cache.decode(row).ref == f"itm-{n}"
             assert cache.decode(row) is cache.decode(row)
     assert len(cache) == 2
+
+
+def test_item_cache_evicts_its_oldest_entry_first() -> None:
+    cache = ItemCache(size=3)
+    items = [
+        TranscriptItem(
+            ref=f"itm-{n}", seq=n, thread_id="t", run_id=None, role="user", content=f"{n}"
+        )
+        for n in range(1, 8)
+    ]
+    for item in items:
+        cache.add([item])
+        assert cache.get(item.ref) is item
+    assert cache.missing([item.ref for item in items]) == ["itm-1", "itm-2", "itm-3", "itm-4"]
+    assert [cache.get(item.ref) for item in items[4:]] == items[4:]
 
 
 # open_store / default_store_url --------------------------------------------------------------
