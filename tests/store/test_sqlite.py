@@ -8,6 +8,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import pytest
@@ -20,9 +21,11 @@ from reverie.store import (
     NewItem,
     RunRecord,
     SQLiteStore,
+    TranscriptItem,
     default_store_url,
     open_store,
 )
+from reverie.store.base import JournalWrite, StepWrite
 from reverie.store.migrations import SCHEMA_VERSION
 from reverie.store.sqlite_schema import ItemCache
 
@@ -321,6 +324,66 @@ def test_item_cache_keeps_at_most_its_size() -> None:
             assert cache.decode(row).ref == f"itm-{n}"
             assert cache.decode(row) is cache.decode(row)
     assert len(cache) == 2
+
+
+_PLAIN = (int, float, str, bytes, type(None))
+"""What the ``sqlite3`` module binds at once; any other type (a ``bool`` too) is first looked up
+as an adapter, which fails through an ``AttributeError`` raised and cleared per parameter."""
+
+
+async def test_a_step_commit_binds_only_plain_parameters(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound: list[type] = []
+
+    class Recording(sqlite3.Connection):
+        def execute(self, sql: str, params: Any = (), /) -> sqlite3.Cursor:
+            bound.extend(type(p) for p in params)
+            return super().execute(sql, params)
+
+        def executemany(self, sql: str, rows: Any, /) -> sqlite3.Cursor:
+            rows = [tuple(row) for row in rows]
+            bound.extend(type(p) for row in rows for p in row)
+            return super().executemany(sql, rows)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, **k, factory=Recording))
+    async with SQLiteStore(db_path) as store:
+        await store.create_thread("thr-1", ANA)
+        await store.create_run(
+            RunRecord(run_id="run-1", thread_id="thr-1", scope=ANA, agent_name="a")
+        )
+        fence = await store.acquire_lease("run-1", "w1", ttl_s=60, now=1.0)
+        item = TranscriptItem(
+            ref="itm-1", seq=1, thread_id="thr-1", run_id="run-1", role="tool", content="1"
+        )
+        step = StepWrite(
+            thread_id="thr-1",
+            items=[item],
+            after_seq=0,
+            journal=[JournalWrite(call_id="c1", tool="t", state="finished", outcome={"ok": True})],
+            checkpoint_kind="BeforeModel",
+            checkpoint=b"state",
+            guard_cursor=0,
+        )
+        bound.clear()
+        await store.commit_step("run-1", step, fence=fence)
+    assert bound and {t for t in bound if t not in _PLAIN} == set()
+
+
+def test_item_cache_evicts_its_oldest_entry_first() -> None:
+    cache = ItemCache(size=3)
+    items = [
+        TranscriptItem(
+            ref=f"itm-{n}", seq=n, thread_id="t", run_id=None, role="user", content=f"{n}"
+        )
+        for n in range(1, 8)
+    ]
+    for item in items:
+        cache.add([item])
+        assert cache.get(item.ref) is item
+    assert cache.missing([item.ref for item in items]) == ["itm-1", "itm-2", "itm-3", "itm-4"]
+    assert [cache.get(item.ref) for item in items[4:]] == items[4:]
 
 
 # open_store / default_store_url --------------------------------------------------------------

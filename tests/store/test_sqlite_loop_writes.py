@@ -447,6 +447,31 @@ async def test_wal_stays_bounded_under_a_steady_stream_of_writes(db_path: Path) 
     assert not await asyncio.to_thread(os.path.exists, f"{db_path}-wal")
 
 
+async def test_the_wal_is_looked_at_by_writes_so_one_large_batch_past_its_bound_is_seen(
+    db_path: Path,
+) -> None:
+    pages = 8
+    async with SQLiteStore(db_path, checkpoint_pages=pages) as store:
+        thread_id, run_id, fence = await _leased_run(store, 1)
+        batches = _stat(store, "loop_transactions")
+        # Forty rows of 3 KB queued in one turn: one loop transaction of ~40 WAL pages, past
+        # the bound (four times 8 pages), however few commits came before it.
+        await asyncio.gather(
+            *(
+                store.append_items(
+                    thread_id, run_id, [NewItem(role="user", content="x" * 3000)], fence=fence
+                )
+                for _ in range(40)
+            )
+        )
+        assert _stat(store, "loop_transactions") == batches + 1
+        handed = _stat(store, "handed_over")
+        # So the next write goes to the writer thread, which brings the WAL back first.
+        await store.save_checkpoint(run_id, "BeforeModel", b"state", fence=fence)
+        assert _stat(store, "handed_over") == handed + 1
+        assert _stat(store, "checkpoints") > 0
+
+
 async def test_a_wal_started_over_reuses_its_file_and_what_it_uses_stays_bounded(
     db_path: Path,
 ) -> None:

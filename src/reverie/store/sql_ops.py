@@ -94,7 +94,7 @@ def item_row(d: Dialect, rec: TranscriptItem, *, created_at: float) -> tuple[Any
         rec.name,
         rec.input_id,
         codec.dumps(dict(rec.meta)) if rec.meta else "{}",
-        rec.superseded,
+        d.flag(rec.superseded),
         created_at,
     )
 

@@ -6,8 +6,9 @@ makes itself (:mod:`reverie.store.sqlite_loop`) would stop the loop for the time
 copy the pages into the database file and sync it. A :class:`Checkpointer` does it instead, on
 its own thread and connection:
 
-- after each batch, the writer calls :meth:`Checkpointer.committed` (every eighth call: one
-  read of the WAL's length). Past ``pages`` pages the checkpoint thread is woken and runs
+- after each batch, the writer calls :meth:`Checkpointer.committed` with the batch's number of
+  writes (every eighth write: one read of the WAL's length, so a batch of many writes is
+  looked after at once). Past ``pages`` pages the checkpoint thread is woken and runs
   a ``PASSIVE`` checkpoint, which never blocks a writer or a reader.
 - once a checkpoint copied every frame, the next commit starts the WAL over. It keeps the
   file (``journal_size_limit`` is the hard limit below, so a WAL that grew past it is cut
@@ -48,7 +49,7 @@ _HARD_FACTOR = 4
 """The WAL is bounded at this many times the checkpoint threshold."""
 
 _LOOK_EVERY = 8
-"""Commits between two looks at the WAL's size (so it may pass a limit by 8 commits)."""
+"""Writes between two looks at the WAL's size (so it may pass a limit by 8 writes' frames)."""
 
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
@@ -133,7 +134,7 @@ class Checkpointer:
         """Checkpoints run so far (passive and restart), for diagnostics."""
         self._wake = threading.Event()
         self._mark = 0  # the WAL's size when the checkpoint thread was last woken
-        self._commits = 0
+        self._writes = 0  # committed since the last look at the WAL
         self._closing = False
         self._thread = threading.Thread(
             target=self._serve, name="reverie-sqlite-checkpoint", daemon=True
@@ -178,17 +179,28 @@ class Checkpointer:
                 return _WAL_HEADER + frames * self._frame if frames else 0
         return self.wal_size()
 
-    def committed(self) -> None:
-        """After a commit (any thread): wake the checkpoint thread past the threshold.
+    def committed(self, writes: int = 1) -> None:
+        """After a commit of ``writes`` writes (any thread): look at the WAL every
+        :data:`_LOOK_EVERY` writes (:meth:`look`).
 
-        The WAL's size is looked at every :data:`_LOOK_EVERY` commits (a ``stat`` is not free
-        on a busy machine, and the event loop calls this). The checkpoint thread is woken again
-        only once the WAL grew by another threshold's worth (or started over): a checkpoint
-        that could not finish is not retried after every commit.
+        The WAL's size is not looked at after every commit (a read of it is not free on a
+        busy machine, and the event loop calls this), but it is counted in writes, not in
+        commits: one loop batch may hold hundreds of writes, and hundreds of WAL frames.
         """
-        self._commits += 1
-        if self._commits % _LOOK_EVERY and not self.over:
+        self._writes += writes
+        if self._writes < _LOOK_EVERY and not self.over:
             return
+        self._writes = 0
+        self.look()
+
+    def look(self) -> None:
+        """Read the WAL's length now: mark it past the hard limit or not, and wake the
+        checkpoint thread past the threshold.
+
+        The checkpoint thread is woken again only once the WAL grew by another threshold's
+        worth (or started over): a checkpoint that could not finish is not retried after
+        every commit.
+        """
         size = self.wal_length()
         self.over = size > self.hard_limit
         if size > self.soft_limit and not self._wake.is_set():

@@ -125,7 +125,7 @@ class LoopWriter:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("PRAGMA busy_timeout = 0")
                 self._watch.forget()  # its commits are not settled one by one
-                self._checkpointer.committed()
+                self._checkpointer.look()  # its batch may hold any number of writes
 
     def transact(self, action: str, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         """Queue ``fn`` for the next group commit; the future resolves after its ``COMMIT``."""
@@ -215,7 +215,7 @@ class LoopWriter:
         if late:  # nothing of the batch committed: every job still waiting goes to the thread
             self._hand_over(late)
             return
-        self._checkpointer.committed()
+        self._checkpointer.committed(len(batch))
         settle([job.outcome() for job in batch])
 
     def _commit(self, conn: sqlite3.Connection, batch: list[Job]) -> list[Job]:

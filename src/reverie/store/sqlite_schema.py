@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,11 @@ class ItemCache:
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._items: dict[str, TranscriptItem] = {}
+        # Ordered by insertion, oldest first. Not a dict: deleting a dict's first key leaves a
+        # dummy slot at its front that every later ``next(iter(...))`` walks past, so each
+        # eviction of a full cache cost the length of what was evicted before (~4 µs a row
+        # at 4,096 rows, against 0.6 µs for ``popitem``).
+        self._items: OrderedDict[str, TranscriptItem] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -215,7 +220,7 @@ class ItemCache:
             if not item.superseded:
                 self._items[item.ref] = item
         while len(self._items) > self._size:
-            del self._items[next(iter(self._items))]  # the oldest entry
+            self._items.popitem(last=False)  # the oldest entry
 
     def decode(self, row: sqlite3.Row) -> TranscriptItem:
         """The item of an ``items`` row, decoded once."""
