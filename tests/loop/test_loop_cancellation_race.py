@@ -197,3 +197,37 @@ async def test_work_raced_against_a_token_that_already_fired_is_closed_unstarted
     with pytest.raises(Cancelled, match="gone"):
         await race_cancellation(coro, token)
     assert ran == [] and inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
+
+
+async def test_work_that_never_waits_answers_without_the_caller_yielding_to_the_loop() -> None:
+    # An instant model or a wave of pure tools: the race costs no suspension, no task.
+    ran: list[str] = []
+    asyncio.get_running_loop().call_soon(ran.append, "other")
+
+    async def work() -> str:
+        return "now"
+
+    assert await race_cancellation(work(), CancelToken()) == "now"
+    assert ran == []
+    await asyncio.sleep(0)
+    assert ran == ["other"]
+
+
+async def test_work_that_waits_after_its_first_step_is_still_cut_by_the_token() -> None:
+    token = CancelToken()
+    steps: list[str] = []
+
+    async def work() -> str:
+        steps.append("first")  # runs before anything else can
+        await asyncio.sleep(0)
+        steps.append("second")
+        token.cancel("midway")
+        await asyncio.Event().wait()
+        return "never"
+
+    async with asyncio.timeout(GUARD_S):
+        with pytest.raises(Cancelled, match="midway"):
+            await race_cancellation(work(), token)
+    assert steps == ["first", "second"]
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0

@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from reverie import Agent, Runtime, Scope, tool
+from reverie import Agent, Limits, Runtime, Scope, tool
+from reverie.errors import RetryTool
 from reverie.testing import ScriptedModel, call, error, reply
 
 SCOPE = Scope(tenant="acme", user="ana")
@@ -109,3 +110,27 @@ async def test_details_of_a_run_are_logged_at_debug(caplog: pytest.LogCaptureFix
     debug = [m for m in messages(caplog, logging.DEBUG) if r.run_id in m]
     assert any(m.startswith(f"run {r.run_id}: model_request ") for m in debug)
     assert any(m.startswith(f"run {r.run_id}: tool_finished ") for m in debug)
+
+
+async def test_tool_retries_and_limits_are_logged_at_warning_and_first_attempts_are_not(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="reverie")
+    tries: list[int] = []
+
+    @tool(effects=set())
+    def flaky(n: int) -> int:
+        """Fail once, then answer."""
+        tries.append(n)
+        if len(tries) == 1:
+            raise RetryTool("busy")
+        return n
+
+    model = ScriptedModel([call("flaky", n=1), call("flaky", n=2), reply("never")])
+    agent = Agent(name="calc", model=model, tools=[flaky], limits=Limits(max_iterations=1))
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "hi", scope=SCOPE)
+    warnings = [m for m in messages(caplog, logging.WARNING) if r.run_id in m]
+    assert warnings.count(f"run {r.run_id}: retrying tool flaky (attempt 1)") == 1
+    assert f"run {r.run_id}: limit reached: max_iterations (finalize)" in warnings
+    assert not any("retrying the model call" in m for m in warnings)

@@ -10,8 +10,10 @@ waits. A call that finishes without waiting has the outcome it has under ``async
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine
 from typing import Any, TypeVar
+
+from reverie.core.stepping import Resumed
 
 T = TypeVar("T")
 
@@ -40,44 +42,9 @@ async def within(work: Coroutine[Any, Any, T], seconds: float) -> T:
     timeout = asyncio.timeout_at(deadline)
     try:
         async with timeout:
-            result = await _Resumed(work, first)
+            result = await Resumed(work, first)
             return result
     except TimeoutError:
         if timeout.expired():
             raise DeadlinePassed from None
         raise
-
-
-class _Resumed:
-    """Awaits the rest of a coroutine whose first step has run and yielded ``first``.
-
-    What ``await`` (``yield from``, PEP 380) does for a coroutine, from its first suspension:
-    each value the coroutine yields goes to the task driving us, each value or exception the
-    task sends comes back to the coroutine, and closing us closes it.
-    """
-
-    __slots__ = ("_first", "_work")
-
-    def __init__(self, work: Coroutine[Any, Any, Any], first: Any) -> None:
-        self._work = work
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        work, value = self._work, self._first
-        self._first = None
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                work.close()
-                raise
-            except BaseException as exc:  # what the task throws in: cancellation, mostly
-                try:
-                    value = work.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    value = work.send(sent)
-                except StopIteration as done:
-                    return done.value

@@ -6,7 +6,10 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import Awaitable
+from types import CoroutineType
 from typing import Any, TypeVar
+
+from reverie.core.stepping import Resumed
 
 T = TypeVar("T")
 
@@ -101,12 +104,30 @@ async def race_cancellation(work: Awaitable[T], token: CancelToken) -> T:
         if inspect.iscoroutine(work):
             work.close()
         raise Cancelled(token.reason)
+    if type(work) is CoroutineType:
+        # The work's first step runs before the race is armed: until it waits, no other code
+        # runs, so only the work itself can fire the token. A call that never waits (an
+        # instant model, a wave of pure tools) needs no interrupt at all.
+        try:
+            first = work.send(None)
+        except StopIteration as done:
+            if token._fired:
+                raise Cancelled(token.reason) from None
+            result: T = done.value
+            return result
+        except Exception:
+            if not token._fired:
+                raise
+            raise Cancelled(token.reason) from None  # the failure is discarded with the work
+        work = Resumed(work, first)
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("race_cancellation must be awaited inside an asyncio task")
     interrupt = _Interrupt(task)
     cancelling = task.cancelling()
     token._interrupts.append(interrupt)
+    if token._fired:
+        interrupt.fire()  # fired by the work's first step: interrupted once it is suspended
     try:
         result = await work
     except asyncio.CancelledError:

@@ -130,6 +130,8 @@ class _Executor:
         self._meter = None if config.compaction is None else ContextMeter(config.compaction)
         self._boundary: Callable[[], None] = host.token.check
         """A cancellation boundary (the token's check itself: several per tick)."""
+        self._waves = WaveRunner(host, family, config.max_parallel)
+        """Runs each tick's wave (one runner per segment: the waves run one after another)."""
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
@@ -736,8 +738,7 @@ class _Executor:
         surface: Surface | None = None,
     ) -> LoopExecutionState:
         """Run the pending wave: a first pass passes its calls and surface; a replay loads them."""
-        runner = WaveRunner(self.host, self.family, self.config.max_parallel)
-        result = await runner.run(s, calls, surface)
+        result = await self._waves.run(s, calls, surface)
         s = result.state
         self._last_state = s
         if result.abort is not None:

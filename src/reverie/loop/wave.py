@@ -197,7 +197,7 @@ def _ring_kind(outcome: CallOutcome) -> str:
 
 
 class WaveRunner:
-    """Runs the pending wave of a state and commits its results."""
+    """Runs the pending wave of a state and commits its results (one wave at a time)."""
 
     def __init__(self, host: LoopHost, family: LoopFamily, max_parallel: int) -> None:
         self.host = host
@@ -215,6 +215,7 @@ class WaveRunner:
         """Run the pending wave; ``calls`` and ``surface`` given on a first pass, else rebuilt."""
         wave = s.pending_wave
         assert wave is not None
+        self._abort = None  # a runner runs the waves of one segment, one after the other
         self._replay = calls is None
         if calls is None:
             (item,) = await self.host.transcript.get([wave.assistant_ref])

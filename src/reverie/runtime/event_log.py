@@ -136,7 +136,8 @@ class EventRecorder:
         else:
             pending.append(event)
         if run_id in self._first or self._flush_s <= 0:
-            self._flush_now()
+            if not self._due or self._writer is None:  # else the writer already has it
+                self._flush_now()
         elif self._timer is None and not self._due:
             self._timer = asyncio.get_running_loop().call_later(self._flush_s, self._flush_now)
 

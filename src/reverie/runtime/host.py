@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import AsyncGeneratorType
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.canonical import digest
@@ -282,10 +283,12 @@ class StreamingModel:
                     elif isinstance(event, ResponseComplete):
                         final = event.response
             finally:
-                # Close the provider's stream now (a cut stream must not stay open until GC).
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+                # Close the provider's stream now (a cut stream must not stay open until GC);
+                # an async generator that ran to its end is closed already.
+                if type(stream) is not AsyncGeneratorType or stream.ag_frame is not None:
+                    aclose = getattr(stream, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
             if final is None:
                 raise ModelError("internal", f"model {model.name} ended without a response")
             if not self.ctx.hooked("after_model"):

@@ -561,27 +561,14 @@ def log_event(event: RunEvent) -> None:
     """Log a run event: retries and limits at WARNING, every event at DEBUG.
 
     Called by the event port for every event it publishes (a failed hook is logged at WARNING
-    by the hook dispatcher itself). The kind is compared first, so an event with nothing to
-    warn of costs one level check.
+    by the hook dispatcher itself). The kind is looked up first, so an event with nothing to
+    warn of (a first attempt has ``attempt`` 0) costs one level check.
     """
     kind = event.kind
-    if kind == "model_request" or kind == "tool_started":
-        if isinstance(event, ModelRequested) and event.attempt > 0:
-            log.warning("run %s: retrying the model call (attempt %d)", event.run_id, event.attempt)
-        elif isinstance(event, ToolStarted) and event.attempt > 0:
-            log.warning(
-                "run %s: retrying tool %s (attempt %d)", event.run_id, event.tool, event.attempt
-            )
-    elif kind == "limit_reached" and isinstance(event, LimitReached):
-        log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
-    elif kind == "model_fallback" and isinstance(event, ModelFallback):
-        log.warning(
-            "run %s: model %s failed (%s); falling back to model %s",
-            event.run_id,
-            event.from_model,
-            event.error_kind,
-            event.to_model,
-        )
+    if kind in _WARNED_KINDS:
+        attempt: object = getattr(event, "attempt", None)  # a limit or a fallback has none
+        if attempt != 0:
+            _warn(event)
     if kind == "text_delta" or not log.isEnabledFor(logging.DEBUG):
         return  # deltas are the reply itself, not a detail of the run
     detail = {
@@ -590,6 +577,29 @@ def log_event(event: RunEvent) -> None:
         if f.name not in ("kind", "run_id", "text")
     }
     log.debug("run %s: %s %s", event.run_id, event.kind, detail)
+
+
+_WARNED_KINDS = frozenset({"model_request", "tool_started", "limit_reached", "model_fallback"})
+"""The kinds :func:`log_event` may warn of (requests and tool starts only when retried)."""
+
+
+def _warn(event: RunEvent) -> None:
+    if isinstance(event, ModelRequested) and event.attempt > 0:
+        log.warning("run %s: retrying the model call (attempt %d)", event.run_id, event.attempt)
+    elif isinstance(event, ToolStarted) and event.attempt > 0:
+        log.warning(
+            "run %s: retrying tool %s (attempt %d)", event.run_id, event.tool, event.attempt
+        )
+    elif isinstance(event, LimitReached):
+        log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
+    elif isinstance(event, ModelFallback):
+        log.warning(
+            "run %s: model %s failed (%s); falling back to model %s",
+            event.run_id,
+            event.from_model,
+            event.error_kind,
+            event.to_model,
+        )
 
 
 def log_model_failure(run_id: str, model: str, exc: BaseException) -> None:
