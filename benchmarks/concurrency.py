@@ -39,13 +39,16 @@ import gc
 import multiprocessing
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reverie import Agent, Limits, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.runtime.gc_tuning import tune_gc_for_server
 from reverie.testing import ScriptedModel, call, reply
+
+T = TypeVar("T")
 
 TARGETS_S = {"reverie in-memory": 0.5, "reverie SQLite": 2.0}
 """For the default workload only: 1,000 runs x 5 steps @ 20 ms (issue 11)."""
@@ -253,6 +256,23 @@ async def spread_runs(
     return max(end for end, _, _ in reports) - start, sum(cpu for _, cpu, _ in reports)
 
 
+async def each_store(
+    figures: Callable[[str], Awaitable[T]], postgres: str | None, pg_connections: int, *, per: str
+) -> list[tuple[str, T]]:
+    """``figures`` of the in-memory store, a fresh SQLite file and (``postgres``) a fresh
+    schema, labelled; ``per`` says where PostgreSQL's pool of ``pg_connections`` is."""
+    rows = [("reverie in-memory", await figures(":memory:"))]
+    with tempfile.TemporaryDirectory() as tmp:
+        rows.append(("reverie SQLite", await figures(f"sqlite:///{Path(tmp) / 'c.db'}")))
+    if postgres is not None:
+        from reverie.store.postgres import temporary_schema
+
+        async with temporary_schema(postgres, prefix="reverie_bench") as scoped:
+            rows.append(("reverie PostgreSQL", await figures(scoped)))
+        print(f"(PostgreSQL: {pg_connections} connections in {per})")
+    return rows
+
+
 async def measure_spread(
     runs: int,
     steps: int,
@@ -264,26 +284,13 @@ async def measure_spread(
 ) -> None:
     latency = latency_ms / 1000
     ideal = (steps + 1) * latency
-    rows = [
-        (
-            "reverie in-memory",
-            await spread_runs(runs, steps, latency, ":memory:", processes, gc_mode),
-        )
-    ]
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{Path(tmp) / 'c.db'}"
-        rows.append(
-            ("reverie SQLite", await spread_runs(runs, steps, latency, url, processes, gc_mode))
-        )
-    if postgres is not None:
-        from reverie.store.postgres import temporary_schema
 
-        async with temporary_schema(postgres, prefix="reverie_bench") as scoped:
-            figures = await spread_runs(
-                runs, steps, latency, scoped, processes, gc_mode, pg_connections=pg_connections
-            )
-        rows.append(("reverie PostgreSQL", figures))
-        print(f"(PostgreSQL: a store of {pg_connections} connections in each process)")
+    async def figures(url: str) -> tuple[float, float]:
+        return await spread_runs(
+            runs, steps, latency, url, processes, gc_mode, pg_connections=pg_connections
+        )
+
+    rows = await each_store(figures, postgres, pg_connections, per="each process")
     print(
         f"{runs} runs x {steps} tool steps over {processes} processes, model latency "
         f"{latency_ms:.0f} ms (ideal wall {ideal * 1e3:.0f} ms), gc {gc_mode}"
@@ -309,19 +316,11 @@ async def measure(
     latency = latency_ms / 1000
     ideal = (steps + 1) * latency
     b = await bare(runs, steps, latency)
-    rows = [("reverie in-memory", await reverie_runs(runs, steps, latency, ":memory:"))]
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{Path(tmp) / 'c.db'}"
-        rows.append(("reverie SQLite", await reverie_runs(runs, steps, latency, url)))
-    if postgres is not None:
-        from reverie.store.postgres import temporary_schema
 
-        async with temporary_schema(postgres, prefix="reverie_bench") as scoped:
-            figures = await reverie_runs(
-                runs, steps, latency, scoped, pg_connections=pg_connections
-            )
-        rows.append(("reverie PostgreSQL", figures))
-        print(f"(PostgreSQL: one store of {pg_connections} connections)")
+    async def figures(url: str) -> Figures:
+        return await reverie_runs(runs, steps, latency, url, pg_connections=pg_connections)
+
+    rows = await each_store(figures, postgres, pg_connections, per="one store")
     print(
         f"{runs} runs x {steps} tool steps, model latency {latency_ms:.0f} ms "
         f"(ideal wall {ideal * 1e3:.0f} ms), gc {gc_mode} {gc.get_threshold()}"

@@ -1,16 +1,52 @@
-"""Helpers for the runtime tests: a store wrapper that counts what the runtime asks of it, and a
-pure tool whose calls wait until the test lets them go."""
+"""Helpers for the runtime tests: a store wrapper that counts what the runtime asks of it, a
+pure tool whose calls wait until the test lets them go, and the databases a test may run on."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from reverie import tool
 
 STARTUP_S = 60
 """How long a held call may take to show up (start-up only, never a timing assertion)."""
+
+POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
+
+NEEDS_POSTGRES = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(not POSTGRES_URL, reason="set REVERIE_TEST_POSTGRES_URL"),
+]
+"""The marks of a parameter that runs on :func:`postgres_database`."""
+
+
+@contextlib.asynccontextmanager
+async def memory_database(tmp: Path) -> AsyncIterator[str]:
+    """The in-memory store's URL (one store per runtime: nothing is shared)."""
+    yield ":memory:"
+
+
+@contextlib.asynccontextmanager
+async def sqlite_database(tmp: Path) -> AsyncIterator[str]:
+    """A SQLite file in ``tmp``, for every runtime or store the test opens on it."""
+    yield f"sqlite:///{tmp / 'shared.db'}"
+
+
+@contextlib.asynccontextmanager
+async def postgres_database(tmp: Path) -> AsyncIterator[str]:
+    """A fresh schema on the test server, dropped afterwards (needs :data:`NEEDS_POSTGRES`)."""
+    from reverie.store.postgres import temporary_schema
+
+    async with temporary_schema(POSTGRES_URL, prefix="reverie_runtime_test") as url:
+        yield url
+
 
 _BACKGROUND = frozenset({"append_run_events", "run_events", "wait_run_events", "renew_lease"})
 """Written beside the run (the event log) or on a timer (the lease): not per step."""

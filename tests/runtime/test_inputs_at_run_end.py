@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -28,10 +27,14 @@ from reverie import Agent, RunHandle, Runtime, Scope
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.errors import RunEndedError
 from reverie.testing import ScriptedModel, reply
+from runtime.runtime_support import (
+    NEEDS_POSTGRES,
+    memory_database,
+    postgres_database,
+    sqlite_database,
+)
 
 SCOPE = Scope(tenant="acme", user="ana")
-
-POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
 
 LEADS = (45, 30, 22, 17, 13, 10, 8, 6, 5, 4, 3, 2, 1, 0)
 """Loop turns the model's reply waits after the send began (the send starts as it is called)."""
@@ -75,35 +78,12 @@ async def other_store(url: str) -> AsyncIterator[Opened]:
         yield rt, send
 
 
-@contextlib.asynccontextmanager
-async def memory(tmp: Path) -> AsyncIterator[str]:
-    yield ":memory:"
-
-
-@contextlib.asynccontextmanager
-async def sqlite(tmp: Path) -> AsyncIterator[str]:
-    yield f"sqlite:///{tmp / 'end.db'}"
-
-
-@contextlib.asynccontextmanager
-async def postgres(tmp: Path) -> AsyncIterator[str]:
-    from reverie.store.postgres import temporary_schema
-
-    async with temporary_schema(POSTGRES_URL, prefix="reverie_run_end") as url:
-        yield url
-
-
-NEEDS_POSTGRES = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(not POSTGRES_URL, reason="set REVERIE_TEST_POSTGRES_URL"),
-]
-
 SENDERS = [
-    pytest.param(memory, own_handle, id="memory-own-handle"),
-    pytest.param(sqlite, own_handle, id="sqlite-own-handle"),
-    pytest.param(sqlite, other_store, id="sqlite-another-store"),
-    pytest.param(postgres, own_handle, id="postgres-own-handle", marks=NEEDS_POSTGRES),
-    pytest.param(postgres, other_store, id="postgres-another-store", marks=NEEDS_POSTGRES),
+    pytest.param(memory_database, own_handle, id="memory-own-handle"),
+    pytest.param(sqlite_database, own_handle, id="sqlite-own-handle"),
+    pytest.param(sqlite_database, other_store, id="sqlite-another-store"),
+    pytest.param(postgres_database, own_handle, id="postgres-own-handle", marks=NEEDS_POSTGRES),
+    pytest.param(postgres_database, other_store, id="postgres-another-store", marks=NEEDS_POSTGRES),
 ]
 
 

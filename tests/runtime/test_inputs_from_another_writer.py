@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,11 +26,15 @@ from reverie import Agent, RunResult, Runtime, Scope
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.store.base import TranscriptItem
 from reverie.testing import ScriptedModel, call, reply
-from runtime.runtime_support import STARTUP_S, Held
+from runtime.runtime_support import (
+    NEEDS_POSTGRES,
+    STARTUP_S,
+    Held,
+    postgres_database,
+    sqlite_database,
+)
 
 SCOPE = Scope(tenant="acme", user="ana")
-
-POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
 
 Send = Callable[[str, str, str], Awaitable[None]]
 """``send(run_id, what, text)``: the other writer sends ``what`` (steering, follow_up, cancel,
@@ -99,29 +102,13 @@ async def _other_process(url: str) -> AsyncIterator[Send]:
 Writer = Callable[[str], contextlib.AbstractAsyncContextManager[Send]]
 
 
-@contextlib.asynccontextmanager
-async def sqlite_url(tmp: Path) -> AsyncIterator[str]:
-    yield f"sqlite:///{tmp / 'shared.db'}"
-
-
-@contextlib.asynccontextmanager
-async def postgres_url(tmp: Path) -> AsyncIterator[str]:
-    from reverie.store.postgres import temporary_schema
-
-    async with temporary_schema(POSTGRES_URL, prefix="reverie_other_writer") as url:
-        yield url
-
-
-NEEDS_POSTGRES = [
-    pytest.mark.postgres,
-    pytest.mark.skipif(not POSTGRES_URL, reason="set REVERIE_TEST_POSTGRES_URL"),
-]
-
 WRITERS = [
-    pytest.param(sqlite_url, _other_store_here, id="sqlite-another-store"),
-    pytest.param(sqlite_url, _other_process, id="sqlite-another-process", marks=[pytest.mark.slow]),
+    pytest.param(sqlite_database, _other_store_here, id="sqlite-another-store"),
     pytest.param(
-        postgres_url, _other_store_here, id="postgres-another-store", marks=NEEDS_POSTGRES
+        sqlite_database, _other_process, id="sqlite-another-process", marks=[pytest.mark.slow]
+    ),
+    pytest.param(
+        postgres_database, _other_store_here, id="postgres-another-store", marks=NEEDS_POSTGRES
     ),
 ]
 
