@@ -331,9 +331,8 @@ _PLAIN = (int, float, str, bytes, type(None))
 as an adapter, which fails through an ``AttributeError`` raised and cleared per parameter."""
 
 
-async def test_a_step_commit_binds_only_plain_parameters(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _record_bound_types(monkeypatch: pytest.MonkeyPatch) -> list[type]:
+    """Every connection opened from now on records the types of the parameters it binds."""
     bound: list[type] = []
 
     class Recording(sqlite3.Connection):
@@ -348,6 +347,13 @@ async def test_a_step_commit_binds_only_plain_parameters(
 
     connect = sqlite3.connect
     monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, **k, factory=Recording))
+    return bound
+
+
+async def test_a_step_commit_binds_only_plain_parameters(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bound = _record_bound_types(monkeypatch)
     async with SQLiteStore(db_path) as store:
         await store.create_thread("thr-1", ANA)
         await store.create_run(
@@ -368,6 +374,28 @@ async def test_a_step_commit_binds_only_plain_parameters(
         )
         bound.clear()
         await store.commit_step("run-1", step, fence=fence)
+    assert bound and {t for t in bound if t not in _PLAIN} == set()
+
+
+async def test_a_whole_run_binds_only_plain_parameters(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its start, its segment, a tool step, its reply and its end: a bool would pay the
+    # sqlite3 module's failed adapter lookup at every one of them.
+    from reverie import Agent, Runtime, tool
+    from reverie.testing import ScriptedModel, call, reply
+
+    @tool(effects=set())
+    async def bump(n: int) -> int:
+        """Return n + 1."""
+        return n + 1
+
+    bound = _record_bound_types(monkeypatch)
+    agent = Agent(name="a", model=ScriptedModel([call("bump", n=1), reply("done")]), tools=[bump])
+    async with Runtime.open(f"sqlite:///{db_path}") as rt:
+        bound.clear()
+        result = await rt.run(agent, "go", scope=ANA)
+    assert result.status == "completed"
     assert bound and {t for t in bound if t not in _PLAIN} == set()
 
 

@@ -11,6 +11,7 @@ import logging
 import operator
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import AsyncGeneratorType
@@ -82,7 +83,7 @@ def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_SURFACES: dict[tuple[int, ...], Surface] = {}
+_SURFACES: OrderedDict[tuple[int, ...], Surface] = OrderedDict()
 """Surfaces by their descriptors' identities: every run of an agent has the same tools."""
 _MAX_SURFACES = 256
 
@@ -105,7 +106,7 @@ def surface_of(tools: Sequence[Any]) -> Surface:
         return known
     surface = _surface(descriptors)
     if len(_SURFACES) >= _MAX_SURFACES:
-        del _SURFACES[next(iter(_SURFACES))]
+        _SURFACES.popitem(last=False)  # constant time (a dict's first key leaves a dummy slot)
     _SURFACES[key] = surface
     return surface
 

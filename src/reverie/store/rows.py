@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from _json import encode_basestring, make_encoder
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from reverie.core.messages import ToolCall
@@ -139,8 +139,8 @@ def exit_column(exit: Mapping[str, Any] | None) -> str | None:
     return dumps(dict(exit)) if exit is not None else None
 
 
-def run_columns(rec: RunRecord) -> Columns:
-    """Columns of a ``runs`` row."""
+def run_columns(rec: RunRecord, flag: Callable[[bool], Any] = bool) -> Columns:
+    """Columns of a ``runs`` row; ``flag`` spells its flags (``Dialect.flag``)."""
     return {
         "run_id": rec.run_id,
         "thread_id": rec.thread_id,
@@ -155,11 +155,11 @@ def run_columns(rec: RunRecord) -> Columns:
         "lease_owner": rec.lease_owner,
         "lease_expires_at": rec.lease_expires_at,
         "fence": rec.fence,
-        "cancel_requested": rec.cancel_requested,
+        "cancel_requested": flag(rec.cancel_requested),
         "idempotency_key": (
             None if rec.idempotency_key is None else owner_key(rec.scope, rec.idempotency_key)
         ),
-        "has_actor": rec.has_actor,
+        "has_actor": flag(rec.has_actor),
         "meta": dumps(dict(rec.meta)),
     }
 

@@ -425,7 +425,7 @@ def create_run(d: Dialect, run: RunRecord) -> Op[RunRecord]:
     """Insert a run, or return the run its owner's idempotency key names already."""
     now = time.time()
     rec = fast_replace(run, created_at=now, updated_at=now)
-    columns = codec.run_columns(rec)
+    columns = codec.run_columns(rec, d.flag)
     key = columns["idempotency_key"]  # qualified by the owner
     if key is not None:
         [row] = yield [d.query(_RUN_BY_KEY, key)]
@@ -490,7 +490,7 @@ def _start_run(
 ) -> Op[_Started]:
     now = time.time()
     rec = fast_replace(run, created_at=now, updated_at=now)
-    columns = codec.run_columns(rec)
+    columns = codec.run_columns(rec, d.flag)
     key = columns["idempotency_key"]  # qualified by the owner
     if create_thread and key is not None:
         # A repeated keyed start writes nothing (not even the thread it would name).
@@ -784,7 +784,7 @@ def end_segment(
             status,
             codec.exit_column(exit),
             time.time(),
-            status in TERMINAL_STATUSES,
+            d.flag(status in TERMINAL_STATUSES),
             run_id,
             fence,
         )
