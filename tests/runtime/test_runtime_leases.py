@@ -32,10 +32,16 @@ class RenewalStore(MemoryStore):
         self.fail_next: set[str] = set()
         """Runs whose next renewal fails with a transient ``StoreError``."""
         self.changed = asyncio.Event()
+        self.stall: str | None = None
+        """A run whose renewals wait until the renewal is cancelled."""
+        self.stalled = asyncio.Event()
 
     async def renew_lease(self, run_id: str, fence: int, *, ttl_s: float, now: float) -> None:
         key = (run_id, fence)
         self.changed.set()
+        if run_id == self.stall:
+            self.stalled.set()
+            await asyncio.Event().wait()  # until the renewer stops renewing it
         if run_id in self.fail_next:
             self.fail_next.discard(run_id)
             self.refused[key] += 1
@@ -168,3 +174,32 @@ async def test_a_segment_shorter_than_a_renewal_wake_starts_no_renewal_task() ->
     assert "SegmentRunner._drive" in started  # (the recording saw the runs' tasks)
     assert not [name for name in started if name.startswith("Renewer.")]
     assert not store.renewed
+
+
+async def test_a_renewal_cut_off_by_the_last_segment_ending_leaves_the_next_segment_renewed() -> (
+    None
+):
+    # The last lease is let go while its renewal is still waiting on the store: that renewal
+    # is cancelled, and a segment that starts right after must get a renewal of its own.
+    store = RenewalStore()
+    first_release, second_release = asyncio.Event(), asyncio.Event()
+    entered = asyncio.Event()
+    async with Runtime(store, lease_ttl_s=TTL_S) as rt:
+        first = await rt.start(
+            waiting_agent(first_release, entered.set), "go", scope=Scope(tenant="t", user="a")
+        )
+        await entered.wait()
+        store.stall = first.run_id
+        async with asyncio.timeout(GUARD_S):
+            await store.stalled.wait()  # its renewal is in flight, waiting on the store
+        first_release.set()
+        assert (await first.result()).status == "completed"
+        entered.clear()
+        second = await rt.start(
+            waiting_agent(second_release, entered.set), "go", scope=Scope(tenant="t", user="b")
+        )
+        await entered.wait()
+        key = (second.run_id, fence_of(store, second.run_id))
+        await store.until(lambda: store.renewed[key] >= 2)
+        second_release.set()
+        assert (await second.result()).status == "completed"
