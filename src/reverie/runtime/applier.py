@@ -167,7 +167,7 @@ class ExitApplier:
         finally:
             self._replies.pop(run.run_id, None)
         if bus is not None:
-            bus.emit(RunFinished(run_id=run.run_id, status=status, exit=exit_to_dict(exit_)))
+            bus.emit(RunFinished(run_id=run.run_id, status=status, exit=recorded))
         if status in TERMINAL_STATUSES:
             dispatcher = hooks or self.hooks
             if self.after_turn_work is None:
