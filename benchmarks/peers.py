@@ -9,7 +9,9 @@ fake model — reverie's ``ScriptedModel``, pydantic-ai's ``FunctionModel``, an 
 ``Model`` returning canned responses, langgraph's tool node behind a scripted model node (with
 no checkpointer, and with its SQLite checkpointer) — next to a bare asyncio loop. Printed: the
 median (of ``repeat``) wall time per model call, and each figure's ratio to the fastest peer
-(the bare loop is not a peer) and to the durable target of docs/benchmarks.md.
+(the bare loop is not a peer) and to the durable target of docs/benchmarks.md. The
+repetitions are taken in rounds (each candidate once per round, after one warm-up of each), so
+that a machine whose speed drifts affects every candidate alike.
 """
 
 from __future__ import annotations
@@ -217,20 +219,14 @@ def _installed(modules: tuple[str, ...]) -> bool:
         return False
 
 
-async def _median_per_call(work: Workload, steps: int, repeat: int) -> float:
-    times: list[float] = []
-    for i in range(repeat):
-        with tempfile.TemporaryDirectory() as tmp:
-            where = Path(tmp) / str(i)
-            where.mkdir()
-            start = time.perf_counter()
-            await work(steps, where)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) / steps
+async def _per_call(work: Workload, steps: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        await work(steps, Path(tmp))
+        return (time.perf_counter() - start) / steps
 
 
 async def main(steps: int, repeat: int) -> None:
-    rows: list[tuple[str, float, bool]] = []  # (label, seconds per call, is a peer)
     candidates: list[tuple[str, Workload, bool]] = [
         ("bare asyncio", bare, False),
         ("reverie in-memory", _reverie(lambda _: ":memory:"), False),
@@ -243,9 +239,19 @@ async def main(steps: int, repeat: int) -> None:
             print(
                 f"skipped {label}: {' / '.join(modules)} not installed (pip install -e '.[bench]')"
             )
-    for label, work, peer in candidates:
-        await work(min(steps, 5), Path(tempfile.gettempdir()))  # warm-up: imports, caches
-        rows.append((label, await _median_per_call(work, steps, repeat), peer))
+    for _, work, _ in candidates:  # warm-up: imports, caches
+        await _per_call(work, min(steps, 5))
+    # Round by round, every candidate once: a machine whose speed drifts (a shared virtual
+    # machine moves by tens of percent within a minute) then slows or speeds them all alike,
+    # instead of favouring whichever was measured in its fast spell.
+    times: list[list[float]] = [[] for _ in candidates]
+    for _ in range(repeat):
+        for measured, (_, work, _) in zip(times, candidates, strict=True):
+            measured.append(await _per_call(work, steps))
+    rows = [  # (label, seconds per call, is a peer)
+        (label, statistics.median(measured), peer)
+        for measured, (label, _, peer) in zip(times, candidates, strict=True)
+    ]
 
     peers = [s for _, s, peer in rows if peer]
     fastest = min(peers) if peers else None
