@@ -420,3 +420,52 @@ async def test_an_append_in_one_store_wakes_a_follower_in_another_through_notify
                 await asyncio.wait([waiting], timeout=0.2)
         stored = await elsewhere.run_events("run-1")
     assert waiting.done() and stored and stored[0].kind == "run_started"
+
+
+@needs_server
+async def test_a_batch_of_many_runs_wakes_a_follower_of_each_in_another_store(
+    store: PostgresStore, url: str
+) -> None:
+    runs = [f"run-{i}" for i in range(5)]
+    async with PostgresStore(url) as elsewhere:
+        waiting = {
+            run_id: asyncio.ensure_future(elsewhere.wait_run_events(run_id, timeout_s=600))
+            for run_id in runs
+        }
+        async with asyncio.timeout(30):
+            # LISTEN starts with the first wait: append until every follower has been woken.
+            while not all(w.done() for w in waiting.values()):
+                await store.append_event_batches(
+                    {run_id: [{"kind": "text_delta", "run_id": run_id}] for run_id in runs}
+                )
+                await asyncio.wait(list(waiting.values()), timeout=0.2)
+        stored = {run_id: await elsewhere.run_events(run_id) for run_id in runs}
+    assert all(stored[run_id] for run_id in runs)
+
+
+@needs_server
+async def test_concurrent_batches_over_shared_runs_from_two_stores_number_each_run_gap_free(
+    store: PostgresStore, url: str
+) -> None:
+    # Each batch locks its runs in one statement; two appenders whose batches share runs
+    # (in any order of the mappings) never deadlock and never hand out a seq twice.
+    runs = [f"run-{i}" for i in range(6)]
+    async with PostgresStore(url) as other:
+
+        async def append(target: PostgresStore, start: int) -> None:
+            for k in range(10):
+                picked = [runs[(start + k + j) % len(runs)] for j in range(4)]
+                if k % 2:
+                    picked.reverse()
+                await target.append_event_batches(
+                    {run_id: [{"kind": "text_delta", "run_id": run_id}] for run_id in picked}
+                )
+
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(append(s, i) for i, s in enumerate([store, other] * 3)))
+    total = 0
+    for run_id in runs:
+        seqs = [r.seq for r in await store.run_events(run_id)]
+        assert seqs == list(range(1, len(seqs) + 1))
+        total += len(seqs)
+    assert total == 6 * 10 * 4

@@ -177,3 +177,20 @@ async def test_a_step_with_an_input_waiting_writes_its_rows_but_not_its_checkpoi
     assert receipt.inputs_waiting
     assert await store.load_checkpoint("r") is None
     assert [i.seq for i in await store.thread_items("t")] == [1, 2]
+
+
+async def test_an_event_batch_sends_as_many_statements_for_fifty_runs_as_for_two(
+    relayed: tuple[PostgresStore, Relay],
+) -> None:
+    # The locks of a batch's runs and their notifications are one statement each: a flush of
+    # a thousand runs' events costs the client no more statements than one of two runs.
+    store, relay = relayed
+    sent: list[list[str]] = []
+    for width in (2, 50):
+        start = len(relay.sent)
+        await store.append_event_batches(
+            {f"run-{width}-{i}": [{"kind": "run_started"}] for i in range(width)}
+        )
+        sent.append([token for token in relay.sent[start:] if token != "wait"])
+    assert sent[0] == sent[1]
+    assert len(sent[1]) <= 6  # BEGIN, the locks, the last seqs, the rows, the notify, COMMIT

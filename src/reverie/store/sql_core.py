@@ -139,9 +139,12 @@ class Dialect:
     """A flag as a parameter (SQLite: an ``int``; the ``sqlite3`` module binds a ``bool``
     only after failing to find an adapter for it, ~1 µs a parameter)."""
     events_lock: str | None = None
-    """Serialises the appenders of one run's events (``None``: the writer's lock does)."""
+    """Serialises the appenders of each run's events: one statement for a batch, its one
+    parameter the list of run ids, locked in the list's order (``None``: the writer's lock
+    does)."""
     events_notify: str | None = None
-    """Wakes other processes' followers when appended events commit."""
+    """Wakes other processes' followers when appended events commit: one statement for a
+    batch, its one parameter the list of run ids (one notification each)."""
     bytewise: str = ""
     """Appended to an ORDER BY of text that must sort by bytes (SQLite's default)."""
     real: str = "REAL"
@@ -267,10 +270,19 @@ POSTGRES = Dialect(
     # The event log is best effort (a failed write is dropped, a follower rebuilds a missing
     # run_finished from the run's exit): its commits do not wait for the WAL flush, which the
     # next step commit of the run makes (a server crash may lose the newest events, no step).
+    # One statement per batch, not one per run: a flush of a thousand runs' events would
+    # otherwise send two thousand, and each costs the client a statement's CPU. The locks are
+    # taken row by row in the list's order: unnest gives the rows in the array's order (the
+    # planner sees its ordinality is, and drops the sort), and the aggregate takes them as
+    # they come.
     events_lock=(
-        "SELECT pg_advisory_xact_lock(hashtext(?)), set_config('synchronous_commit', 'off', true)"
+        "SELECT set_config('synchronous_commit', 'off', true),"
+        " count(pg_advisory_xact_lock(hashtext(id))) FROM (SELECT id FROM"
+        " unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS r (id, n) ORDER BY n) AS ordered"
     ),
-    events_notify=f"SELECT pg_notify('{EVENTS_CHANNEL}', ?)",
+    events_notify=(
+        f"SELECT count(pg_notify('{EVENTS_CHANNEL}', id)) FROM unnest(CAST(? AS TEXT[])) AS r (id)"
+    ),
     bytewise=' COLLATE "C"',
     real="DOUBLE PRECISION",
     # Keyed on the current schema: stores in other schemas of the database migrate apart.

@@ -1024,9 +1024,10 @@ def append_event_batches(
 ) -> Op[dict[str, int]]:
     """Append each run's events after its last one, keep the newest ``keep`` of each run; the
     last seq of each run. One read of the runs' last seqs and one insert for every run."""
-    # PostgreSQL's per-run locks, taken in one order: two appenders never wait for each other.
+    # PostgreSQL's per-run locks, taken in one order (one statement for them all): two
+    # appenders never wait for each other in a cycle.
     runs = sorted(batches)
-    locks = [] if d.events_lock is None else [d.exec(d.events_lock, run_id) for run_id in runs]
+    locks = [] if d.events_lock is None or not runs else [d.exec(d.events_lock, runs)]
     # The last seq of each run from the key's index, whatever the number of events it keeps.
     reads = [
         d.query(
@@ -1058,8 +1059,8 @@ def append_event_batches(
         for run_id, seq in last.items()
         if seq > keep
     ]
-    if d.events_notify is not None:
-        writes += [d.exec(d.events_notify, run_id) for run_id in runs]
+    if d.events_notify is not None and runs:
+        writes.append(d.exec(d.events_notify, runs))
     yield writes
     return last
 
