@@ -422,6 +422,11 @@ async def test_an_append_in_one_store_wakes_a_follower_in_another_through_notify
     assert waiting.done() and stored and stored[0].kind == "run_started"
 
 
+def _deltas(runs: list[str]) -> dict[str, list[dict[str, object]]]:
+    """One text delta for each run: an event flush of ``runs``."""
+    return {run_id: [{"kind": "text_delta", "run_id": run_id}] for run_id in runs}
+
+
 @needs_server
 async def test_a_batch_of_many_runs_wakes_a_follower_of_each_in_another_store(
     store: PostgresStore, url: str
@@ -435,9 +440,7 @@ async def test_a_batch_of_many_runs_wakes_a_follower_of_each_in_another_store(
         async with asyncio.timeout(30):
             # LISTEN starts with the first wait: append until every follower has been woken.
             while not all(w.done() for w in waiting.values()):
-                await store.append_event_batches(
-                    {run_id: [{"kind": "text_delta", "run_id": run_id}] for run_id in runs}
-                )
+                await store.append_event_batches(_deltas(runs))
                 await asyncio.wait(list(waiting.values()), timeout=0.2)
         stored = {run_id: await elsewhere.run_events(run_id) for run_id in runs}
     assert all(stored[run_id] for run_id in runs)
@@ -457,9 +460,7 @@ async def test_concurrent_batches_over_shared_runs_from_two_stores_number_each_r
                 picked = [runs[(start + k + j) % len(runs)] for j in range(4)]
                 if k % 2:
                     picked.reverse()
-                await target.append_event_batches(
-                    {run_id: [{"kind": "text_delta", "run_id": run_id}] for run_id in picked}
-                )
+                await target.append_event_batches(_deltas(picked))
 
         async with asyncio.timeout(60):
             await asyncio.gather(*(append(s, i) for i, s in enumerate([store, other] * 3)))
