@@ -194,3 +194,29 @@ async def test_an_event_batch_sends_as_many_statements_for_fifty_runs_as_for_two
         sent.append([token for token in relay.sent[start:] if token != "wait"])
     assert sent[0] == sent[1]
     assert len(sent[1]) <= 6  # BEGIN, the locks, the last seqs, the rows, the notify, COMMIT
+
+
+async def test_a_segment_end_is_one_statement_in_a_transaction_of_its_own(
+    relayed: tuple[PostgresStore, Relay],
+) -> None:
+    store, relay = relayed
+    fence = await _running(store)
+    start = len(relay.sent)
+    ended = await store.end_segment("r", "completed", fence=fence, exit={"kind": "completed"})
+    assert relay.sent[start:] == ["UPDATE", "wait"]  # no BEGIN, no COMMIT
+    assert ended.status == "completed" and ended.lease_owner is None
+    assert (await store.get_run("r")).status == "completed"
+
+
+async def test_a_segment_end_under_a_stale_fence_writes_nothing_and_says_lease_lost(
+    relayed: tuple[PostgresStore, Relay],
+) -> None:
+    store, _ = relayed
+    fence = await _running(store)
+    with pytest.raises(LeaseLost):
+        await store.end_segment("r", "completed", fence=fence + 1, exit={"kind": "completed"})
+    run = await store.get_run("r")
+    assert run.status != "completed" and run.lease_owner == "me"
+    # The connection (the store's only one) is still usable: the right fence ends the run.
+    ended = await store.end_segment("r", "failed", fence=fence, exit={"kind": "failed"})
+    assert ended.status == "failed"

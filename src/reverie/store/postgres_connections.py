@@ -208,7 +208,8 @@ async def drive(
 
 
 async def _guard(conn: Conn, batch: Sequence[Statement]) -> list[DictRow] | None:
-    """Run an op's guarded first batch: its rows, or ``None`` if the guard refused.
+    """Run an op's guarded first batch: its rows (none: it wrote nothing), or ``None`` if the
+    guard refused.
 
     Its one statement is its own transaction (the connection is in autocommit mode): it
     commits as its answer comes back (one round trip), or, refused, rolls back whole.
@@ -421,9 +422,10 @@ class PostgresConnections:
         ``BEGIN`` and ``COMMIT`` are sent as statements of the pipeline (psycopg's
         ``transaction()`` would sync at both ends): ``BEGIN`` travels with the op's first
         batch and ``COMMIT`` with its last. An op whose first batch is a
-        :class:`~reverie.store.sql_core.Guard` (a step commit: one statement that checks and
-        writes) sends it as a transaction of its own, one round trip, and if the guard refused,
-        runs the batches it yields next in a new transaction.
+        :class:`~reverie.store.sql_core.Guard` (a step commit, a segment's end: one statement
+        that checks and writes) sends it as a transaction of its own, one round trip, and if
+        the guard refused (or returned no rows: it wrote nothing), runs the batches it yields
+        next in a new transaction.
         """
         with self._errors(action):
             async with self._connection() as conn:
@@ -433,7 +435,7 @@ class PostgresConnections:
                     if any(isinstance(statement, Guard) for statement in batch):
                         rows = await _guard(conn, batch)
                         batch = op.send([rows])
-                        if rows is not None:
+                        if rows:
                             raise TypeError("an op yielded a batch after a guard that held")
                 except StopIteration as stop:
                     answer: T = stop.value

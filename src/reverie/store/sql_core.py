@@ -84,11 +84,12 @@ class Many:
 class Guard:
     """A statement that checks and writes, or refuses (its result: its rows, or ``None``).
 
-    Only ops of a dialect with a :attr:`Dialect.step_call` yield one (a step commit's single
-    statement), alone, as their first batch: the backend runs it as a transaction of its own.
-    A guard that does not hold raises an error quoting :data:`GUARD_REFUSED` before it writes
-    anything, and the op is sent ``None`` for it; it may then yield more batches, which run
-    in a new transaction. A guard that held is the op's last batch.
+    Only ops of a dialect with :attr:`Dialect.guards` yield one (a step commit's single
+    statement, a segment's end), alone, as their first batch: the backend runs it as a
+    transaction of its own. A guard that does not hold writes nothing: it raises an error
+    quoting :data:`GUARD_REFUSED` (the op is sent ``None`` for it) or returns no rows (the op
+    is sent ``[]``); the op may then yield more batches, which run in a new transaction. A
+    guard that held (it returned rows) is the op's last batch.
     """
 
     sql: str
@@ -154,6 +155,10 @@ class Dialect:
     json_rows: bool = False
     """A multi-row insert is one statement, its rows one JSON parameter (a statement costs the
     PostgreSQL client a send and the server an execution; SQLite's cost neither)."""
+    guards: bool = False
+    """The backend runs a :class:`Guard` as a transaction of its own (PostgreSQL, where that
+    spares a single-statement write its ``BEGIN`` and ``COMMIT``: two statements of the
+    client's CPU and the server's); see :meth:`alone`."""
     step_call: str | None = None
     """A step commit as one statement, run as a :class:`Guard` (its columns: ``head``,
     ``top_cursor``, ``cancel_requested``; its parameters: see
@@ -184,6 +189,14 @@ class Dialect:
     def exec(self, statement: str, *params: Any) -> Exec:
         """An :class:`Exec` in this dialect."""
         return Exec(self.sql(statement), params)
+
+    def alone(self, statement: str, *params: Any) -> Query | Guard:
+        """A write op's only write, which returns rows when it wrote and none when it did not:
+        a :class:`Guard` where the backend runs one as its own transaction (:attr:`guards`),
+        else a :class:`Query` in the op's transaction."""
+        if self.guards:
+            return Guard(self.sql(statement), params)
+        return Query(self.sql(statement), params)
 
     def count(self, statement: str, *params: Any) -> Count:
         """A :class:`Count` in this dialect."""
@@ -289,6 +302,7 @@ POSTGRES = Dialect(
     schema_lock="SELECT pg_advisory_xact_lock(hashtext('reverie.schema:' || current_schema()))",
     version_table_missing="SELECT to_regclass('schema_version') IS NULL AS missing",
     json_rows=True,
+    guards=True,
     # The function of migration 5 (reverie.store.postgres_schema): the locks, the checks and
     # every write of a step in one prepared statement. The casts pin the parameters' types
     # (psycopg picks an integer's by its size).

@@ -776,8 +776,10 @@ def end_segment(
 ) -> Op[RunRecord]:
     """The status and exit, the seal (terminal) and the lease release: one fenced UPDATE."""
     check_segment_end(status)
+    # One statement, which writes only under the caller's fence: on PostgreSQL it is its own
+    # transaction (a run's end costs no BEGIN and COMMIT).
     [row] = yield [
-        d.query(
+        d.alone(
             "UPDATE runs SET status = ?, exit = COALESCE(?, exit), updated_at = ?,"
             " inputs_sealed = (inputs_sealed OR ?), lease_owner = NULL, lease_expires_at = NULL"
             " WHERE run_id = ? AND fence = ? RETURNING *",
