@@ -220,3 +220,45 @@ async def test_a_segment_end_under_a_stale_fence_writes_nothing_and_says_lease_l
     # The connection (the store's only one) is still usable: the right fence ends the run.
     ended = await store.end_segment("r", "failed", fence=fence, exit={"kind": "failed"})
     assert ended.status == "failed"
+
+
+async def test_a_run_started_on_a_new_thread_is_one_statement_in_a_transaction_of_its_own(
+    relayed: tuple[PostgresStore, Relay],
+) -> None:
+    store, relay = relayed
+    start = len(relay.sent)
+    started = await store.start_segment(
+        RunRecord(run_id="r", thread_id="t", scope=ANA, agent_name="x"),
+        [NewItem(role="user", content="go")],
+        owner="me",
+        ttl_s=60,
+        now=1.0,
+        create_thread=True,
+        window=8,
+    )
+    # The thread, the run (leased, running) and its opening row: one statement, no BEGIN.
+    assert relay.sent[start:] == ["WITH", "wait"]
+    assert started.run.status == "running" and started.head_seq == 1
+    assert [i.content for i in started.items] == ["go"]
+    assert [i.content for i in await store.thread_items("t")] == ["go"]
+    assert (await store.get_run("r")).lease_owner == "me"
+
+
+async def test_a_run_started_on_an_existing_thread_takes_the_checked_path_and_writes_once(
+    relayed: tuple[PostgresStore, Relay],
+) -> None:
+    store, _ = relayed
+    await store.create_thread("t", ANA)
+    await store.append_items("t", None, [NewItem(role="user", content="before")], fence=None)
+    started = await store.start_segment(
+        RunRecord(run_id="r", thread_id="t", scope=ANA, agent_name="x"),
+        [NewItem(role="user", content="go")],
+        owner="me",
+        ttl_s=60,
+        now=1.0,
+        create_thread=True,
+        window=8,
+    )
+    # The one-statement start wrote nothing (the thread existed); the checked one wrote once.
+    assert started.head_seq == 2
+    assert [i.content for i in await store.thread_items("t")] == ["before", "go"]

@@ -218,7 +218,7 @@ class Dialect:
         or, with :attr:`json_rows` and more than one row, one statement for them all."""
         if self.json_rows and len(rows) > 1:
             columns = ", ".join(names)
-            data = _JSON_ROWS.encode([dict(zip(names, row, strict=True)) for row in rows])
+            data = json_records(names, rows)
             return self.exec(
                 f"INSERT INTO {table} ({columns}) SELECT {columns}"
                 f" FROM json_populate_recordset(NULL::{table}, ?::json)",
@@ -265,6 +265,13 @@ class Dialect:
 
 _JSON_ROWS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """Rows of :meth:`Dialect.insert_rows` as JSON (PostgreSQL's JSON has no NaN)."""
+
+
+def json_records(names: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """``rows`` (values in the order of ``names``) as a JSON array of objects keyed by column:
+    one parameter for ``json_populate_recordset``."""
+    return _JSON_ROWS.encode([dict(zip(names, row, strict=True)) for row in rows])
+
 
 CHUNK = 500
 """Values per ``IN (...)`` list, well under SQLite's bound-parameter limit."""

@@ -58,6 +58,7 @@ from reverie.store.sql_core import (
     Guard,
     Op,
     Statement,
+    json_records,
     raise_if_stale,
 )
 
@@ -485,6 +486,43 @@ class _Started:
     not read, the opening rows are the window)."""
 
 
+def _new_thread_start(
+    d: Dialect, thread: ThreadRecord, run: codec.Columns, rows: Sequence[tuple[Any, ...]]
+) -> Guard:
+    """A new thread, its first run and the run's opening rows in one statement, which writes
+    all of them if the thread is new and none of them if it exists (then it returns no row).
+
+    For a dialect with :attr:`~reverie.store.sql_core.Dialect.guards`: the statement is its
+    own transaction, so a run started on a new thread costs one statement and no ``BEGIN``
+    or ``COMMIT``. Each row travels as JSON populated into the table's own row type, which
+    gives every value its column's type.
+    """
+    thread_columns = codec.thread_columns(thread)
+    names = {
+        "threads": ", ".join(thread_columns),
+        "runs": ", ".join(run),
+        "items": ", ".join(ITEM_COLUMNS),
+    }
+    sql = (
+        f"WITH t AS (INSERT INTO threads ({names['threads']}) SELECT {names['threads']}"
+        " FROM json_populate_recordset(NULL::threads, ?::json) ON CONFLICT DO NOTHING"
+        " RETURNING thread_id),"
+        f" r AS (INSERT INTO runs ({names['runs']}) SELECT {names['runs']}"
+        " FROM json_populate_recordset(NULL::runs, ?::json) WHERE EXISTS (SELECT 1 FROM t)),"
+        f" i AS (INSERT INTO items ({names['items']}) SELECT {names['items']}"
+        " FROM json_populate_recordset(NULL::items, ?::json) WHERE EXISTS (SELECT 1 FROM t))"
+        " SELECT thread_id FROM t"
+    )
+    return Guard(
+        d.sql(sql),
+        (
+            json_records(list(thread_columns), [list(thread_columns.values())]),
+            json_records(list(run), [list(run.values())]),
+            json_records(ITEM_COLUMNS, rows),
+        ),
+    )
+
+
 def _start_run(
     d: Dialect, run: RunRecord, items: Sequence[NewItem], *, create_thread: bool, window: int
 ) -> Op[_Started]:
@@ -492,6 +530,18 @@ def _start_run(
     rec = fast_replace(run, created_at=now, updated_at=now)
     columns = codec.run_columns(rec, d.flag)
     key = columns["idempotency_key"]  # qualified by the owner
+    if d.guards and create_thread and key is None:
+        # The common start, a run on a thread of its own: one statement, written only if the
+        # thread is new. An existing thread makes it write nothing, and the checks below run.
+        thread = ThreadRecord(thread_id=run.thread_id, scope=run.scope, created_at=now)
+        records = [
+            new_item(d, new_id("itm"), seq, run.thread_id, run.run_id, item)
+            for seq, item in enumerate(items, start=1)
+        ]
+        rows = [item_row(d, r, created_at=now) for r in records]
+        [written] = yield [_new_thread_start(d, thread, columns, rows)]
+        if written:
+            return _Started(rec, created=True, rows=records)
     if create_thread and key is not None:
         # A repeated keyed start writes nothing (not even the thread it would name).
         [found] = yield [d.query(_RUN_BY_KEY, key)]
