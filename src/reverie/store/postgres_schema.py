@@ -22,7 +22,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from reverie.store.migrations import Migration
-from reverie.store.sql_core import GUARD_REFUSED
+from reverie.store.sql_core import EVENTS_CHANNEL, GUARD_REFUSED
 
 Conn = AsyncConnection[DictRow]
 """A connection of the store: rows come back as dicts keyed by column name."""
@@ -324,7 +324,51 @@ _V6 = Migration(
     statements=("DROP INDEX IF EXISTS items_by_run",),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# An event flush as one statement (reverie.store.sql_ops.append_event_batches): the locks of
+# the flush's runs in the caller's order (so two appenders never wait for each other in a
+# cycle), then, each statement of a VOLATILE function taking a fresh snapshot, every run's
+# last seq as the transactions those locks waited for left it, the rows numbered after it,
+# the bound (the newest p_keep of each run), and a NOTIFY for each run. The event log is best
+# effort: its transaction does not wait for the WAL flush (the run's next step commit makes
+# it). The rows travel as one JSON array, each numbered 1, 2, ... within its run.
+_EVENTS_FUNCTION = f"""
+CREATE FUNCTION reverie_append_events(
+    p_runs TEXT[], p_counts BIGINT[], p_rows JSON, p_keep BIGINT
+) RETURNS TABLE (run_id TEXT, last BIGINT)
+LANGUAGE plpgsql VOLATILE AS $body$
+DECLARE
+    v_run TEXT;
+    v_tops BIGINT[];
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    FOREACH v_run IN ARRAY p_runs LOOP
+        PERFORM pg_advisory_xact_lock(hashtext(v_run));
+    END LOOP;
+    SELECT array_agg(
+        COALESCE((SELECT MAX(e.seq) FROM run_events AS e WHERE e.run_id = v.id), 0)
+        ORDER BY v.n
+    ) INTO v_tops
+    FROM unnest(p_runs) WITH ORDINALITY AS v (id, n);
+    INSERT INTO run_events (run_id, seq, kind, data, created_at)
+    SELECT u.run_id, t.top + u.seq, u.kind, u.data, u.created_at
+    FROM json_populate_recordset(NULL::run_events, p_rows) AS u
+    JOIN unnest(p_runs, v_tops) AS t (id, top) ON t.id = u.run_id;
+    DELETE FROM run_events AS e
+    USING unnest(p_runs, v_tops, p_counts) AS t (id, top, k)
+    WHERE e.run_id = t.id AND t.top + t.k > p_keep AND e.seq <= t.top + t.k - p_keep;
+    PERFORM pg_notify('{EVENTS_CHANNEL}', v.id) FROM unnest(p_runs) AS v (id);
+    RETURN QUERY SELECT t.id, t.top + t.k FROM unnest(p_runs, v_tops, p_counts) AS t (id, top, k);
+END
+$body$
+"""
+
+_V7 = Migration(
+    version=7,
+    name="an event flush as one statement (reverie_append_events)",
+    statements=(_EVENTS_FUNCTION,),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 """Every migration, oldest first. Never edit one that has shipped; append the next."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

@@ -139,13 +139,10 @@ class Dialect:
     flag: Callable[[bool], Any] = bool
     """A flag as a parameter (SQLite: an ``int``; the ``sqlite3`` module binds a ``bool``
     only after failing to find an adapter for it, ~1 µs a parameter)."""
-    events_lock: str | None = None
-    """Serialises the appenders of each run's events: one statement for a batch, its one
-    parameter the list of run ids, locked in the list's order (``None``: the writer's lock
-    does)."""
-    events_notify: str | None = None
-    """Wakes other processes' followers when appended events commit: one statement for a
-    batch, its one parameter the list of run ids (one notification each)."""
+    events_call: str | None = None
+    """An event flush as one statement (``None``: the op's statements, in the writer's
+    transaction): its parameters are the runs in order, their numbers of events, their rows as
+    JSON (each numbered from 1 within its run) and the bound; its rows, each run's last seq."""
     bytewise: str = ""
     """Appended to an ORDER BY of text that must sort by bytes (SQLite's default)."""
     real: str = "REAL"
@@ -290,18 +287,11 @@ POSTGRES = Dialect(
     # The event log is best effort (a failed write is dropped, a follower rebuilds a missing
     # run_finished from the run's exit): its commits do not wait for the WAL flush, which the
     # next step commit of the run makes (a server crash may lose the newest events, no step).
-    # One statement per batch, not one per run: a flush of a thousand runs' events would
-    # otherwise send two thousand, and each costs the client a statement's CPU. The locks are
-    # taken row by row in the list's order: unnest gives the rows in the array's order (the
-    # planner sees its ordinality is, and drops the sort), and the aggregate takes them as
-    # they come.
-    events_lock=(
-        "SELECT set_config('synchronous_commit', 'off', true),"
-        " count(pg_advisory_xact_lock(hashtext(id))) FROM (SELECT id FROM"
-        " unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS r (id, n) ORDER BY n) AS ordered"
-    ),
-    events_notify=(
-        f"SELECT count(pg_notify('{EVENTS_CHANNEL}', id)) FROM unnest(CAST(? AS TEXT[])) AS r (id)"
+    # The function of migration 7 (reverie.store.postgres_schema): the locks, the seqs, the
+    # rows, the bound and the NOTIFYs of a flush in one statement, whatever its runs.
+    events_call=(
+        "SELECT run_id, last FROM reverie_append_events(CAST(? AS TEXT[]), CAST(? AS BIGINT[]),"
+        " ?::json, ?::bigint)"
     ),
     bytewise=' COLLATE "C"',
     real="DOUBLE PRECISION",

@@ -1075,11 +1075,21 @@ def append_event_batches(
     d: Dialect, batches: Mapping[str, Sequence[Mapping[str, Any]]], *, keep: int, now: float
 ) -> Op[dict[str, int]]:
     """Append each run's events after its last one, keep the newest ``keep`` of each run; the
-    last seq of each run. One read of the runs' last seqs and one insert for every run."""
-    # PostgreSQL's per-run locks, taken in one order (one statement for them all): two
-    # appenders never wait for each other in a cycle.
-    runs = sorted(batches)
-    locks = [] if d.events_lock is None or not runs else [d.exec(d.events_lock, runs)]
+    last seq of each run. One read of the runs' last seqs and one insert for every run (with
+    an :attr:`~reverie.store.sql_core.Dialect.events_call`: one statement in all)."""
+    runs = sorted(batches)  # the order PostgreSQL's per-run locks are taken in
+    if not runs:
+        return {}
+    if d.events_call is not None:
+        numbered = [
+            codec.run_event_row(run_id, n, data, now)
+            for run_id in runs
+            for n, data in enumerate(batches[run_id], start=1)
+        ]
+        as_json = json_records(codec.RUN_EVENT_COLUMNS, numbered)
+        counts = [len(batches[run_id]) for run_id in runs]
+        [answer] = yield [Guard(d.sql(d.events_call), (runs, counts, as_json, keep))]
+        return {row["run_id"]: int(row["last"]) for row in answer or ()}
     # The last seq of each run from the key's index, whatever the number of events it keeps.
     reads = [
         d.query(
@@ -1089,9 +1099,9 @@ def append_event_batches(
         )
         for source, params in d.each_of("run_id", runs)
     ]
-    found = yield [*locks, *reads]
+    found = yield reads
     last = dict.fromkeys(runs, 0)
-    for tops in found[len(locks) :]:
+    for tops in found:
         for row in tops:
             if row["last"] is not None:
                 last[row["run_id"]] = int(row["last"])
@@ -1111,8 +1121,6 @@ def append_event_batches(
         for run_id, seq in last.items()
         if seq > keep
     ]
-    if d.events_notify is not None and runs:
-        writes.append(d.exec(d.events_notify, runs))
     yield writes
     return last
 
