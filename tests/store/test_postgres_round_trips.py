@@ -21,7 +21,7 @@ from reverie import Scope
 from reverie.core.transcript import TranscriptItem
 from reverie.errors import LeaseLost, TranscriptConflict
 from reverie.store import NewItem, RunRecord
-from reverie.store.base import StepWrite
+from reverie.store.base import SegmentStart, StepWrite
 from reverie.store.postgres import PostgresStore, temporary_schema
 
 POSTGRES_URL = os.environ.get("REVERIE_TEST_POSTGRES_URL", "")
@@ -222,12 +222,9 @@ async def test_a_segment_end_under_a_stale_fence_writes_nothing_and_says_lease_l
     assert ended.status == "failed"
 
 
-async def test_a_run_started_on_a_new_thread_is_one_statement_in_a_transaction_of_its_own(
-    relayed: tuple[PostgresStore, Relay],
-) -> None:
-    store, relay = relayed
-    start = len(relay.sent)
-    started = await store.start_segment(
+async def _start_on_thread_t(store: PostgresStore) -> SegmentStart:
+    """Run ``r`` started with its segment on thread ``t`` (created if missing), saying "go"."""
+    return await store.start_segment(
         RunRecord(run_id="r", thread_id="t", scope=ANA, agent_name="x"),
         [NewItem(role="user", content="go")],
         owner="me",
@@ -236,6 +233,14 @@ async def test_a_run_started_on_a_new_thread_is_one_statement_in_a_transaction_o
         create_thread=True,
         window=8,
     )
+
+
+async def test_a_run_started_on_a_new_thread_is_one_statement_in_a_transaction_of_its_own(
+    relayed: tuple[PostgresStore, Relay],
+) -> None:
+    store, relay = relayed
+    start = len(relay.sent)
+    started = await _start_on_thread_t(store)
     # The thread, the run (leased, running) and its opening row: one statement, no BEGIN.
     assert relay.sent[start:] == ["WITH", "wait"]
     assert started.run.status == "running" and started.head_seq == 1
@@ -250,15 +255,7 @@ async def test_a_run_started_on_an_existing_thread_takes_the_checked_path_and_wr
     store, _ = relayed
     await store.create_thread("t", ANA)
     await store.append_items("t", None, [NewItem(role="user", content="before")], fence=None)
-    started = await store.start_segment(
-        RunRecord(run_id="r", thread_id="t", scope=ANA, agent_name="x"),
-        [NewItem(role="user", content="go")],
-        owner="me",
-        ttl_s=60,
-        now=1.0,
-        create_thread=True,
-        window=8,
-    )
+    started = await _start_on_thread_t(store)
     # The one-statement start wrote nothing (the thread existed); the checked one wrote once.
     assert started.head_seq == 2
     assert [i.content for i in await store.thread_items("t")] == ["before", "go"]
