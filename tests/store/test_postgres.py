@@ -18,9 +18,10 @@ import pytest
 
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ToolCall
-from reverie.errors import ConfigError, ConflictError, LeaseLost, RunBusy, StoreError
+from reverie.errors import ConfigError, ConflictError, LeaseLost, RunBusy, StoreError, ThreadBusy
 from reverie.memory import NativeMemory
 from reverie.store import GateRecord, NewItem, RunRecord, open_store
+from reverie.store.base import SegmentStart
 from reverie.store.postgres import PostgresStore, temporary_schema
 from reverie.store.postgres_schema import SCHEMA_VERSION
 from reverie.testing import ScriptedModel, call, reply
@@ -470,3 +471,37 @@ async def test_concurrent_batches_over_shared_runs_from_two_stores_number_each_r
         assert seqs == list(range(1, len(seqs) + 1))
         total += len(seqs)
     assert total == 6 * 10 * 4
+
+
+@needs_server
+async def test_two_stores_starting_a_run_on_one_new_thread_at_once_start_exactly_one(
+    store: PostgresStore, url: str
+) -> None:
+    # Both take the one-statement start of a new thread: the second's insert of the thread
+    # waits for the first's, then writes nothing, and its checked start finds the thread busy.
+    async def start(target: PostgresStore, thread_id: str, run_id: str) -> object:
+        return await target.start_segment(
+            RunRecord(run_id=run_id, thread_id=thread_id, scope=ANA, agent_name="assistant"),
+            [NewItem(role="user", content=run_id)],
+            owner=run_id,
+            ttl_s=60,
+            now=T0,
+            create_thread=True,
+            window=8,
+        )
+
+    async with PostgresStore(url) as other:
+        for n in range(10):
+            thread_id = f"thr-new-{n}"
+            outcomes = await asyncio.gather(
+                start(store, thread_id, f"run-a{n}"),
+                start(other, thread_id, f"run-b{n}"),
+                return_exceptions=True,
+            )
+            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            assert len(failed) == 1 and isinstance(failed[0], ThreadBusy), outcomes
+            [won] = [o for o in outcomes if not isinstance(o, BaseException)]
+            assert isinstance(won, SegmentStart)
+            rows = await store.thread_items(thread_id)
+            assert [r.content for r in rows] == [won.run.run_id]  # the winner's row, once
+            assert (await store.active_run(thread_id)) is not None
