@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from real_model.llama_support import LlamaServer
 from reverie import Agent, Runtime, Scope
 from reverie.core.events import TextDeltaEvent
-
-from real_model.llama_support import LlamaServer
 
 pytestmark = pytest.mark.real_model
 
