@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from enum import IntEnum
@@ -19,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from reverie.core.scope import default_user
 from reverie.errors import (
     ConfigError,
     GateResolvedError,
@@ -145,13 +145,6 @@ UserOption = Annotated[
     str | None,
     typer.Option("--user", help="User of the scope (default: $USER).", show_default=False),
 ]
-
-
-def default_user() -> str:
-    """``$USER`` (or the login name), else ``local``."""
-    with contextlib.suppress(Exception):
-        return os.environ.get("USER") or getpass.getuser() or "local"
-    return "local"
 
 
 def out_console() -> Console:
