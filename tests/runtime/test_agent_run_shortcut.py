@@ -63,7 +63,7 @@ def test_run_sync_inside_an_event_loop_is_a_usage_error(home: Path) -> None:
     agent = Agent(name="assistant", model=ScriptedModel([reply("ok")]))
 
     async def main() -> None:
-        with pytest.raises(UsageError, match="await agent.run"):
+        with pytest.raises(UsageError, match=r"await agent\.run"):
             agent.run_sync("hi")
 
     asyncio.run(main())

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reverie.cli.common import ExitCode, err_console, out_console
+from reverie.cli.ids import short_id
 from reverie.core.exits import exit_to_dict
 from reverie.core.timestamps import iso_utc
 
@@ -114,12 +115,16 @@ def result_payload(result: RunResult) -> dict[str, Any]:
     }
 
 
-def show_result(result: RunResult, *, as_json: bool, streamed: bool = False) -> ExitCode:
+def show_result(
+    result: RunResult, *, as_json: bool, streamed: bool = False, flags: str = ""
+) -> ExitCode:
     """Print a run's outcome and return the exit code it maps to.
 
     Completed: the reply on stdout (unless ``streamed`` already wrote it), a one-line summary
     on stderr (so ``$(reverie run …)`` is just the reply). Blocked: the gate and the commands
-    that resolve it. Failed or cancelled: the reason on stderr.
+    that resolve it, with ``flags`` (:func:`~reverie.cli.common.replay_flags`: the
+    ``--config``/``--store`` this command was given, so they work when pasted). Failed or
+    cancelled: the reason on stderr.
     """
     code = exit_code_for(result)
     if as_json:
@@ -147,8 +152,14 @@ def show_result(result: RunResult, *, as_json: bool, streamed: bool = False) -> 
             f"(gate [bold]{escape(gate.ref)}[/], run {escape(result.run_id)})."
         )
         out.print(f"  arguments: {escape(_args(gate.arguments))}")
-        out.print(f"  approve:   reverie gates approve {escape(gate.ref)}")
-        out.print(f'  deny:      reverie gates deny {escape(gate.ref)} --reason "..."')
+        # Never wrapped: a command cut in two does not work when pasted.
+        out.print(
+            f"  approve:   reverie gates approve{escape(flags)} {escape(gate.ref)}", soft_wrap=True
+        )
+        out.print(
+            f'  deny:      reverie gates deny{escape(flags)} {escape(gate.ref)} --reason "..."',
+            soft_wrap=True,
+        )
     elif result.status == "failed":
         data = exit_to_dict(result.exit)
         err.print(
@@ -252,6 +263,7 @@ def show_runs(runs: Sequence[RunRecord]) -> None:
         out.print("No runs.")
         return
     columns = [
+        _Column("ID", [short_id(r.run_id) for r in runs]),
         # A child run (a subagent call started it) is marked, to be found under its parent.
         _Column(
             "RUN", [("↳ " if "parent_run_id" in r.meta else "") + escape(r.run_id) for r in runs]
@@ -286,8 +298,10 @@ def show_run(
     *,
     as_json: bool,
     tree: RunNode | None = None,
+    flags: str = "",
 ) -> None:
-    """A run's status, exit, usage, subagent runs (``tree``) and transcript."""
+    """A run's status, exit, usage, subagent runs (``tree``) and transcript; the approve
+    command of a pending gate repeats ``flags`` (:func:`~reverie.cli.common.replay_flags`)."""
     from reverie.cli.run_tree import parent_call, tree_lines, tree_payload
 
     if as_json:
@@ -321,7 +335,8 @@ def show_run(
     if gate is not None and gate.status == "pending":
         out.print(
             f"  gate:    {escape(gate.ref)} ({escape(gate.tool)} {escape(_args(gate.arguments))})"
-            f" — reverie gates approve {escape(gate.ref)}"
+            f" — reverie gates approve{escape(flags)} {escape(gate.ref)}",
+            soft_wrap=True,
         )
     if tree is not None and tree.children:
         out.print()
@@ -384,6 +399,7 @@ def show_gates(gates: Sequence[GateRecord]) -> None:
         out.print("No gates.")
         return
     columns = [
+        _Column("ID", [short_id(g.ref) for g in gates]),
         _Column("GATE", [escape(g.ref) for g in gates]),
         _Column("STATUS", [_status(g.status) for g in gates]),
         _Column("TOOL", [escape(g.tool) for g in gates], drop=4),
