@@ -476,7 +476,7 @@ def chat_command(
     cancels the running turn (the run ends cancelled) and keeps the chat; at the prompt it
     quits. Exit code: 0, or 2 for a configuration or usage problem.
     """
-    with observed(log_level, log_format), reported_errors():
+    with observed(log_level, log_format, shows_failures=True), reported_errors():
         code = _chat(
             agent=agent,
             model=model,

@@ -178,5 +178,5 @@ def run_command(
             flags = replay_flags(config, store, model=model)
             return show_result(result, as_json=as_json, streamed=stream, flags=flags)
 
-    with observed(log_level, log_format, default="warning"):
+    with observed(log_level, log_format, default="warning", shows_failures=True):
         execute(main)
