@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from reverie.store.base import GateRecord, RunRecord, TranscriptItem
 
 __all__ = [
+    "agent_shown",
     "exit_code_for",
     "gate_payload",
     "print_json",
@@ -175,13 +176,23 @@ def show_result(
 
 
 # ---------------------------------------------------------------------------------- runs
+def agent_shown(run: RunRecord) -> str:
+    """The agent a person knows the run by: the served agent of an unbound turn (a chat
+    completion of ``reverie serve``; its record's own name is the ephemeral ``unbound:…``),
+    else the run's agent, as the HTTP API's run views show it."""
+    from reverie.runtime.unbound import SERVED_AGENT_META  # the runtime loads on first use
+
+    served = run.meta.get(SERVED_AGENT_META)
+    return served if isinstance(served, str) and served else run.agent_name
+
+
 def run_payload(run: RunRecord) -> dict[str, Any]:
     """A run row as JSON."""
     return {
         "run_id": run.run_id,
         "thread_id": run.thread_id,
         "status": run.status,
-        "agent": run.agent_name,
+        "agent": agent_shown(run),
         "tenant": run.scope.tenant,
         "user": run.scope.user,
         "profile": run.profile,
@@ -269,7 +280,7 @@ def show_runs(runs: Sequence[RunRecord]) -> None:
             "RUN", [("↳ " if "parent_run_id" in r.meta else "") + escape(r.run_id) for r in runs]
         ),
         _Column("STATUS", [_status(r.status) for r in runs]),
-        _Column("AGENT", [escape(r.agent_name) for r in runs], drop=2),
+        _Column("AGENT", [escape(agent_shown(r)) for r in runs], drop=2),
         _Column("SCOPE", [escape(f"{r.scope.tenant}/{r.scope.user}") for r in runs], drop=0),
         _Column("UPDATED", [_time(r.updated_at or r.created_at) for r in runs], drop=1),
         _Column("EXIT", [escape(_short(_exit_summary(r), 60)) for r in runs], drop=3, wrap=True),
@@ -315,7 +326,7 @@ def show_run(
     out = out_console()
     out.print(f"[bold]Run[/] {escape(run.run_id)}")
     out.print(f"  status:  {_status(run.status)}")
-    out.print(f"  agent:   {escape(run.agent_name)}")
+    out.print(f"  agent:   {escape(agent_shown(run))}")
     out.print(f"  scope:   {escape(run.scope.tenant)}/{escape(run.scope.user)}")
     out.print(f"  thread:  {escape(run.thread_id)}")
     link = parent_call(run)
