@@ -112,7 +112,8 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-c",
-        help="Configuration file (default: $REVERIE_HOME/reverie.toml).",
+        help="Configuration file (default: ./reverie.toml if there is one, else "
+        "$REVERIE_HOME/reverie.toml).",
         show_default=False,
         callback=_or_before_the_command,
     ),
@@ -241,9 +242,13 @@ def require_credentials(agents: Iterable[Agent]) -> None:
 
 
 def load(path: str | None) -> ReverieConfig:
-    """Load the configuration (errors become exit code 2 via :func:`execute`)."""
-    from reverie.config import load_config
+    """Load the configuration: ``path`` (``--config``), else ``./reverie.toml`` when the
+    current directory has one (a project folder such as ``examples/project``), else
+    ``$REVERIE_HOME/reverie.toml``. Errors become exit code 2 via :func:`execute`."""
+    from reverie.config import CONFIG_FILE_NAME, load_config
 
+    if path is None and os.path.isfile(CONFIG_FILE_NAME):
+        path = os.path.abspath(CONFIG_FILE_NAME)
     return load_config(path)
 
 
