@@ -94,6 +94,24 @@ class Usage:
     """The model figures split by model name, in the order the models were first called (a
     run with fallback models calls more than one); the totals above are their sums."""
 
+    def __str__(self) -> str:
+        """One readable line: ``2 model calls, 1 tool call, 310 tokens (250 in, 60 out),
+        $0.0004`` (the dollars only when priced)."""
+
+        def count(n: int, what: str) -> str:
+            return f"{n} {what}{'' if n == 1 else 's'}"
+
+        tokens = self.input_tokens + self.output_tokens
+        text = (
+            f"{count(self.model_calls, 'model call')}, "
+            f"{count(self.capability_calls, 'tool call')}, {count(tokens, 'token')}"
+        )
+        if tokens:
+            text += f" ({self.input_tokens} in, {self.output_tokens} out)"
+        if self.usd:
+            text += f", ${self.usd:.4f}"
+        return text
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (``by_model`` only when a model was called)."""
         out: dict[str, Any] = {

@@ -14,7 +14,10 @@ from reverie.loop.finish import STRUCTURED_RESULT_TOOL
 from reverie.runtime.compaction import Compaction
 
 if TYPE_CHECKING:
+    from reverie.core.content import UserContent
+    from reverie.core.scope import Scope
     from reverie.models.base import Model
+    from reverie.runtime.result import RunResult
     from reverie.runtime.subagents import SubagentTool
 
 
@@ -95,6 +98,71 @@ class Agent:
         if isinstance(self.model, tuple):
             return self.model
         return (self.model,)  # type: ignore[return-value]
+
+    async def run(
+        self,
+        message: UserContent,
+        *,
+        scope: Scope | None = None,
+        thread_id: str | None = None,
+        store: str | None = None,
+    ) -> RunResult:
+        """Run one turn of this agent on the embedded default runtime and wait for its result.
+
+        The shortest program::
+
+            from reverie import Agent
+
+            agent = Agent(name="assistant", model="openai:gpt-4.1-mini")
+            print(agent.run_sync("Hello!").text)
+
+        It opens ``Runtime.open(store)`` (default: SQLite under ``$REVERIE_HOME``, the CLI's
+        store, so ``reverie runs list`` shows the run), runs the turn, and closes the runtime.
+        A program that runs many turns, resolves gates or serves several owners opens a
+        :class:`~reverie.Runtime` itself and calls ``rt.run``.
+
+        Args:
+            message: Text, or ``reverie.Text``/``reverie.Image`` parts.
+            scope: Who the run acts for; default :meth:`Scope.local` (tenant ``local``, user
+                ``$USER``), as ``reverie run`` without ``--tenant``/``--user``. Multi-tenant
+                code passes the owner's scope on every call.
+            thread_id: Continue this conversation (``result.thread_id`` of an earlier turn).
+            store: A store URL (default: ``sqlite:///$REVERIE_HOME/reverie.db``).
+
+        A run that blocks on a gate returns ``status == "blocked"``; approve it later with
+        ``reverie gates approve REF`` or ``Runtime.approve`` (with this agent registered).
+        """
+        from reverie.core.scope import Scope
+        from reverie.runtime.runtime import Runtime
+
+        async with Runtime.open(store, agents=[self]) as rt:
+            return await rt.run(
+                self, message, scope=Scope.local() if scope is None else scope, thread_id=thread_id
+            )
+
+    def run_sync(
+        self,
+        message: UserContent,
+        *,
+        scope: Scope | None = None,
+        thread_id: str | None = None,
+        store: str | None = None,
+    ) -> RunResult:
+        """:meth:`run` for code without an event loop (a script, a notebook cell without one).
+
+        Raises:
+            UsageError: called from inside a running event loop (``await agent.run(...)``
+                there instead).
+        """
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(message, scope=scope, thread_id=thread_id, store=store))
+        raise UsageError(
+            "Agent.run_sync was called inside a running event loop; use await agent.run(...)"
+        )
 
     def as_tool(
         self,

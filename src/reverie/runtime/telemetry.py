@@ -602,13 +602,26 @@ def _warn(event: RunEvent) -> None:
         )
 
 
+MODEL_FAILURE_LOG = "run %s: model %s call failed (%s)"
+"""The WARNING a failed model call logs (a command that prints the run's failure itself, such
+as ``reverie run``, leaves it out: :func:`reverie.cli.observability.observed`)."""
+
+
 def log_model_failure(run_id: str, model: str, exc: BaseException) -> None:
     """Log a failed model call at WARNING (the error itself at DEBUG); a cancellation is not
     a failure and is not logged."""
     if isinstance(exc, asyncio.CancelledError):
         return
-    log.warning("run %s: model %s call failed (%s)", run_id, model, _error_type(exc))
+    log.warning(MODEL_FAILURE_LOG, run_id, model, _error_type(exc))
     log.debug("run %s: model error: %s", run_id, exc)
 
 
-__all__ = ["TRACE_STATE_KEY", "PassSpan", "Segment", "Telemetry", "log_event", "log_model_failure"]
+__all__ = [
+    "MODEL_FAILURE_LOG",
+    "TRACE_STATE_KEY",
+    "PassSpan",
+    "Segment",
+    "Telemetry",
+    "log_event",
+    "log_model_failure",
+]
