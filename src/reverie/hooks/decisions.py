@@ -223,3 +223,6 @@ class AfterTurnResult:
     """The ids of the hooks that ran to completion, in order."""
     failures: tuple[HookFailure, ...] = ()
     """The hooks that raised or timed out. A failure never affects the run."""
+    cut_off: tuple[str, ...] = ()
+    """The hooks the overall deadline stopped before their own timeout, or kept from being
+    called (each is also in ``failures`` as a ``timeout``)."""

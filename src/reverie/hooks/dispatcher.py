@@ -20,7 +20,10 @@ mutator is skipped. A poisoned *gate* is not called either, but it keeps failing
 denies every call it would have judged, so making a policy hook crash once cannot switch the
 policy off for the rest of the run.
 
-Timeouts: 50 ms per in-loop hook and 5 s per ``after_turn`` hook, unless the hook set its own.
+Timeouts: 50 ms per in-loop hook and 5 s per ``after_turn`` hook, unless the hook set its own;
+one run's ``after_turn`` hooks together get the sum of their timeouts, capped at
+:data:`AFTER_TURN_CEILING_S`, and a hook cut off by that overall bound is recorded as its own
+``timeout``.
 Async hooks are cancelled at their deadline. Sync hooks at in-loop points run inline on the
 event loop (they are meant to be quick checks; a thread hop would cost more than the check), so
 they cannot be interrupted: one that overruns its deadline still fails as ``timeout`` and its
@@ -66,7 +69,12 @@ from reverie.hooks.points import (
 )
 from reverie.hooks.registry import HookRegistration, HookRegistry
 
-__all__ = ["DEFAULT_AFTER_TURN_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "HookDispatcher"]
+__all__ = [
+    "AFTER_TURN_CEILING_S",
+    "DEFAULT_AFTER_TURN_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "HookDispatcher",
+]
 
 logger = logging.getLogger("reverie.hooks")
 
@@ -75,6 +83,10 @@ DEFAULT_TIMEOUT_S: Final = 0.05
 
 DEFAULT_AFTER_TURN_TIMEOUT_S: Final = 5.0
 """Default timeout of each ``after_turn`` hook."""
+
+AFTER_TURN_CEILING_S: Final = 60.0
+"""The most one run's ``after_turn`` hooks may take together, whatever their own timeouts
+add up to (``Runtime.open(..., after_turn_ceiling_s=...)``)."""
 
 _SEVERITY: Final[dict[GateOutcome, int]] = {
     "pass": 0,
@@ -329,17 +341,38 @@ class HookDispatcher:
 
     # -- after_turn -----------------------------------------------------------------------------
 
-    async def after_turn(self, ctx: AfterTurnContext) -> AfterTurnResult:
+    def after_turn_deadline_s(self, ceiling_s: float = AFTER_TURN_CEILING_S) -> float:
+        """The overall bound on one run's ``after_turn`` hooks: the sum of their own timeouts
+        (a hook without one counts the default), capped at ``ceiling_s``.
+
+        Derived from the hooks registered now, so each hook gets its whole timeout however
+        many there are, up to the ceiling; 0 when none is registered.
+        """
+        return min(self._after_turn_total_s(), ceiling_s)
+
+    def _after_turn_total_s(self) -> float:
+        hooks = [h for h in self._registry.hooks("after_turn") if not h.restricted]
+        return sum(h.timeout_s or self._after_turn_timeout_s for h in hooks)
+
+    async def after_turn(
+        self, ctx: AfterTurnContext, *, deadline_s: float | None = None
+    ) -> AfterTurnResult:
         """Run every ``after_turn`` hook once, in order, each under its own timeout.
 
         Hooks run one after another; one that raises or times out is recorded and the next one
         still runs. Sync hooks run in a worker thread so their deadline holds. Only ``builtin``
         and ``trusted`` hooks can be bound here; any other is skipped.
 
+        With an overall ``deadline_s`` (:meth:`after_turn_deadline_s`), each hook's timeout is
+        also cut to what is left of it, and a hook reached after it has passed is not called:
+        either way the miss is recorded as that hook's own ``timeout`` failure, so a slow hook
+        can never hide a later one's miss behind an outer deadline.
+
         A hook never makes this raise. Cancellation of the caller still propagates.
 
         Args:
             ctx: The run that reached a terminal status.
+            deadline_s: The overall bound on all the hooks (``None``: each its own timeout).
 
         Returns:
             The hooks that ran to completion and the failures.
@@ -347,17 +380,40 @@ class HookDispatcher:
         _expect(ctx, AfterTurnContext, "after_turn")
         ran: list[str] = []
         failures: list[HookFailure] = []
+        cut: list[str] = []
+        clock = asyncio.get_running_loop().time
+        # A deadline that covers every hook's whole timeout needs no enforcing here: each
+        # hook's own timeout comes first. Only a capped one cuts hooks short.
+        capped = deadline_s is not None and deadline_s < self._after_turn_total_s()
+        end = clock() + deadline_s if deadline_s is not None and capped else None
         for hook in self._registry.hooks("after_turn"):
             if hook.restricted:  # the registry refuses these; checked again where it matters
                 logger.warning("skipping %s hook %s bound to after_turn", hook.trust, hook.name)
                 continue
             timeout = hook.timeout_s or self._after_turn_timeout_s
+            shortened = False
+            if end is not None:
+                left = end - clock()
+                if left <= 0:
+                    cut.append(hook.name)
+                    failures.append(
+                        self._failure(
+                            hook,
+                            "timeout",
+                            f"not called: the after_turn deadline of {deadline_s:g} s had passed",
+                        )
+                    )
+                    continue
+                shortened = left < timeout
+                timeout = min(timeout, left)
             outcome = await self._call(hook, ctx, timeout, offload_sync=True)
             if isinstance(outcome, HookFailure):
                 failures.append(outcome)
+                if shortened and outcome.reason == "timeout":
+                    cut.append(hook.name)
             else:
                 ran.append(hook.name)
-        return AfterTurnResult(ran=tuple(ran), failures=tuple(failures))
+        return AfterTurnResult(ran=tuple(ran), failures=tuple(failures), cut_off=tuple(cut))
 
     # -- calling one hook -----------------------------------------------------------------------
 
