@@ -86,7 +86,7 @@ async def test_reverie_upkeep_after_turn_failures_are_logged_at_debug_not_warnin
     assert about and all(r.levelno == logging.DEBUG for r in about)
 
 
-async def test_the_after_turn_deadline_is_the_sum_of_the_hooks_own_timeouts_capped_by_a_ceiling() -> (
+async def test_the_after_turn_deadline_is_the_sum_of_the_hooks_timeouts_capped_by_a_ceiling() -> (
     None
 ):
     async def quiet(ctx: AfterTurnContext) -> None:
