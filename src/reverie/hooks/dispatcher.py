@@ -42,7 +42,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Final
 
-from reverie.core.envelope import wrap_untrusted
+from reverie.core.envelope import bounded_summary, wrap_untrusted
 from reverie.errors import UsageError
 from reverie.hooks.decisions import (
     AfterTurnResult,
@@ -230,7 +230,10 @@ class HookDispatcher:
                 # A restricted hook can deny or pause, never allow past anyone: no opinion.
                 return None if hook.restricted else _Vote("allow", None, hook, False)
             if isinstance(value, Deny | PauseApproval | PauseAuth):
-                return _Vote(value.kind, value.reason, hook, untrusted_reason=hook.restricted)
+                reason = value.reason
+                if hook.summary_only and reason is not None:
+                    reason = bounded_summary(reason)  # summary-only: never verbatim, bounded
+                return _Vote(value.kind, reason, hook, untrusted_reason=hook.restricted)
             outcome = self._failure(
                 hook,
                 "malformed",
@@ -248,7 +251,10 @@ class HookDispatcher:
 
         Hooks run concurrently; their snippets are returned in (phase, priority, id) order.
         Snippets of ``installed`` and ``self_authored`` hooks are always wrapped in the untrusted
-        envelope; ``builtin`` and ``trusted`` snippets are passed as they are. A hook that fails,
+        envelope; ``builtin`` and ``trusted`` snippets are passed as they are. An ``installed``
+        hook the operator has not promoted is summary-only: the model gets its snippet's
+        ``summary`` (flattened, at most 200 characters) or, without one, a reference saying how
+        much it supplied — never the text. A hook that fails,
         times out or returns something other than a ``Snippet``, ``str`` or ``None`` adds
         nothing, and the prompt is built without it.
 
@@ -268,11 +274,15 @@ class HookDispatcher:
         for hook, outcome in zip(hooks, await self._call_all(hooks, ctx), strict=True):
             if isinstance(outcome, _Returned):
                 value = outcome.value
+                summary: str | None = None
                 if isinstance(value, Snippet):
+                    summary = value.summary
                     value = value.text
                 if value is None or (isinstance(value, str) and not value.strip()):
                     continue
                 if isinstance(value, str):
+                    if hook.summary_only:
+                        value = _summary_only(value, summary, hook.name)
                     if hook.restricted:
                         value = wrap_untrusted(value, source=f"hook:{hook.name}")
                     snippets.append(PromptSnippet(text=value, hook=hook.name, trust=hook.trust))
@@ -490,6 +500,20 @@ class HookDispatcher:
         if exc is not None:
             logger.debug("hook %s raised", hook.name, exc_info=exc)
         return HookFailure(hook=hook.name, point=hook.point, reason=reason, detail=detail)
+
+
+def _summary_only(text: str, summary: str | None, hook: str) -> str:
+    """What the model sees of an unpromoted ``installed`` hook's snippet: its own summary,
+    bounded, or else a reference — never the text itself."""
+    if summary is not None and summary.strip():
+        return (
+            f"A summary of context from the installed extension hook {hook!r} (summary-only "
+            f"trust: the text itself is not shown): {bounded_summary(summary)}"
+        )
+    return (
+        f"The installed extension hook {hook!r} supplied {len(text)} characters of context. "
+        "Summary-only trust: the text itself is not shown, and the hook gave no summary."
+    )
 
 
 def _expect(ctx: object, cls: type, where: str) -> None:
