@@ -19,7 +19,7 @@ from reverie.hooks import (
     PromptHookContext,
     Snippet,
 )
-from reverie.testing import ScriptedModel, call, reply
+from reverie.testing import ScriptedModel, call, calls, reply
 
 SCOPE = Scope(tenant="acme", user="ana")
 
@@ -352,3 +352,59 @@ async def test_hooks_declared_on_an_agent_apply_to_its_runs_only() -> None:
         assert len(rt.hooks) == 0  # the runtime's registry is untouched
     assert log == ["/b"]
     assert turns == [r1.run_id]
+
+
+async def test_a_gated_then_approved_turn_fires_after_turn_exactly_once() -> None:
+    seen: list[tuple[str, str]] = []
+    log: list[str] = []
+
+    async def audit(ctx: AfterTurnContext) -> None:
+        seen.append((ctx.run_id, ctx.status))
+
+    async def ask_first(ctx: CapabilityHookContext) -> PauseApproval | None:
+        return PauseApproval("a person must confirm deletes")
+
+    model = ScriptedModel([call("delete_file", path="/x"), reply("deleted")])
+    agent = Agent(name="a", model=model, tools=[make_delete(log)])
+    async with Runtime.open(":memory:") as rt:
+        rt.hooks.register("after_turn", audit, name="audit")
+        rt.hooks.register("before_capability", ask_first, name="ask-first")
+        blocked = await rt.run(agent, "delete /x", scope=SCOPE)
+        assert blocked.status == "blocked" and blocked.gate is not None
+        rt.hooks.unregister("ask-first")
+        done = await rt.approve(blocked.gate.ref)
+    # aclose drained the after-turn work: blocking is not a turn's end, the approval's end is.
+    assert done.status == "completed" and log == ["/x"]
+    assert seen == [(done.run_id, "completed")]
+
+
+async def test_a_hooks_poisoning_is_run_scoped_and_the_next_run_calls_it_again() -> None:
+    calls_seen: list[str] = []
+
+    def flaky_once(ctx: CapabilityHookContext) -> None:
+        calls_seen.append(ctx.run_id)
+        if len(calls_seen) == 1:
+            raise RuntimeError("boom")
+
+    log: list[str] = []
+    agent = Agent(
+        name="a",
+        model=ScriptedModel(
+            [
+                calls(("delete_file", {"path": "/a"}), ("delete_file", {"path": "/b"})),
+                reply("first done"),
+                call("delete_file", path="/c"),
+                reply("second done"),
+            ]
+        ),
+        tools=[make_delete(log)],
+    )
+    async with Runtime.open(":memory:") as rt:
+        rt.hooks.register("before_capability", flaky_once, name="flaky")
+        first = await rt.run(agent, "go", scope=SCOPE)
+        second = await rt.run(agent, "again", scope=SCOPE, thread_id=first.thread_id)
+    assert first.status == "completed" and second.status == "completed"
+    # First run: it raised on its first call, so it was poisoned for that run and its second
+    # call was denied without calling it. Second run: called again, and it allowed the call.
+    assert calls_seen == [first.run_id, second.run_id]
+    assert log == ["/c"]

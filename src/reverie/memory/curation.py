@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
+from reverie.core.capability import ENDED_BEFORE_RUNNING
 from reverie.core.limits import Limits
 from reverie.core.scope import Scope
 from reverie.core.transcript import TranscriptItem
@@ -470,6 +471,8 @@ def _write_result(content: str) -> WriteOutcome | None:
         except (ValueError, AttributeError):
             return None
         return status if status in ("written", "patched", "conflict") else None
+    if content.startswith(ENDED_BEFORE_RUNNING):
+        return None  # the run ended before the call started (e.g. it was gated): no write
     if content.startswith(("interrupted:", "cancelled:")):
         return "unknown"
     if content.startswith("error ("):
