@@ -33,11 +33,11 @@ ENV_NAMES = (
 """Names an environment override could plausibly have used: none may switch curation."""
 
 
-async def test_a_pass_whose_declared_tool_is_gated_fails_visibly_and_never_drops_the_tool() -> (
-    None
-):
+async def test_a_pass_whose_declared_tool_is_gated_fails_visibly_and_never_drops_the_tool() -> None:
     def approve_memory_writes(ctx: CapabilityHookContext) -> PauseApproval | None:
-        return PauseApproval("a person approves memory writes") if ctx.tool == "memory_write" else None
+        if ctx.tool != "memory_write":
+            return None
+        return PauseApproval("a person approves memory writes")
 
     model = curator()
     async with curating(model) as rt:
@@ -86,8 +86,7 @@ async def test_the_curation_interval_comes_from_configuration_only_never_the_env
         assert await rt.memory.passes(ANA) == []
     path = tmp_path / "reverie.toml"
     path.write_text(
-        '[memory]\nprovider = "native"\n'
-        '[agents.assistant]\nmodel = "openai:gpt-4.1-mini"\n',
+        '[memory]\nprovider = "native"\n[agents.assistant]\nmodel = "openai:gpt-4.1-mini"\n',
         encoding="utf-8",
     )
     async with open_session(load_config(path), None, memory=True) as session:

@@ -39,7 +39,6 @@ TAIL = 256
 """Rows read from the end of the thread: a wave's results follow its assistant row at once."""
 
 
-
 def open_calls(rows: list[TranscriptItem], run_id: str) -> tuple[TranscriptItem, int] | None:
     """The run's last assistant row and how many of its calls have results, if any lack one."""
     for index in range(len(rows) - 1, -1, -1):
