@@ -163,6 +163,9 @@ class ReverieConfig(Section):
     extensions: list[str] = Field(default_factory=list)
     """Extension manifests (TOML, relative to the file) whose ``[[hooks]]`` are registered as
     ``installed``: they may deny or pause, never allow, and never bind ``after_turn``."""
+    promoted_hooks: list[str] = Field(default_factory=list)
+    """Ids of ``installed`` hooks (from ``extensions``) whose text reaches the model verbatim
+    (still enveloped) instead of as a bounded summary: the operator's promotion."""
     auth: dict[str, Any] = Field(default_factory=dict)
     """``[auth.tokens]``: bearer tokens of ``reverie serve``, read (and checked) by
     :func:`auth_tokens` when the server starts."""

@@ -170,14 +170,19 @@ class ExitApplier:
             bus.emit(RunFinished(run_id=run.run_id, status=status, exit=recorded))
         if status in TERMINAL_STATUSES:
             dispatcher = hooks or self.hooks
-            if self.after_turn_work is None:
+            work = self.after_turn_work
+            if work is None:
                 await self._after_turn(record, status, bus, dispatcher)
             elif self._wants_after_turn(record, dispatcher):
-                # The caller gets its result first; the hooks run in an owned task.
-                self.after_turn_work.submit(
+                # The caller gets its result first; the hooks run in an owned task, under a
+                # deadline derived from their own timeouts (fixed now: the hooks registered
+                # at the end of the turn are the ones that run).
+                deadline = dispatcher.after_turn_deadline_s(work.ceiling_s)
+                work.submit(
                     record.scope,
                     record.run_id,
-                    lambda: self._after_turn(record, status, bus, dispatcher),
+                    lambda: self._after_turn(record, status, bus, dispatcher, deadline),
+                    deadline_s=deadline,
                 )
         return result
 
@@ -190,10 +195,17 @@ class ExitApplier:
         )
 
     async def _after_turn(
-        self, run: RunRecord, status: str, bus: EventBus | None, hooks: HookDispatcher
+        self,
+        run: RunRecord,
+        status: str,
+        bus: EventBus | None,
+        hooks: HookDispatcher,
+        deadline_s: float | None = None,
     ) -> None:
         if not self._wants_after_turn(run, hooks):
             return
+        if deadline_s is None:
+            deadline_s = hooks.after_turn_deadline_s()
         outcome = await hooks.after_turn(
             AfterTurnContext(
                 scope=run.scope,
@@ -201,8 +213,11 @@ class ExitApplier:
                 profile=run.profile,
                 completed=status == "completed",
                 status=status,
-            )
+            ),
+            deadline_s=deadline_s,
         )
+        if outcome.cut_off and self.after_turn_work is not None:
+            self.after_turn_work.record_missed(run.run_id, deadline_s, outcome.cut_off)
         builtin = {h.name for h in hooks.registry.hooks("after_turn") if h.trust == "builtin"}
         for failure in outcome.failures:
             # reverie's own upkeep (recording, curation) never shouts; the application's does.
