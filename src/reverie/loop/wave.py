@@ -365,6 +365,15 @@ class WaveRunner:
             else:
                 return outcome
             decision = self.family.recovery.on_tool_error(error_kind, attempt)
+            if isinstance(decision, Retry) and isinstance(outcome, CallDenied):
+                # A denial is final: running the call again would ask the policy until it
+                # gives way, so a retry of a denied call ends the run (docs/loop.md).
+                self._abort = (
+                    "policy_denied",
+                    f"{call.name} was denied and the recovery strategy asked to retry it; "
+                    "a denied call is never run again",
+                )
+                return outcome
             if isinstance(decision, Retry):
                 self.host.token.check()  # before each retry
                 await cancellable_sleep(decision.backoff_s, self.host.token)
