@@ -29,11 +29,13 @@ FailureKind = Literal[
     "resume_limit",
     "not_resumable",
     "images_unsupported",
+    "resume_drift",
 ]
 """Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected;
 ``not_resumable``: an unbound run another process cannot rebuild (its model or tools existed
 only in the process that submitted it); ``images_unsupported``: the model refused the images of
-the conversation (it has no vision, or speaks a text-only protocol)."""
+the conversation (it has no vision, or speaks a text-only protocol); ``resume_drift``: a resume
+refused because the agent's instructions, tools or loop family changed since the checkpoint."""
 FAILURE_KINDS: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
 
 HostStopReason = Literal["no_progress", "max_iterations", "host"]

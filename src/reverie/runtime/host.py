@@ -134,6 +134,8 @@ class RunContext:
     bus: EventBus
     token: CancelToken
     family_digest: str
+    definition: Mapping[str, Any] | None = None
+    """The run's definition (runtime/drift.py), written into every checkpoint."""
     poisoned: set[str] = field(default_factory=set)
     gated: dict[str, str] = field(default_factory=dict)
     """Call key → digest of the tool descriptor a gate was opened against (checkpointed)."""
@@ -424,7 +426,8 @@ class StoreCheckpoints:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self._encoder = CheckpointEncoder(ctx.family_digest)  # a run's digest never changes
+        # A segment's family digest and definition never change: encoded once.
+        self._encoder = CheckpointEncoder(ctx.family_digest, ctx.definition)
 
     async def commit(
         self,

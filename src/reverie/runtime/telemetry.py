@@ -42,6 +42,7 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import (
+    CallsDenied,
     LimitReached,
     ModelFallback,
     ModelRequested,
@@ -579,7 +580,9 @@ def log_event(event: RunEvent) -> None:
     log.debug("run %s: %s %s", event.run_id, event.kind, detail)
 
 
-_WARNED_KINDS = frozenset({"model_request", "tool_started", "limit_reached", "model_fallback"})
+_WARNED_KINDS = frozenset(
+    {"model_request", "tool_started", "limit_reached", "model_fallback", "calls_denied"}
+)
 """The kinds :func:`log_event` may warn of (requests and tool starts only when retried)."""
 
 
@@ -592,6 +595,13 @@ def _warn(event: RunEvent) -> None:
         )
     elif isinstance(event, LimitReached):
         log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
+    elif isinstance(event, CallsDenied) and event.hidden:
+        # A security event: the model called a tool the capability strategy hid from it.
+        log.warning(
+            "run %s: the model called %s, hidden from it (denied; security event)",
+            event.run_id,
+            ", ".join(event.hidden),
+        )
     elif isinstance(event, ModelFallback):
         log.warning(
             "run %s: model %s failed (%s); falling back to model %s",

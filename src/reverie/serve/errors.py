@@ -206,6 +206,8 @@ _FAILURE_STATUS: Mapping[FailureKind, int] = {
     "tool_error": 500,
     "driver_bug": 500,
     "checkpoint_unavailable": 500,
+    # The agent changed under a run waiting to resume (its drift policy refused it).
+    "resume_drift": 409,
 }
 """HTTP status for each ``Failed.kind`` when a request waited for its run."""
 

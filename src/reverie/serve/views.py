@@ -54,13 +54,15 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
 
 
 async def run_detail(rt: Runtime, run: RunRecord) -> dict[str, Any]:
-    """``GET /v1/runs/{id}``: the summary, plus text, output, exit, usage and gate once settled.
+    """``GET /v1/runs/{id}``: the summary, plus text, output, exit, usage, gate and drift once
+    settled.
 
     A queued or running run has ``null`` for those: its stored exit (if any) belongs to an
-    earlier segment, e.g. the block it was resumed from.
+    earlier segment, e.g. the block it was resumed from. ``drift`` lists what the run's
+    resumes found changed in its agent (each with the ``action`` taken).
     """
     out = run_summary(run)
-    out.update(text=None, output=None, exit=None, usage=None, gate=None)
+    out.update(text=None, output=None, exit=None, usage=None, gate=None, drift=None)
     if settled(run):
         result = await rt.get_result(run.run_id)
         out.update(
@@ -69,6 +71,7 @@ async def run_detail(rt: Runtime, run: RunRecord) -> dict[str, Any]:
             exit=exit_to_dict(result.exit),
             usage=result.usage.to_dict(),
             gate=_result_gate(result.gate),
+            drift=[d.to_dict() for d in result.drift],
         )
     return out
 
