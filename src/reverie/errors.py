@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-
 ModelErrorKind = Literal[
     "transient",
     "context_overflow",
