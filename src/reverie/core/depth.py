@@ -16,6 +16,7 @@ built in code that no boundary checked.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from reverie.errors import NestedTooDeep
@@ -32,7 +33,7 @@ envelopes around it, well inside Python's recursion limit)."""
 
 
 def nesting_depth(value: Any, *, stop_after: int | None = None) -> int:
-    """How deeply ``value`` nests dicts, lists and tuples (a scalar is 0, ``[]`` is 1).
+    """How deeply ``value`` nests mappings, lists and tuples (a scalar is 0, ``[]`` is 1).
 
     Walked without recursion. With ``stop_after``, the walk stops as soon as it is passed and
     returns ``stop_after + 1`` (a check need not measure a hostile value to its bottom).
@@ -41,7 +42,7 @@ def nesting_depth(value: Any, *, stop_after: int | None = None) -> int:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, dict):
+        if isinstance(node, Mapping):
             children: Any = node.values()
         elif isinstance(node, list | tuple):
             children = node
@@ -52,7 +53,7 @@ def nesting_depth(value: Any, *, stop_after: int | None = None) -> int:
             if stop_after is not None and deepest > stop_after:
                 return deepest
         for child in children:
-            if isinstance(child, dict | list | tuple):
+            if isinstance(child, Mapping | list | tuple):
                 stack.append((child, depth + 1))
     return deepest
 

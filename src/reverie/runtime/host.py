@@ -35,6 +35,7 @@ from reverie.core.messages import (
     TextDelta,
     ToolCall,
     ToolSpec,
+    bounded_calls,
 )
 from reverie.core.redact import mask_secrets
 from reverie.core.scope import Scope
@@ -276,6 +277,9 @@ class StreamingModel:
                         await aclose()
             if final is None:
                 raise ModelError("internal", f"model {model.name} ended without a response")
+            # Arguments nested too deep become an arguments error the model is told about,
+            # before anything walks them (signatures, validation, the transcript).
+            final = bounded_calls(final)
             if not self.ctx.hooked("after_model"):
                 return final
             result = await self.ctx.hooks.observe(
