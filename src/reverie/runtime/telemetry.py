@@ -51,6 +51,7 @@ from reverie.core.events import (
 )
 from reverie.core.exits import Blocked, Failed
 from reverie.core.messages import ModelResponse, ToolCall
+from reverie.core.redact import mask_secrets
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost
 from reverie.loop.control import CancelToken
@@ -473,8 +474,6 @@ class _ObservedTools:
     ) -> CallOutcome:
         from opentelemetry.trace import SpanKind
 
-        from reverie.runtime.host import sanitise_arguments
-
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,
@@ -487,7 +486,7 @@ class _ObservedTools:
         if self._segment._telemetry.trace_content:
             # Even when opted in, values of secret-looking keys stay masked.
             attributes["gen_ai.tool.call.arguments"] = _clip(
-                json.dumps(sanitise_arguments(call.arguments), ensure_ascii=False, default=str)
+                json.dumps(mask_secrets(dict(call.arguments)), ensure_ascii=False, default=str)
             )
         span = self._tracer.start_span(
             f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
