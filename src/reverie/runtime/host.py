@@ -11,7 +11,7 @@ import logging
 import operator
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import AsyncGeneratorType
 from typing import TYPE_CHECKING, Any

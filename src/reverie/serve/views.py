@@ -42,9 +42,9 @@ async def run_view(rt: Runtime, run: RunRecord) -> dict[str, Any]:
     the ``run`` of a gate's approve or deny answer — one shape, so a client parses one object.
 
     ``text``, ``output``, ``exit``, ``usage``, ``gate`` and ``drift`` are always there: ``null``
-    until the run settles (``drift`` then lists what the run's resumes found changed in its agent,
-    each with the ``action`` taken) (a queued or running run's stored exit, if any, belongs to an earlier segment,
-    e.g. the block it was resumed from).
+    until the run settles (a queued or running run's stored exit, if any, belongs to an earlier
+    segment, e.g. the block it was resumed from). ``drift`` lists what the run's resumes found
+    changed in its agent, each with the ``action`` taken.
     """
     out: dict[str, Any] = {
         "object": "run",
