@@ -60,15 +60,21 @@ class ModelUsage:
     output_tokens: int = 0
     usd: float = 0.0
     """Priced with this model's own price."""
+    estimated: bool = False
+    """Some of these tokens are reverie's local estimate: the endpoint reported no usage for a
+    call (docs/budgets.md)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
+        """JSON-able form (``estimated`` only when set)."""
+        out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "usd": self.usd,
         }
+        if self.estimated:
+            out["estimated"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelUsage:
@@ -78,6 +84,7 @@ class ModelUsage:
             input_tokens=int(data.get("input_tokens", 0)),
             output_tokens=int(data.get("output_tokens", 0)),
             usd=float(data.get("usd", 0.0)),
+            estimated=data.get("estimated") is True,
         )
 
 
@@ -93,9 +100,13 @@ class Usage:
     by_model: Mapping[str, ModelUsage] = field(default_factory=dict)
     """The model figures split by model name, in the order the models were first called (a
     run with fallback models calls more than one); the totals above are their sums."""
+    estimated: bool = False
+    """Some token counts (and so ``usd``) are reverie's conservative local estimate: an
+    endpoint reported no usage for a call. Never 0 in its place (docs/budgets.md)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``by_model`` only when a model was called)."""
+        """JSON-able form (``by_model`` only when a model was called, ``estimated`` only when
+        set)."""
         out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
@@ -103,6 +114,8 @@ class Usage:
             "capability_calls": self.capability_calls,
             "usd": self.usd,
         }
+        if self.estimated:
+            out["estimated"] = True
         if self.by_model:
             out["by_model"] = {name: u.to_dict() for name, u in self.by_model.items()}
         return out
@@ -117,6 +130,7 @@ class Usage:
             output_tokens=int(data.get("output_tokens", 0)),
             capability_calls=int(data.get("capability_calls", 0)),
             usd=float(data.get("usd", 0.0)),
+            estimated=data.get("estimated") is True,
             by_model={str(k): ModelUsage.from_dict(v) for k, v in by_model.items()}
             if isinstance(by_model, Mapping)
             else {},

@@ -130,6 +130,9 @@ class TokenUsage:
 
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
+    """The endpoint reported no usage: the counts are reverie's conservative local estimate
+    (:mod:`reverie.models.estimate`), never 0."""
 
 
 @fast_frozen
