@@ -266,7 +266,7 @@ async def test_request_maps_messages_tools_choice_schema_and_settings(openai_key
         ),
         tools=(ADD,),
         tool_choice="add",
-        output_schema={"title": "Sum result", "type": "object"},
+        output_schema={"title": "Sum result", "type": "object", "properties": {"sum": {}}},
         settings=ModelSettings(temperature=0.2, max_tokens=50, extra={"seed": 7}),
     )
     _, srv = await run(["3"], request)
@@ -300,7 +300,10 @@ async def test_request_maps_messages_tools_choice_schema_and_settings(openai_key
     assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "Sum_result", "schema": {"title": "Sum result", "type": "object"}},
+        "json_schema": {
+            "name": "Sum_result",
+            "schema": {"title": "Sum result", "type": "object", "properties": {"sum": {}}},
+        },
     }
     assert body["temperature"] == 0.2
     assert body["max_tokens"] == 50  # a compatible server: max_tokens, not max_completion_tokens

@@ -7,6 +7,8 @@ Two tools, both pure functions of their input:
   store URL must not reach an error message, a ``repr``, a log line or a span.
 - :func:`redact` masks known secret values (configured credentials) in text that came from
   somewhere else, typically a remote server quoting a credential back in its error message.
+- :func:`scrub` makes a remote server's text a bounded one-line summary without filesystem
+  paths (upstream servers quote their install paths and whole validation dumps).
 """
 
 from __future__ import annotations
@@ -105,3 +107,19 @@ __all__ = [
     "split_userinfo",
     "url_secrets",
 ]
+
+
+_PATH = re.compile(
+    r"(?<![\w:/.])(?:/[\w.@+~-]+){2,}/?"  # /usr/lib/python3/site-packages/...
+    r"|\b[A-Za-z]:\\(?:[\w.@+~ -]+\\)*[\w.@+~-]*"  # C:\Users\...
+)
+"""A filesystem path in a server's text (a URL's path is not one: it follows its host)."""
+
+PATH_MASK = "<path>"
+"""What a scrubbed path reads as."""
+
+
+def scrub(text: str, limit: int) -> str:
+    """``text`` on one line, filesystem paths replaced by ``<path>``, at most ``limit`` chars."""
+    text = _PATH.sub(PATH_MASK, " ".join(text.split()))
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -31,7 +31,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
-from reverie.core.redact import redact as redact_all
+from reverie.core.redact import redact as redact_all, scrub
 from reverie.errors import ModelError, ModelErrorKind
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
     "missing_key",
     "redact",
     "resolve_api_key",
-    "scrub",
     "text_or_none",
     "transport_errors",
 ]
@@ -87,11 +86,6 @@ _VALIDATION = re.compile(
 )
 """What a server says when the request's shape is wrong (pydantic, FastAPI, jsonschema): a 500
 that says so is the request's fault, and the same request fails the same way again."""
-_PATH = re.compile(
-    r"(?<![\w:/.])(?:/[\w.@+~-]+){2,}/?"  # /usr/lib/python3/site-packages/...
-    r"|\b[A-Za-z]:\\(?:[\w.@+~ -]+\\)*[\w.@+~-]*"  # C:\Users\...
-)
-"""A filesystem path in a server's text: where it is installed is nobody's business."""
 _NO_VISION = re.compile(
     r"image.{0,60}\b(not|n't|only) (be )?supported|(not|n't|only) supports? .{0,40}image"
     r"|does(n't| not) support (image|vision)|no vision|vision is not"
@@ -163,17 +157,8 @@ def detail(message: str | None, secret: str | None, also: Iterable[str] = ()) ->
     message = text_or_none(message)
     if not message:
         return ""
-    return scrub(redact_all(redact(message, secret), also))
-
-
-def scrub(text: str, limit: int = _MAX_DETAIL) -> str:
-    """``text`` on one line, filesystem paths replaced by ``<path>``, at most ``limit`` chars.
-
-    Upstream servers quote their install paths and whole validation dumps in error text; what
-    reaches a caller is a bounded summary.
-    """
-    text = _PATH.sub("<path>", " ".join(text.split()))
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    # Upstream servers quote their install paths and whole validation dumps: a bounded summary.
+    return scrub(redact_all(redact(message, secret), also), _MAX_DETAIL)
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:

@@ -360,10 +360,14 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
     def _params(self, request: ModelRequest, *, stream: bool = True) -> dict[str, Any]:
         compat = self.compat
         mode = compat.structured_output if request.output_schema is not None else None
+        if mode == "json_schema" and _any_object(request.output_schema):
+            # "Any JSON object" is JSON mode (a client's response_format json_object through
+            # reverie serve): the same on the wire, where json_schema would say more.
+            mode = "json_object"
         messages = [_message_param(m, null_content=compat.null_content) for m in request.messages]
         if request.output_schema is not None and mode in ("json_object", "none"):
             # No schema on the wire: it goes in the instructions, and the runtime validates the
-            # reply against it (docs/output.md).
+            # reply against it (docs/output.md). JSON mode also needs the word "JSON" there.
             messages = _with_schema_instructions(messages, request.output_schema)
         params: dict[str, Any] = {
             "model": self._model,
@@ -581,9 +585,7 @@ def _tool_choice(choice: str) -> str | dict[str, Any]:
     return {"type": "function", "function": {"name": choice}}
 
 
-_SCHEMA_INSTRUCTION = (
-    "Answer with one JSON object and nothing else. It must match this JSON Schema:\n"
-)
+_JSON_INSTRUCTION = "Answer with one JSON object and nothing else."
 
 
 def _with_schema_instructions(
@@ -594,7 +596,9 @@ def _with_schema_instructions(
     The first system message, not a late one: the prefix stays the same across a run's calls
     (the schema does not change), and many chat templates take a system message only first.
     """
-    note = _SCHEMA_INSTRUCTION + json.dumps(dict(schema), sort_keys=True)
+    note = _JSON_INSTRUCTION
+    if not _any_object(schema):
+        note += " It must match this JSON Schema:\n" + json.dumps(dict(schema), sort_keys=True)
     if (
         messages
         and messages[0].get("role") == "system"
@@ -604,6 +608,15 @@ def _with_schema_instructions(
         first["content"] = f"{first['content']}\n\n{note}" if first["content"] else note
         return [first, *messages[1:]]
     return [{"role": "system", "content": note}, *messages]
+
+
+def _any_object(schema: Mapping[str, Any] | None) -> bool:
+    """Whether ``schema`` asks for any JSON object and nothing more."""
+    return (
+        schema is not None
+        and schema.get("type") == "object"
+        and set(schema) <= {"type", "title", "description"}
+    )
 
 
 def _response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
