@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from reverie.config.paths import CONFIG_FILE_NAME
 from reverie.core.limits import Limits
 from reverie.core.vocabulary import OnLimit, ThreadPolicy
+from reverie.models.compat import ServerKind, StructuredOutput
 from reverie.models.pricing import PriceTable
 from reverie.models.registry import EndpointConfig
 
@@ -134,11 +135,30 @@ class AgentConfig(Section):
 
 
 class EndpointSection(Section):
-    """``[models.NAME]``: an OpenAI-compatible endpoint, used as ``NAME:<model>``."""
+    """``[models.NAME]``: an OpenAI-compatible endpoint, used as ``NAME:<model>``, and what it
+    supports (docs/configuration.md; :mod:`reverie.models.compat`)."""
 
-    base_url: str = Field(pattern=r"^https?://\S+$")
+    base_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """The API root (``…/v1``; for ``anthropic`` with or without it). Required for a name
+    other than ``openai``, ``ollama`` and ``anthropic``."""
     api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
     """The *name* of the environment variable holding the key; ``None`` for no key."""
+    server: ServerKind | None = None
+    """The kind of server, whose defaults the keys below override."""
+    structured_output: StructuredOutput | None = None
+    """How typed output is asked for: ``json_schema``, ``json_object``, ``tool``, ``none``."""
+    usage_in_streams: bool | None = None
+    """The server reports usage in streamed replies (else reverie estimates it)."""
+    null_content: bool | None = None
+    """The server takes ``"content": null`` beside tool calls (else ``""`` is sent)."""
+    parallel_tool_calls: bool | None = None
+    """The server takes the ``parallel_tool_calls`` request field."""
+    streaming_tool_calls: bool | None = None
+    """The server streams replies to requests with tools (else they are asked whole)."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """Read/write timeout of each request, in seconds (default 60)."""
+    connect_timeout_s: float | None = Field(default=None, gt=0)
+    """Connect timeout of each request, in seconds (default 10)."""
 
 
 class PriceConfig(Section):
@@ -200,7 +220,7 @@ class ReverieConfig(Section):
     def endpoints(self) -> dict[str, EndpointConfig]:
         """``[models.NAME]`` as the model registry takes them."""
         return {
-            name: EndpointConfig(base_url=e.base_url, api_key_env=e.api_key_env)
+            name: EndpointConfig(**e.model_dump(exclude_none=True))
             for name, e in self.models.items()
         }
 

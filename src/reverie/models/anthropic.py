@@ -101,6 +101,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         timeout_s: float = 60,
         max_tokens: int = 4096,
         name: str | None = None,
+        connect_timeout_s: float = 10,
     ) -> None:
         """Configure the model; nothing is connected or read from the environment yet.
 
@@ -111,9 +112,10 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
                 Anthropic's.
             api_key_env: The environment variable that holds the key; ``None`` for no key.
             api_key: An explicit key, used instead of the environment variable.
-            timeout_s: Connect/read/write timeout of each request, in seconds.
+            timeout_s: Read/write timeout of each request, in seconds.
             max_tokens: Output cap when the request's settings set none (the API requires one).
             name: The label for telemetry and price lookup; default ``anthropic:<model>``.
+            connect_timeout_s: Connect timeout of each request, in seconds.
         """
         super().__init__(
             model,
@@ -124,13 +126,14 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             name=name,
         )
         self._max_tokens = max_tokens
+        self._connect_timeout_s = connect_timeout_s
 
     def _make_client(self, key: str) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=self._client_url,
             default_headers=self._client_headers,
-            timeout=self._timeout_s,
+            timeout=anthropic.Timeout(self._timeout_s, connect=self._connect_timeout_s),
             max_retries=0,
         )
 
