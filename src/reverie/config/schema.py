@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from reverie.config.paths import CONFIG_FILE_NAME
 from reverie.core.limits import Limits
+from reverie.core.settings import Settings
 from reverie.core.vocabulary import OnLimit, ThreadPolicy
 from reverie.models.compat import ServerKind, StructuredOutput
 from reverie.models.pricing import PriceTable
@@ -24,6 +25,7 @@ __all__ = [
     "ReverieConfig",
     "RuntimeSection",
     "Section",
+    "SettingsConfig",
     "StoreConfig",
     "TelemetryConfig",
 ]
@@ -94,6 +96,21 @@ class CompactionConfig(Section):
     chars_per_token: float | None = Field(default=None, gt=0)
 
 
+class SettingsConfig(Section):
+    """``settings`` of an agent: the fields of :class:`reverie.Settings`; unset keeps the
+    provider's default."""
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    stop: list[str] = Field(default_factory=list, max_length=4)
+    seed: int | None = None
+    top_p: float | None = Field(default=None, gt=0, le=1)
+
+    def to_settings(self) -> Settings:
+        """The :class:`Settings` these keys describe."""
+        return Settings(**self.model_dump(exclude_none=True))
+
+
 class AgentConfig(Section):
     """``[agents.NAME]``: one agent."""
 
@@ -132,6 +149,8 @@ class AgentConfig(Section):
     the agent's runs end with a validated value (docs/output.md)."""
     compaction: CompactionConfig | None = None
     """Context compaction; off without the table (or with ``enabled = false``)."""
+    settings: SettingsConfig | None = None
+    """How the model samples: temperature, max_output_tokens, stop, seed, top_p."""
 
 
 class EndpointSection(Section):

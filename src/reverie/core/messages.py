@@ -81,7 +81,12 @@ class ModelSettings:
 
     temperature: float | None = None
     max_tokens: int | None = None
+    """Cap on the reply's tokens (``max_tokens``/``max_completion_tokens`` on the wire)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()
+    """Sequences that end the reply (OpenAI ``stop``, Anthropic ``stop_sequences``)."""
+    seed: int | None = None
+    top_p: float | None = None
 
 
 ToolChoiceMode = Literal["auto", "none", "required"]

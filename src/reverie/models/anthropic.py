@@ -254,10 +254,15 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             params["output_config"] = {
                 "format": {"type": "json_schema", "schema": dict(request.output_schema)}
             }
+        if settings.stop:
+            params["stop_sequences"] = list(settings.stop)
         extra = dict(settings.extra)
         if settings.temperature is not None:
             # This SDK no longer types ``temperature``; the API field is sent as an extra.
             extra.setdefault("temperature", settings.temperature)
+        if settings.top_p is not None:
+            extra.setdefault("top_p", settings.top_p)
+        # ``seed``: the Messages API has none; it is not sent.
         if extra:
             params["extra_body"] = extra
         return params

@@ -401,6 +401,12 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             # ``max_tokens``.
             key = "max_completion_tokens" if self._is_openai() else "max_tokens"
             params[key] = settings.max_tokens
+        if settings.stop:
+            params["stop"] = list(settings.stop)
+        if settings.seed is not None:
+            params["seed"] = settings.seed
+        if settings.top_p is not None:
+            params["top_p"] = settings.top_p
         extra = dict(settings.extra)
         if not compat.parallel_tool_calls:
             extra.pop("parallel_tool_calls", None)  # the server refuses the field

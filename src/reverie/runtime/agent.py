@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.limits import Limits
+from reverie.core.settings import Settings
 from reverie.core.vocabulary import ON_LIMITS, OnLimit
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
@@ -45,6 +46,10 @@ class Agent:
     compaction: Compaction | None = None
     """Replace older turns of a long conversation by a summary (docs/compaction.md); off when
     ``None``."""
+    settings: Settings | None = None
+    """How the model samples (temperature, output cap, stop sequences, seed, top_p), sent with
+    every request of this agent's runs; a mapping of those keys is accepted. ``None``: the
+    provider's defaults."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -64,6 +69,13 @@ class Agent:
                     f"Agent {self.name!r}: {entry!r} is not a model; pass a spec such as "
                     "'openai:gpt-4.1-mini' or a Model instance"
                 )
+        if isinstance(self.settings, Mapping):
+            try:
+                object.__setattr__(self, "settings", Settings(**self.settings))
+            except TypeError as exc:
+                raise UsageError(f"Agent {self.name!r}: settings: {exc}") from None
+        elif self.settings is not None and not isinstance(self.settings, Settings):
+            raise UsageError(f"Agent {self.name!r}: settings must be a Settings or None")
         if self.compaction is not None and not isinstance(self.compaction, Compaction):
             raise UsageError(f"Agent {self.name!r}: compaction must be a Compaction or None")
         seen: set[str] = set()
