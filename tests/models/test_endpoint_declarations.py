@@ -187,3 +187,12 @@ def test_ollama_and_openai_specs_get_their_servers_defaults() -> None:
     assert isinstance(ollama, OpenAIChatModel) and isinstance(openai, OpenAIChatModel)
     assert not ollama.compat.null_content and openai.compat.null_content
     assert json.dumps(ollama.compat.structured_output) == '"json_schema"'
+
+
+async def test_a_base_url_with_or_without_v1_reaches_the_chat_completions_route() -> None:
+    async with FakeOpenAIServer(["One.", "Two."]) as srv, Runtime.open(":memory:") as rt:
+        for url in (srv.root_url, f"{srv.root_url}/v1/"):
+            model = OpenAIChatModel("m", base_url=url, api_key_env=None)
+            r = await rt.run(Agent(name="a", model=model), "hi", scope=SCOPE)
+            assert r.status == "completed"
+    assert len(srv.requests) == 2
