@@ -54,6 +54,7 @@ from reverie.models.errors import (
     detail,
     dropped,
     key_source,
+    resolve_api_key,
     text_or_none,
     transport_errors,
 )
@@ -219,6 +220,23 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             timeout_s=compat.timeout_s,
             name=name,
         )
+
+    def probe_target(self) -> tuple[str, dict[str, str]]:
+        """The chat completions URL and the headers (key included) a request sends, for
+        :mod:`reverie.models.probe`. Never log the headers.
+
+        Raises:
+            ModelError: ``unavailable``: the key's environment variable is unset.
+        """
+        key = resolve_api_key(
+            self._name,
+            api_key=self._api_key,
+            api_key_env=self._api_key_env,
+            placeholder=self._placeholder_key,
+        )
+        headers = {"Authorization": f"Bearer {key}", **(self._client_headers or {})}
+        root = (self._client_url or "https://api.openai.com/v1").rstrip("/")
+        return f"{root}/chat/completions", headers
 
     def _make_client(self, key: str) -> openai.AsyncOpenAI:
         import openai
