@@ -172,7 +172,7 @@ def test_doctor_probe_reports_what_a_llama_cpp_python_like_endpoint_supports(
         "structured_output": "json_object",
         "streaming_tool_calls": False,
     }
-    with FakeOpenAIServer(script, **quirks) as srv:  # type: ignore[arg-type]
+    with FakeOpenAIServer(script, **quirks) as srv:
         write_config(
             f"""
 [models.local]

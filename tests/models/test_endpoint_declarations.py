@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from reverie import Agent, Runtime, Scope, tool
 from reverie.config import build_agents, load_config
+from reverie.errors import ConfigError
 from reverie.models.compat import SERVER_KINDS, compat_for
 from reverie.models.openai import OpenAIChatModel
 from reverie.models.registry import resolve_model
@@ -196,3 +197,15 @@ async def test_a_base_url_with_or_without_v1_reaches_the_chat_completions_route(
             r = await rt.run(Agent(name="a", model=model), "hi", scope=SCOPE)
             assert r.status == "completed"
     assert len(srv.requests) == 2
+
+
+def test_models_section_needs_a_base_url_except_for_the_builtin_providers(tmp_path: Path) -> None:
+    path = tmp_path / "reverie.toml"
+    path.write_text('[models.ollama]\ntimeout_s = 5\n[models.custom]\nserver = "vllm"\n')
+    with pytest.raises(ConfigError, match=r"\[models\.custom\] needs base_url"):
+        load_config(path)
+    path.write_text('[models.ollama]\ntimeout_s = 5\nstructured_output = "tool"\n')
+    endpoints = load_config(path).endpoints()
+    model = resolve_model("ollama:qwen3", endpoints=endpoints)
+    assert isinstance(model, OpenAIChatModel)
+    assert (model.compat.timeout_s, model.compat.structured_output) == (5.0, "tool")

@@ -14,6 +14,7 @@ from reverie.core.vocabulary import OnLimit, ThreadPolicy
 from reverie.models.compat import ServerKind, StructuredOutput
 from reverie.models.pricing import PriceTable
 from reverie.models.registry import EndpointConfig
+from reverie.models.spec import BUILTIN_PROVIDERS
 
 __all__ = [
     "ENV_NAME",
@@ -195,6 +196,16 @@ class ReverieConfig(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     models: dict[str, EndpointSection] = Field(default_factory=dict)
+
+    @field_validator("models", mode="after")
+    @classmethod
+    def _endpoints_have_urls(cls, value: dict[str, EndpointSection]) -> dict[str, EndpointSection]:
+        # openai, ollama and anthropic have a URL of their own; any other endpoint needs one.
+        for name, endpoint in value.items():
+            if endpoint.base_url is None and name not in BUILTIN_PROVIDERS:
+                raise ValueError(f"[models.{name}] needs base_url (its server's API root)")
+        return value
+
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     hooks: list[dict[str, Any]] = Field(default_factory=list)
     """``[[hooks]]`` tables, validated here and registered as ``trusted`` by
