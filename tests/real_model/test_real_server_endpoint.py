@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from real_model.llama_support import MODEL_NAME, LlamaServer, llama_server
 from reverie import Agent, Compaction, Limits, Runtime, Scope, Settings
 from reverie.core.events import TextDeltaEvent
+from reverie.core.exits import Completed, Failed
 from reverie.models.openai import OpenAIChatModel
 
 pytestmark = pytest.mark.real_model
@@ -70,8 +71,7 @@ async def test_a_structured_output_mode_the_server_refuses_fails_typed_and_is_no
     )
     async with Runtime.open(":memory:") as rt:
         result = await rt.run(agent, "Which city is the capital of France?", scope=SCOPE)
-    assert result.status == "failed"
-    assert result.exit.kind == "model_error"
+    assert isinstance(result.exit, Failed) and result.exit.kind == "model_error"
     assert result.usage.model_calls == 1  # a validation error is deterministic: never retried
     assert "/site-packages/" not in str(result.exit)  # the server's install path is scrubbed
 
@@ -91,7 +91,9 @@ async def test_usage_from_a_server_without_streamed_usage_is_estimated_and_budge
     assert first.usage.estimated
     assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
     assert first.usage.model_calls == 1  # the budget stops the run after the call it paid for
-    assert first.exit.kind != "reply"  # not a plain reply: the token budget ended it
+    assert (
+        not isinstance(first.exit, Completed) or first.exit.kind != "reply"
+    )  # the budget ended it
 
 
 async def test_a_conversation_past_the_context_window_is_compacted_and_the_turn_completes(
@@ -116,6 +118,7 @@ async def test_a_conversation_past_the_context_window_is_compacted_and_the_turn_
                 )
                 thread_id = result.thread_id
                 results.append(result)
+            assert thread_id is not None
             rows = await rt.store.thread_items(thread_id)
     assert [r.status for r in results] == ["completed"] * 5, [r.exit for r in results]
     assert any(row.meta.get("summary") for row in rows)  # a durable summary replaced old turns
@@ -138,8 +141,7 @@ async def test_a_server_killed_mid_stream_fails_the_run_with_a_typed_model_error
                     server.kill()
                     break
             result = await asyncio.wait_for(handle.result(), timeout=240)  # a hang guard
-    assert result.status == "failed"
-    assert result.exit.kind == "model_error"
+    assert isinstance(result.exit, Failed) and result.exit.kind == "model_error"
     assert "driver_bug" not in str(result.exit)
     assert result.usage.model_calls >= 1
 
@@ -165,7 +167,7 @@ async def test_a_frozen_server_is_bounded_by_the_endpoint_timeout_and_the_wall_c
             elapsed = time.monotonic() - started
         server.thaw()
     assert result.status in ("failed", "completed")
-    assert result.exit.kind != "driver_bug"
+    assert not isinstance(result.exit, Failed) or result.exit.kind != "driver_bug"
     # The wall clock (20 s) plus the finalizer's bounded grace, with room for a loaded machine;
     # before, a frozen server held a run for the SDK's 60 s per call, several calls over.
     assert elapsed < 20 + 60

@@ -69,9 +69,16 @@ class BudgetLedger:
         )
 
     def answered(
-        self, model: str, *, input_tokens: int, output_tokens: int, usd: float
+        self,
+        model: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        usd: float,
+        estimated: bool = False,
     ) -> BudgetLedger:
-        """The ledger with the tokens and price of an answer from ``model``."""
+        """The ledger with the tokens and price of an answer from ``model`` (``estimated``:
+        the tokens are a local estimate, marked on the model's entry)."""
         mine = self.by_model.get(model) or _NO_USAGE
         return replace(
             self,
@@ -85,6 +92,7 @@ class BudgetLedger:
                     input_tokens=mine.input_tokens + input_tokens,
                     output_tokens=mine.output_tokens + output_tokens,
                     usd=mine.usd + usd,
+                    estimated=mine.estimated or estimated,
                 ),
             },
         )
@@ -98,6 +106,7 @@ class BudgetLedger:
             capability_calls=self.capability_calls,
             usd=self.usd,
             by_model=dict(self.by_model),
+            estimated=any(u.estimated for u in self.by_model.values()),
         )
 
 
@@ -395,7 +404,7 @@ def _strings(values: Sequence[Any]) -> tuple[str, bool]:
 
 
 def _usage(name: Any, u: Any) -> str:
-    if type(name) is not str or type(u) is not ModelUsage:
+    if type(name) is not str or type(u) is not ModelUsage or u.estimated:
         raise _Unusual
     a, b, c, usd = u.input_tokens, u.model_calls, u.output_tokens, u.usd
     if int is type(a) is type(b) is type(c) and float is type(usd) and usd - usd == 0.0:

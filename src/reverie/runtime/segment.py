@@ -391,7 +391,12 @@ class SegmentRunner:
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
-                prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
+                prompt=StorePrompt(
+                    ctx,
+                    agent.instructions,
+                    self._run_memory(run),
+                    agent.settings.model_settings() if agent.settings else None,
+                ),
                 model=StreamingModel(ctx, models, self._prices),
                 capabilities=ToolPort(ctx, tools),
                 transcript=StoreTranscript(ctx),
