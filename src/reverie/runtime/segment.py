@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import RunStarted
-from reverie.core.exits import Failed
+from reverie.core.exits import Cancelled, Failed
 from reverie.core.transcript import NewItem
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost, TranscriptConflict
@@ -320,6 +320,13 @@ class SegmentRunner:
                 ended = await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
                 return ended
             state = loaded
+            over = await self._ended_ancestor(run)
+            if over is not None:
+                # A run that is over runs nothing (DESIGN §20): a child whose parent ended
+                # (a crash between the two ends) ends with it, whoever resumes it.
+                gone = Cancelled(reason=subagents.ended_reason(over), usage=state.budget.usage())
+                ended = await self._applier.apply(run, gone, fence=fence, bus=active.bus)
+                return ended
             if crashed:
                 limited = crash_resume(state, agent.limits)
                 if not isinstance(limited, LoopExecutionState):
@@ -393,6 +400,11 @@ class SegmentRunner:
             if ended is None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._leases.release(run_id, fence))
+
+    async def _ended_ancestor(self, run: RunRecord) -> RunRecord | None:
+        if subagents.parent_of(run) is None:
+            return None  # (not a child: no read)
+        return await subagents.ended_ancestor(self._store, run)
 
     async def _unrunnable(
         self, run: RunRecord, failed: Failed, active: ActiveSegment, *, resumed: bool
