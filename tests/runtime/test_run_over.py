@@ -109,3 +109,35 @@ async def test_a_crash_between_a_runs_end_and_its_subagents_is_finished_by_the_n
     assert paid == []
     assert after.status == "cancelled"
     assert (after.exit or {})["reason"] == "its parent run ended (failed: driver_bug)"
+
+
+async def test_a_run_that_is_over_ends_its_descendants_transitively() -> None:
+    paid: list[int] = []
+    buyer, payer = agents(paid)
+    manager = Agent(
+        name="manager",
+        model=ScriptedModel([call("settle", input="pay it"), reply("settled")]),
+        tools=buyer.tools,  # the payer as ``settle``
+    )
+    head = Agent(
+        name="head",
+        model=ScriptedModel([call("manage", input="get the invoice paid"), reply("done")]),
+        tools=[manager.as_tool(name="manage")],
+    )
+    async with Runtime.open(":memory:", agents=[head, manager, payer]) as rt:
+        run_id = await rt.unbound.submit(
+            system_prompt="Run the office.",
+            messages=["the invoice"],
+            tools=head.tools,
+            agent=head,
+            scope=SCOPE,
+        )
+        result = await rt.unbound.result(run_id)
+        pending = await rt.gates.list(scope=SCOPE)
+        runs = {r.agent_name: r for r in await rt.runs.list()}
+    assert isinstance(result.exit, Failed) and result.exit.kind == "gate_not_supported"
+    assert pending == [] and paid == []
+    assert runs["manager"].status == runs["payer"].status == "cancelled"
+    assert (runs["manager"].exit or {})["reason"] == (
+        "its parent run ended (failed: gate_not_supported)"
+    )

@@ -901,13 +901,14 @@ class _Executor:
         )
 
     def _finalizer_deadline(self, s: LoopExecutionState) -> float:
-        """The finalizer call's deadline: its own, but under a wall clock never past
-        ``wall_clock_s`` + the grace (DESIGN §20: the wall clock bounds the whole run)."""
+        """The finalizer call's deadline: its own, but under a wall clock no more than what is
+        left of it plus the grace (DESIGN §20: the wall clock bounds the whole run; a model cut
+        by the wall clock leaves exactly the grace)."""
         own = self.config.finalizer_timeout_s
         grace, wall = self.limits.finalizer_grace, self.limits.wall_clock_s
         if grace is None or wall is None:
             return own
-        return min(own, max(0.0, wall + grace - self._active_s(s)))
+        return min(own, grace + max(0.0, wall - self._active_s(s)))
 
 
 def response_bytes(response: ModelResponse) -> int:

@@ -395,6 +395,7 @@ async def child_limits(
         max_tokens=left(p.max_tokens, used.input_tokens + used.output_tokens),
         max_usd=None if p.max_usd is None else max(0.0, p.max_usd - used.usd),
         wall_clock_s=None if p.wall_clock_s is None else max(0.0, p.wall_clock_s - budget.active_s),
+        finalizer_grace_s=p.finalizer_grace_s,
     )
     return own.narrow(remaining)
 
