@@ -590,7 +590,10 @@ class Runtime:
             await self._end_children(run)  # a crash may have left them live
             return await self._applier.result_of(run)
         if await self._end_if_orphaned(run) is not None:
-            return await self._applier.result_of(await self.store.get_run(run_id))
+            run = await self.store.get_run(run_id)
+            if run.status in TERMINAL_STATUSES:
+                return await self._applier.result_of(run)
+            # Advanced elsewhere: its worker ends it at its next boundary (RunBusy below).
         if not self.unbound.knows(run) and not self._directory.started_here(run.run_id):
             self._directory.get(run.agent_name)  # the typed error naming the agent
         # A segment of this run still advancing (or still closing) here: let it finish first,
