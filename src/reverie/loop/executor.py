@@ -39,6 +39,7 @@ from reverie.loop.compaction import (
     CompactionPolicy,
     ContextMeter,
     plan_compaction,
+    shrink_plan,
     summary_item,
     summary_request,
 )
@@ -66,6 +67,9 @@ _new_item = maker(NewItem)
 Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
 
 # Budgets whose exhaustion still leaves room for the finalizer's one model call.
+_MAX_SUMMARY_CALLS = 4
+"""Summary calls one compaction may make when its rows overflow the summary model (each split
+halves the rows; the run's model-call budget bounds them too)."""
 _FINALIZABLE_BUDGETS: frozenset[str] = frozenset({"capability_call_limit", "wall_clock_limit"})
 
 
@@ -514,11 +518,14 @@ class _Executor:
         rebuild: Rebuild | None = None,
         emit_text: bool = True,
         model_index: int | None = None,
+        overflow_raises: bool = False,
     ) -> tuple[ModelResponse, LoopExecutionState]:
         """One model call with its budgets, deadline and retries.
 
         ``rebuild`` (the tick's prompt builder) lets a ``context_overflow`` compact the context
-        once and retry; ``model_index`` overrides the model strategy (the summary model).
+        once and retry; ``model_index`` overrides the model strategy (the summary model);
+        ``overflow_raises`` hands a ``context_overflow`` back to the caller as the
+        :class:`ModelError` (a summary request that the caller can make smaller).
         """
         attempt = 0
         overflowed = False
@@ -553,6 +560,8 @@ class _Executor:
                     # them, so a budget binds a run whose calls keep failing.
                     s = self._charge_failed_usage(s, name, index, exc.usage)
                     self._last_state = s
+                if exc.kind == "context_overflow" and overflow_raises:
+                    raise
                 if exc.kind == "context_overflow" and rebuild is not None and not overflowed:
                     # Compact once and retry; the summary row is checkpointed before the retry.
                     overflowed = True
@@ -650,17 +659,43 @@ class _Executor:
         plan = plan_compaction(bundle.rows, policy.keep_last_turns)
         if plan is None:
             return s, bundle
-        ask = PromptBundle(request=summary_request(plan, policy))
-        response, s = await self._call_model(
-            s, ask, tools=0, emit_text=False, model_index=policy.model_index
-        )
-        if reject_reason(response.text, bool(response.tool_calls)) is not None:
-            meter.paused = True  # an unusable summary: the request goes as it is
+        target, summarised = plan.to_seq, False
+        for _ in range(_MAX_SUMMARY_CALLS):
+            ask = PromptBundle(request=summary_request(plan, policy))
+            try:
+                response, s = await self._call_model(
+                    s,
+                    ask,
+                    tools=0,
+                    emit_text=False,
+                    model_index=policy.model_index,
+                    overflow_raises=True,
+                )
+            except ModelError:
+                # The rows to summarise overflow the summary model itself: summarise the
+                # first part now and the rest next, folding the first part's summary in.
+                smaller = shrink_plan(plan)
+                if smaller is None:
+                    break
+                plan = smaller
+                continue
+            if reject_reason(response.text, bool(response.tool_calls)) is not None:
+                meter.paused = True  # an unusable summary: the request goes as it is
+                break
+            rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
+            s = replace(s, transcript_seq=rows[0].seq)
+            self._last_state = s
+            self._boundary()
+            summarised = True
+            if plan.to_seq >= target:
+                break
+            bundle = await rebuild(s)
+            next_plan = plan_compaction(bundle.rows, policy.keep_last_turns)
+            if next_plan is None:
+                break
+            plan = next_plan
+        if not summarised:
             return s, bundle
-        rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
-        s = replace(s, transcript_seq=rows[0].seq)
-        self._last_state = s
-        self._boundary()
         return s, await rebuild(s)
 
     def _ask(
