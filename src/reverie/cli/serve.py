@@ -94,6 +94,8 @@ def serve_command(
                     cors_origins=settings.cors_origins,
                     shutdown_grace_s=settings.shutdown_grace_s,
                     recover=True,
+                    console=settings.console,
+                    console_session_ttl_s=settings.console_session_ttl_s,
                 )
                 tune_gc_for_server(gc_thresholds)  # start-up is over (docs/scaling.md)
                 names = ", ".join(sorted(a.name for a in agents))
