@@ -279,20 +279,39 @@ async def test_the_agents_page_lists_models_tools_effects_and_idempotency() -> N
     assert "ScriptedModel" in mailer_card
 
 
-async def test_the_memory_page_shows_versions_as_diffs_and_finds_by_search() -> None:
+async def test_the_memory_page_shows_versions_as_diffs_passes_and_search() -> None:
     async with console_serving(echo()) as srv:
         v1 = await srv.rt.memory.write(ANA, "MEMORY.md", "likes tea\n", expected_version=0)
-        await srv.rt.memory.write(
+        v2 = await srv.rt.memory.write(
             ANA, "MEMORY.md", "likes coffee\nlives in Lyon\n", expected_version=v1.version
         )
+        curator = ScriptedModel(
+            [
+                call("memory_read", path="MEMORY.md"),
+                call(
+                    "memory_write",
+                    target="MEMORY.md",
+                    content="likes coffee, lives in Lyon\n",
+                    expected_version=v2.version,
+                ),
+                call(
+                    "structured_result", changed=True, summary="joined two facts", entries_merged=1
+                ),
+            ]
+        )
+        await srv.rt.memory.curate(ANA, model=curator)
         await login(srv.ana, ANA_TOKEN)
         page = await srv.ana.get("/console/memory", params={"q": "Lyon"})
     assert page.status_code == 200
     assert '<span class="del">-likes tea</span>' in page.text
     assert '<span class="add">+likes coffee</span>' in page.text
-    assert "version 2" in page.text
+    # The curation pass: its outcome and summary, and the version it wrote as a diff.
+    passes = page.text.split("Curation passes")[1]
+    assert "<strong>written</strong> · joined two facts" in passes and "merged 1" in passes
+    assert '<span class="add">+likes coffee, lives in Lyon</span>' in page.text
+    assert "version 3" in page.text
     results = page.text.split("Results for")[1].split("Standing document")[0]
-    assert "lives in Lyon" in results
+    assert "Lyon" in results
 
 
 async def test_the_static_files_are_served_by_reverie_itself() -> None:

@@ -5,6 +5,7 @@ sees only its own memory: there is no parameter naming another)."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -47,6 +48,22 @@ def _diff(older: str, newer: str, *, old_label: str, new_label: str) -> list[dic
     return lines
 
 
+def _pass_view(report: Mapping[str, Any], redact: Callable[[str], str]) -> dict[str, Any]:
+    """A curation pass's report as shown: its outcome and summary first, then the whole JSON."""
+    write = report.get("write")
+    changed = report.get("changed")
+    outcome = str(write) if write else ("changed" if changed else "unchanged")
+    merged, removed = report.get("entries_merged"), report.get("entries_removed")
+    return {
+        "outcome": redact(outcome),
+        "summary": redact(str(report.get("summary", ""))),
+        "merged": merged if isinstance(merged, int) else None,
+        "removed": removed if isinstance(removed, int) else None,
+        "conflicts": [redact(str(c)) for c in report.get("conflicts") or ()][:20],
+        "report": redact(as_json(dict(report))),
+    }
+
+
 def memory_routes(console: Console) -> list[Route]:
     """``/console/memory``."""
 
@@ -83,11 +100,10 @@ def memory_routes(console: Console) -> list[Route]:
             ]
         passes = await memory.passes(session.scope, limit=PASSES_SHOWN)
         context["passes"] = [
-            {
-                "pass_id": p.pass_id,
+            _pass_view(p.report, redact)
+            | {
                 "run_id": p.run_id,
                 "created_at": p.created_at,
-                "report": redact(as_json(dict(p.report))),
             }
             for p in passes
         ]

@@ -8,6 +8,7 @@ the runs API makes.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import urlencode
 
@@ -136,7 +137,8 @@ class _RunPages:
         run = await ctx.owned_run(session.scope, run_id)
         items = [i for i in await runs.thread_items(run.thread_id) if i.run_id == run.run_id]
         shown = transcript_view(items, ctx.redact)
-        advancing = self.rt.attach(run.run_id) is not None
+        # Advanced here, or by a live worker elsewhere (its lease has not expired).
+        advancing = self.rt.attach(run.run_id) is not None or _leased(run)
         journal = await runs.journal(run.run_id, scope=session.scope)
         flags = tool_flags(ctx.agents.get(run.agent_name))
         result = await self.rt.get_result(run.run_id) if settled(run) else None
@@ -224,6 +226,12 @@ class _RunPages:
             # rt.resume waits for the run to end or block: it goes on in the background.
             self.console.ctx.tasks.spawn(self.rt.resume(run.run_id), name=f"resume {run.run_id}")
         return _back(run.run_id)
+
+
+def _leased(run: RunRecord) -> bool:
+    """Whether a worker holds the run's lease now (a dead worker's lease runs out)."""
+    expires = run.lease_expires_at
+    return run.lease_owner is not None and expires is not None and expires > time.time()
 
 
 def _row(run: RunRecord) -> dict[str, Any]:

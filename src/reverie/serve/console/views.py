@@ -159,8 +159,9 @@ class JournalRow:
     key: str
     tool: str
     state: str
-    """``not started`` · ``running`` · ``in doubt`` (started, never finished, run moved on) ·
-    ``finished``."""
+    """``not started`` · ``running`` · ``finished`` · ``in doubt``: a crash cut the call (started
+    and no live worker advancing the run, or recorded ``interrupted`` by the resume after it),
+    so whether its effect happened is unknown."""
     outcome: str
     idempotent: bool | None
     """From the agent's tool (``None``: the tool is not among the served agent's)."""
@@ -183,8 +184,10 @@ def journal_rows(
             if entry is None:
                 state, outcome = "not started", ""
             elif entry.state == "finished":
-                state = "finished"
                 outcome = str((entry.outcome or {}).get("kind", ""))
+                # A resume recorded "interrupted" for a call a crash cut: whether its effect
+                # happened is unknown, and stays so.
+                state = "in doubt" if outcome == "interrupted" else "finished"
             else:
                 # Started and never finished: only the segment advancing it now may finish it;
                 # otherwise a crash left its effect unknown.
