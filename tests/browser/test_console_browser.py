@@ -47,6 +47,11 @@ class Person:
         self.page.click("button[type=submit]")
         self.page.wait_for_url("**/console/")
 
+    def login_by_url(self, token: str) -> None:
+        """As ``reverie dev``'s printed URL does: the token leaves the address bar at once."""
+        self.goto(f"/console/?token={token}")
+        assert self.page.url == f"{self.server.base}/console/"
+
     def close(self) -> None:
         self.context.close()
 
@@ -108,8 +113,9 @@ def test_a_second_tenants_browser_sees_none_of_the_firsts_runs_or_gates(
     ana.login(ANA_TOKEN)
     ana.goto("/console/gates")
     assert anas["run_id"] in ana.page.content()
-    eve.login(EVE_TOKEN)
+    eve.login_by_url(EVE_TOKEN)
     assert eve.page.inner_text("header .who") == "globex / eve"
+    assert EVE_TOKEN not in eve.page.evaluate("location.href")
     for path in ("/console/runs", "/console/gates", "/console/threads"):
         eve.goto(path)
         assert anas["run_id"] not in eve.page.content(), path

@@ -81,6 +81,7 @@ async def test_login_never_redirects_off_the_console() -> None:
             data = {"nonce": nonce.group(1), "token": ANA_TOKEN, "next": target}
             response = await srv.anon.post("/console/login", data=data)
             assert response.headers["location"] == "/console/", target
+            srv.anon.cookies.clear()
 
 
 async def test_a_login_post_without_the_forms_cookie_is_refused() -> None:
@@ -154,3 +155,28 @@ async def test_console_false_serves_no_console() -> None:
     async with console_serving(mailer(), console=False) as srv:
         response = await srv.anon.get("/console/", params={"token": ANA_TOKEN})
     assert response.status_code == 401  # the API's bearer check: no console route exists
+
+
+async def test_each_login_makes_a_new_session_and_ends_the_browsers_previous_one() -> None:
+    async with console_serving(mailer()) as srv:
+        await login(srv.ana, ANA_TOKEN)
+        first = srv.ana.cookies.get("reverie_console")
+        await login(srv.ana, ANA_TOKEN)
+        second = srv.ana.cookies.get("reverie_console")
+        assert first and second and first != second
+        old = await srv.anon.get("/console/runs", headers={"cookie": f"reverie_console={first}"})
+        new = await srv.anon.get("/console/runs", headers={"cookie": f"reverie_console={second}"})
+    assert old.status_code == 303 and new.status_code == 200
+
+
+async def test_the_login_page_takes_a_url_token_and_sends_a_logged_in_person_on() -> None:
+    async with console_serving(mailer()) as srv:
+        exchanged = await srv.ana.get(
+            "/console/login", params={"token": ANA_TOKEN, "next": "/console/gates"}
+        )
+        assert exchanged.status_code == 303
+        assert exchanged.headers["location"] == "/console/gates"
+        again = await srv.ana.get("/console/login", params={"next": "/console/memory"})
+        refused = await srv.anon.get("/console/login", params={"token": "wrong-token"})
+    assert again.status_code == 303 and again.headers["location"] == "/console/memory"
+    assert refused.status_code == 303 and "wrong-token" not in refused.headers["location"]

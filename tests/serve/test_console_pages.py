@@ -121,8 +121,8 @@ async def test_no_console_page_has_inline_script_or_a_token() -> None:
     async with console_serving(mailer(), echo()) as srv:
         run = await blocked_run(srv.api_ana)
         await login(srv.ana, ANA_TOKEN)
+        login_page = await srv.anon.get("/console/login")
         paths = [
-            "/console/login",
             "/console/runs",
             f"/console/runs/{run['run_id']}",
             "/console/gates",
@@ -132,6 +132,7 @@ async def test_no_console_page_has_inline_script_or_a_token() -> None:
             "/console/agents",
         ]
         pages = [await srv.ana.get(p) for p in paths]
+    _assert_inert(login_page.text)
     for path, page in zip(paths, pages, strict=True):
         assert page.status_code == 200, path
         _assert_inert(page.text)

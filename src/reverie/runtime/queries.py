@@ -194,7 +194,12 @@ class Gates:
         return _visible(await self._store.get_gate(ref), scope, f"gate {ref}")
 
     async def list(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> builtins.list[GateRecord]:
-        """Gates, newest first: pending ones unless ``status`` says otherwise (``None``: all)."""
-        return await self._store.list_gates(scope=scope, status=status)
+        """Gates, newest first: pending ones unless ``status`` says otherwise (``None``: all);
+        the newest ``limit`` when given."""
+        return await self._store.list_gates(scope=scope, status=status, limit=limit)

@@ -483,9 +483,13 @@ class Store(Protocol):
         ...
 
     async def list_gates(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> list[GateRecord]:
-        """Gates, newest first."""
+        """Gates, newest first (the newest ``limit`` when given)."""
         ...
 
 

@@ -604,7 +604,11 @@ class MemoryStore(MemoryDocuments):
         return rec
 
     async def list_gates(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> list[GateRecord]:
         rows = [
             g
@@ -613,7 +617,7 @@ class MemoryStore(MemoryDocuments):
             and (status is None or g.status == status)
         ]
         rows.sort(key=lambda g: (g.created_at, g.ref), reverse=True)
-        return rows
+        return rows if limit is None else rows[: max(0, limit)]
 
     # run events ---------------------------------------------------------------------------
     async def append_run_events(

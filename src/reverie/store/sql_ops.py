@@ -1071,12 +1071,16 @@ def resolve_gate(
     raise GateResolvedError(f"gate {ref} is already {found[0]['status']}")
 
 
-def list_gates(d: Dialect, *, scope: Scope | None, status: str | None) -> Op[list[GateRecord]]:
-    """Gates of a scope and/or in a status, newest first."""
+def list_gates(
+    d: Dialect, *, scope: Scope | None, status: str | None, limit: int | None = None
+) -> Op[list[GateRecord]]:
+    """Gates of a scope and/or in a status, newest first (the newest ``limit``)."""
     clause, params = where(d, scope, None if status is None else [status])
-    [found] = yield [
-        d.query(f"SELECT * FROM gates{clause} ORDER BY created_at DESC, ref DESC", *params)
-    ]
+    sql = f"SELECT * FROM gates{clause} ORDER BY created_at DESC, ref DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(max(0, limit))
+    [found] = yield [d.query(sql, *params)]
     return [codec.row_gate(row) for row in found]
 
 

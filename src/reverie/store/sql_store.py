@@ -420,11 +420,16 @@ class SQLStore(OpRunner):
         )
 
     async def list_gates(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> list[GateRecord]:
         """Gates of a scope (tenant and user) and/or in a status, newest first."""
         return await self._read_op(
-            "list gates", lambda: ops.list_gates(self.dialect, scope=scope, status=status)
+            "list gates",
+            lambda: ops.list_gates(self.dialect, scope=scope, status=status, limit=limit),
         )
 
     # run events ---------------------------------------------------------------------------

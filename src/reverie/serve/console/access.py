@@ -88,6 +88,8 @@ def _login_redirect(request: Request, *, failed: bool = False) -> RedirectRespon
 
 
 def _start_session(console: Console, request: Request, session: Session, to: str) -> Response:
+    # A new id at every login (no fixation), and the browser's previous session ends with it.
+    console.sessions.logout(request.cookies.get(COOKIE))
     response = RedirectResponse(to, status_code=303)
     _cookie(response, request, COOKIE, session.session_id, int(console.sessions.ttl_s))
     response.delete_cookie(LOGIN_COOKIE, path="/console")
@@ -146,14 +148,22 @@ def login_routes(console: Console) -> list[Route]:
     """``/console/login`` (form and submit) and ``/console/logout``."""
 
     async def form(request: Request) -> Response:
-        if request.query_params.get("token") is not None:
-            return await reading(console, _to_next)(request)
+        to = safe_next(request.query_params.get("next"))
+        token = request.query_params.get("token")
+        if token is not None:
+            session = console.sessions.login(token)
+            if session is not None:
+                return _start_session(console, request, session, to)
+            query = urlencode({"next": to, "failed": "1"})
+            return RedirectResponse(f"/console/login?{query}", status_code=303)
+        if console.sessions.get(request.cookies.get(COOKIE)) is not None:
+            return RedirectResponse(to, status_code=303)  # already logged in
         nonce = secrets.token_urlsafe(32)
         response = console.templates.response(
             "login.html",
             {
                 "nonce": nonce,
-                "next": safe_next(request.query_params.get("next")),
+                "next": to,
                 "failed": request.query_params.get("failed") == "1",
                 "session": None,
             },
@@ -185,7 +195,3 @@ def login_routes(console: Console) -> list[Route]:
         Route("/console/login", submit, methods=["POST"]),
         Route("/console/logout", acting(console, logout), methods=["POST"]),
     ]
-
-
-async def _to_next(request: Request, session: Session) -> Response:
-    return RedirectResponse(safe_next(request.query_params.get("next")), status_code=303)

@@ -22,17 +22,18 @@ __all__ = ["gate_routes"]
 
 MAX_REASON = 2_000
 RESOLVED_SHOWN = 50
+MAX_PENDING = 500
 
 
 def gate_routes(console: Console) -> list[Route]:
     """``/console/gates`` and its two actions."""
 
     async def inbox(request: Request, session: Session) -> Response:
-        pending = await console.rt.gates.list(scope=session.scope, status="pending")
+        gates = console.rt.gates
+        pending = await gates.list(scope=session.scope, status="pending", limit=MAX_PENDING)
         resolved = [
-            g
-            for g in await console.rt.gates.list(scope=session.scope, status=None)
-            if g.status != "pending"
+            *await gates.list(scope=session.scope, status="approved", limit=RESOLVED_SHOWN),
+            *await gates.list(scope=session.scope, status="denied", limit=RESOLVED_SHOWN),
         ]
         resolved.sort(key=lambda g: g.resolved_at or 0.0, reverse=True)
         return console.page(

@@ -17,7 +17,7 @@ from reverie.errors import NotFoundError, ThreadBusy
 from reverie.serve.console.access import acting, reading
 from reverie.serve.console.sessions import Session
 from reverie.serve.console.state import Console
-from reverie.serve.console.views import agent_label, transcript_view
+from reverie.serve.console.views import agent_label, parent_id, transcript_view
 from reverie.serve.errors import APIError
 from reverie.store.base import ACTIVE_STATUSES
 
@@ -36,7 +36,7 @@ def thread_routes(console: Console) -> list[Route]:
     async def index(request: Request, session: Session) -> Response:
         seen: dict[str, dict[str, object]] = {}
         for run in await rt.runs.list(scope=session.scope, limit=RECENT_RUNS):
-            if run.thread_id not in seen and not run.meta.get("parent_run_id"):
+            if run.thread_id not in seen and parent_id(run) is None:
                 seen[run.thread_id] = {
                     "thread_id": run.thread_id,
                     "agent": agent_label(run),
