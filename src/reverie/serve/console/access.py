@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
@@ -44,6 +45,8 @@ LOGIN_COOKIE = "reverie_console_login"
 """The login form's double-submit CSRF cookie."""
 
 MAX_FORM_FIELDS = 20
+
+log = logging.getLogger("reverie.serve.console")
 
 Page = Callable[[Request, Session], Awaitable[Response]]
 Action = Callable[[Request, Session, FormData], Awaitable[Response]]
@@ -105,6 +108,10 @@ async def _guarded(console: Console, request: Request, work: Awaitable[Response]
     except ReverieError as exc:
         error = from_reverie_error(exc)
         return console.error_page(request, error.status, error.message)
+    except Exception:
+        # Answered here, inside the console's headers (CSP and all), never with a traceback.
+        log.exception("console %s %s failed", request.method, request.url.path)
+        return console.error_page(request, 500, "the console failed; the server log has why")
 
 
 def reading(console: Console, page: Page) -> Callable[[Request], Awaitable[Response]]:
