@@ -176,6 +176,22 @@ async def test_the_runs_list_filters_by_status_agent_and_thread_and_pages_by_cur
     assert bad.status_code == 400 and unknown.status_code == 400
 
 
+async def test_the_runs_list_filters_by_the_day_runs_started_by() -> None:
+    async with console_serving(echo()) as srv:
+        started = await srv.api_ana.post("/v1/runs", json={"agent": "echo", "input": "hi"})
+        run_id = started.json()["run_id"]
+        await settled(srv.api_ana, run_id)
+        created = (await srv.api_ana.get(f"/v1/runs/{run_id}")).json()["created_at"]
+        await login(srv.ana, ANA_TOKEN)
+        same_day = await srv.ana.get("/console/runs", params={"until": created[:10]})
+        earlier = await srv.ana.get("/console/runs", params={"until": "2000-01-01"})
+        bad = await srv.ana.get("/console/runs", params={"until": "yesterday"})
+    assert f'data-run="{run_id}"' in same_day.text
+    assert 'data-run="' not in earlier.text
+    assert "hx-get" not in earlier.text.split('id="run-rows"')[1][:40]  # a past window: not live
+    assert bad.status_code == 400
+
+
 async def test_approving_a_gate_in_the_console_resumes_the_run_to_completion() -> None:
     async with console_serving(mailer("all sent")) as srv:
         run = await blocked_run(srv.api_ana)
@@ -303,6 +319,9 @@ async def test_the_memory_page_shows_versions_as_diffs_passes_and_search() -> No
         await srv.rt.memory.curate(ANA, model=curator)
         await login(srv.ana, ANA_TOKEN)
         page = await srv.ana.get("/console/memory", params={"q": "Lyon"})
+        runs = await srv.ana.get("/console/runs")
+    # The pass's run is listed by what it is, not by its ephemeral agent's name.
+    assert "background turn (unbound" in runs.text and "unbound:" not in runs.text
     assert page.status_code == 200
     assert '<span class="del">-likes tea</span>' in page.text
     assert '<span class="add">+likes coffee</span>' in page.text

@@ -9,6 +9,7 @@ the runs API makes.
 from __future__ import annotations
 
 import time
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -63,7 +64,16 @@ class _Filters:
             self.before = decode_cursor(params.get("before"))
         except ValueError:
             raise APIError(400, "the page cursor is malformed: start from the first page") from None
-        self.raw_before = params.get("before") or ""
+        self.until = params.get("until") or None
+        if self.until is not None:
+            # Runs started before the end of that day (UTC): a keyset bound like a page's.
+            try:
+                day = date.fromisoformat(self.until)
+            except ValueError:
+                raise APIError(400, "until: use a date such as 2026-12-04") from None
+            end = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+            bound = (end.timestamp(), "")
+            self.before = bound if self.before is None else min(self.before, bound)
 
     def query(self, **extra: str) -> str:
         """The filters (not the cursor) as a query string, plus ``extra``."""
@@ -72,6 +82,8 @@ class _Filters:
             pairs.append(("agent", self.agent))
         if self.thread:
             pairs.append(("thread", self.thread))
+        if self.until:
+            pairs.append(("until", self.until))
         pairs += list(extra.items())
         return urlencode(pairs)
 
@@ -119,7 +131,7 @@ class _RunPages:
             "agents": sorted(self.console.ctx.agents),
             "next_page": filters.query(before=encode_cursor(runs[-1])) if more else None,
             # Only the first page updates itself: a later one is a fixed window of the past.
-            "live": filters.before is None,
+            "live": filters.before is None and filters.until is None,
             "rows_query": filters.query(),
         }
 

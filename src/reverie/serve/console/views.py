@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reverie.core.transcript import TranscriptItem
+from reverie.core.vocabulary import is_unbound_profile
 from reverie.runtime.agent import Agent
 from reverie.runtime.host import sanitise_arguments
 from reverie.runtime.subagents import parent_of
@@ -44,8 +45,15 @@ def clipped(text: str) -> str:
 
 
 def agent_label(run: RunRecord) -> str:
-    """The agent a person knows the run by (an HTTP turn: the served agent it ran for)."""
-    return str(run.meta.get(SERVED_AGENT_META, run.agent_name))
+    """The agent a person knows the run by: an HTTP turn's served agent; another unbound turn
+    (a curation pass, a structured background turn) is named by what it is, not by the
+    ephemeral agent that ran it."""
+    served = run.meta.get(SERVED_AGENT_META)
+    if served is not None:
+        return str(served)
+    if is_unbound_profile(run.profile):
+        return f"background turn ({run.profile})"
+    return run.agent_name
 
 
 def parent_id(run: RunRecord) -> str | None:
