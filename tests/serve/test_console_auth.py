@@ -12,6 +12,7 @@ from reverie.serve import create_app
 from serve.console_support import (
     ANA,
     ANA_TOKEN,
+    EVE_TOKEN,
     TOKENS,
     blocked_run,
     console_serving,
@@ -161,8 +162,15 @@ async def test_each_login_makes_a_new_session_and_ends_the_browsers_previous_one
     async with console_serving(mailer()) as srv:
         await login(srv.ana, ANA_TOKEN)
         first = srv.ana.cookies.get("reverie_console")
-        await login(srv.ana, ANA_TOKEN)
-        second = srv.ana.cookies.get("reverie_console")
+        # The form (a person's own choice) logs in again from the same browser: both cookies go.
+        cookies = f"reverie_console={first}; reverie_console_login=n0nce"
+        again = await srv.anon.post(
+            "/console/login",
+            data={"nonce": "n0nce", "token": ANA_TOKEN},
+            headers={"cookie": cookies},
+        )
+        assert again.status_code == 303
+        second = again.cookies.get("reverie_console")
         assert first and second and first != second
         old = await srv.anon.get("/console/runs", headers={"cookie": f"reverie_console={first}"})
         new = await srv.anon.get("/console/runs", headers={"cookie": f"reverie_console={second}"})
@@ -180,3 +188,16 @@ async def test_the_login_page_takes_a_url_token_and_sends_a_logged_in_person_on(
         refused = await srv.anon.get("/console/login", params={"token": "wrong-token"})
     assert again.status_code == 303 and again.headers["location"] == "/console/memory"
     assert refused.status_code == 303 and "wrong-token" not in refused.headers["location"]
+
+
+async def test_a_url_token_never_replaces_a_live_session() -> None:
+    # A link carrying someone else's token (login CSRF) leaves the person logged in as they were.
+    async with console_serving(mailer()) as srv:
+        await login(srv.ana, ANA_TOKEN)
+        mine = srv.ana.cookies.get("reverie_console")
+        response = await srv.ana.get("/console/gates", params={"token": EVE_TOKEN})
+        assert response.status_code == 303 and response.headers["location"] == "/console/gates"
+        assert "set-cookie" not in response.headers
+        page = await srv.ana.get("/console/gates")
+    assert srv.ana.cookies.get("reverie_console") == mine
+    assert "acme / ana" in page.text and "globex" not in page.text

@@ -101,7 +101,12 @@ def serve_command(
                 names = ", ".join(sorted(a.name for a in agents))
                 err_console().print(
                     f"reverie serve: agents {names}; {len(tokens)} token(s); "
-                    f"http://{where_host}:{where_port}/v1",
+                    f"http://{where_host}:{where_port}/v1"
+                    + (
+                        f"; console http://{where_host}:{where_port}/console/"
+                        if settings.console
+                        else ""
+                    ),
                     markup=False,
                 )
                 await run_server(app, host=where_host, port=where_port, sock=sock)

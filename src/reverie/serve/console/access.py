@@ -4,7 +4,8 @@
   same answer for every path, so a guess learns nothing).
 - A ``?token=…`` URL (what ``reverie dev`` prints) is exchanged for a session once and answered
   with a redirect to the same page without the token, so it leaves the address bar and the
-  history; an unknown token goes to the login form, also without it.
+  history; an unknown token goes to the login form, also without it. A browser that has a live
+  session keeps it: the token of a link is then ignored (dropped from the URL all the same).
 - A change (POST) needs a live session and its CSRF token in the form's ``csrf`` field; the
   login form, which has no session yet, carries a token that must match a ``SameSite=Strict``
   cookie set with the form (double submit).
@@ -83,10 +84,8 @@ def _without_token(request: Request) -> str:
     return request.url.path + (f"?{urlencode(kept)}" if kept else "")
 
 
-def _login_redirect(request: Request, *, failed: bool = False) -> RedirectResponse:
+def _login_redirect(request: Request) -> RedirectResponse:
     query = {"next": safe_next(_without_token(request))}
-    if failed:
-        query["failed"] = "1"
     return RedirectResponse(f"/console/login?{urlencode(query)}", status_code=303)
 
 
@@ -97,6 +96,21 @@ def _start_session(console: Console, request: Request, session: Session, to: str
     _cookie(response, request, COOKIE, session.session_id, int(console.sessions.ttl_s))
     response.delete_cookie(LOGIN_COOKIE, path="/console")
     return response
+
+
+def _url_login(console: Console, request: Request, to: str) -> Response:
+    """A ``?token=`` URL: exchanged for a session, then ``to`` (without the token).
+
+    Only a browser without a live session is logged in this way: a link someone else sent
+    cannot swap a person's session for the sender's (log out first, or use the form).
+    """
+    if console.sessions.get(request.cookies.get(COOKIE)) is not None:
+        return RedirectResponse(to, status_code=303)
+    session = console.sessions.login(request.query_params.get("token") or "")
+    if session is None:
+        query = urlencode({"next": safe_next(to), "failed": "1"})
+        return RedirectResponse(f"/console/login?{query}", status_code=303)
+    return _start_session(console, request, session, to)
 
 
 async def _guarded(console: Console, request: Request, work: Awaitable[Response]) -> Response:
@@ -118,12 +132,8 @@ def reading(console: Console, page: Page) -> Callable[[Request], Awaitable[Respo
     """A GET endpoint for logged-in people (``?token=`` exchanged first)."""
 
     async def endpoint(request: Request) -> Response:
-        token = request.query_params.get("token")
-        if token is not None:
-            session = console.sessions.login(token)
-            if session is None:
-                return _login_redirect(request, failed=True)
-            return _start_session(console, request, session, _without_token(request))
+        if request.query_params.get("token") is not None:
+            return _url_login(console, request, _without_token(request))
         session = console.sessions.get(request.cookies.get(COOKIE))
         if session is None:
             if request.headers.get("hx-request"):
@@ -156,13 +166,8 @@ def login_routes(console: Console) -> list[Route]:
 
     async def form(request: Request) -> Response:
         to = safe_next(request.query_params.get("next"))
-        token = request.query_params.get("token")
-        if token is not None:
-            session = console.sessions.login(token)
-            if session is not None:
-                return _start_session(console, request, session, to)
-            query = urlencode({"next": to, "failed": "1"})
-            return RedirectResponse(f"/console/login?{query}", status_code=303)
+        if request.query_params.get("token") is not None:
+            return _url_login(console, request, to)
         if console.sessions.get(request.cookies.get(COOKIE)) is not None:
             return RedirectResponse(to, status_code=303)  # already logged in
         nonce = secrets.token_urlsafe(32)
