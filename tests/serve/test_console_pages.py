@@ -3,10 +3,16 @@ actions make the runs API's calls (docs/console.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
-from reverie import Agent, tool
+import httpx
+
+from reverie import Agent, Runtime, tool
+from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.serve import background_server, create_app
 from reverie.testing import ScriptedModel, call, reply
 from serve.console_support import (
     ANA,
@@ -246,11 +252,16 @@ async def test_the_run_pages_actions_steer_follow_up_stop_and_cancel_an_active_r
         steer = await srv.ana.post(f"{base}/steer", data={"csrf": token, "text": "be brief"})
         empty = await srv.ana.post(f"{base}/follow_up", data={"csrf": token, "text": " "})
         stop = await srv.ana.post(f"{base}/stop", data={"csrf": token, "reason": "bogus"})
+        graceful = await srv.ana.post(f"{base}/stop", data={"csrf": token, "reason": "host"})
+        resume = await srv.ana.post(f"{base}/resume", data={"csrf": token})
         cancel = await srv.ana.post(f"{base}/cancel", data={"csrf": token})
         after = await srv.ana.post(f"{base}/steer", data={"csrf": token, "text": "late"})
         status = (await srv.api_ana.get(f"/v1/runs/{run['run_id']}")).json()["status"]
     assert steer.status_code == 303 and cancel.status_code == 303
     assert empty.status_code == 400 and stop.status_code == 400
+    assert graceful.status_code == 303
+    # A run waiting on a person resumes through its gate, not the Resume button.
+    assert resume.status_code == 409 and "waits on a gate" in resume.text
     assert status == "cancelled"
     assert after.status_code == 409  # the run has ended: said plainly, nothing queued
 
@@ -340,3 +351,40 @@ async def test_the_static_files_are_served_by_reverie_itself() -> None:
         traversal = await srv.anon.get("/console/static/../sessions.py")
     assert htmx.status_code == 200 and htmx.text.startswith("/* htmx 2.0.4")
     assert traversal.status_code == 404
+
+
+async def test_resume_from_the_run_page_continues_a_run_no_worker_advances(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'resume.db'}"
+    calling = asyncio.Event()
+
+    async def first_worker(request: ModelRequest) -> ModelResponse:
+        calling.set()
+        await asyncio.Event().wait()  # the worker dies here, mid model call
+        return reply("unreachable")
+
+    dying = Agent(name="writer", model=ScriptedModel(first_worker))
+    rt = await Runtime.open(url)
+    handle = await rt.start(dying, "write", scope=ANA)
+    await calling.wait()
+    await rt.aclose()
+    writer = Agent(name="writer", model=ScriptedModel(lambda r: reply("written after resume")))
+    async with Runtime.open(url) as rt:
+        app = create_app(rt, agents={"writer": writer}, tokens={ANA_TOKEN: ANA})
+        async with background_server(app) as base, httpx.AsyncClient(base_url=base) as client:
+            assert (await rt.runs.get(handle.run_id)).status == "running"
+            await login(client, ANA_TOKEN)
+            page = await client.get(f"/console/runs/{handle.run_id}")
+            assert f'action="/console/runs/{handle.run_id}/resume"' in page.text
+            token = await csrf(client)
+            resumed = await client.post(
+                f"/console/runs/{handle.run_id}/resume", data={"csrf": token}
+            )
+            api = {"authorization": f"Bearer {ANA_TOKEN}"}
+            async with client.stream(
+                "GET", f"/v1/runs/{handle.run_id}/events", headers=api
+            ) as events:
+                async for _ in events.aiter_lines():
+                    pass
+            done = (await client.get(f"/v1/runs/{handle.run_id}", headers=api)).json()
+    assert resumed.status_code == 303
+    assert done["status"] == "completed" and done["text"] == "written after resume"
