@@ -20,9 +20,9 @@ WAIT_MS = 60_000
 class Person:
     """A browser context (its own cookies) and one page, watching for dialogs and CSP reports."""
 
-    def __init__(self, browser: Any, server: Server) -> None:
+    def __init__(self, browser: Any, server: Server, *, javascript: bool = True) -> None:
         self.server = server
-        self.context = browser.new_context()
+        self.context = browser.new_context(java_script_enabled=javascript)
         self.page = self.context.new_page()
         self.page.set_default_timeout(WAIT_MS)
         self.dialogs: list[str] = []
@@ -149,3 +149,23 @@ def test_markup_injected_by_a_model_reply_is_inert_in_the_browser(
         assert "<img src=x onerror=" in page.inner_text("main")
     assert ana.dialogs == []
     assert ana.csp_violations == []
+
+
+def test_with_javascript_off_a_person_still_logs_in_reads_and_approves(
+    browser: Any, server: Server
+) -> None:
+    started = server.start(ANA_TOKEN, "mailer")
+    server.settle(ANA_TOKEN, started["run_id"])
+    person = Person(browser, server, javascript=False)
+    try:
+        person.login(ANA_TOKEN)
+        assert person.page.locator(f'tr[data-run="{started["run_id"]}"]').count() == 1
+        person.goto(f"/console/runs/{started['run_id']}")
+        assert "carol@example.com" in person.page.inner_text("#run-live")
+        person.page.locator("#run-live button.approve").click()  # a plain form post
+        person.page.wait_for_url(f"**/console/runs/{started['run_id']}")
+        assert server.settle(ANA_TOKEN, started["run_id"])["status"] == "completed"
+        person.page.reload()
+        assert person.page.inner_text("#reply") == "sent"
+    finally:
+        person.close()
