@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
 
 from reverie import Agent, Runtime, tool
+from reverie.capabilities import MCPToolset
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.serve import background_server, create_app
 from reverie.testing import ScriptedModel, call, reply
@@ -27,6 +29,8 @@ from serve.console_support import (
     mailer,
     settled,
 )
+
+TESTS = Path(__file__).resolve().parent.parent
 
 
 class _Markup(HTMLParser):
@@ -388,3 +392,18 @@ async def test_resume_from_the_run_page_continues_a_run_no_worker_advances(tmp_p
             done = (await client.get(f"/v1/runs/{handle.run_id}", headers=api)).json()
     assert resumed.status_code == 303
     assert done["status"] == "completed" and done["text"] == "written after resume"
+
+
+async def test_the_agents_page_names_each_mcp_tools_server_and_its_health() -> None:
+    server = [sys.executable, str(TESTS / "capabilities" / "mcp_demo_server.py")]
+    async with MCPToolset(server, label="demo", prefix="demo") as toolset:
+        agent = Agent(
+            name="mcp-user", model=ScriptedModel(lambda r: reply("hi")), tools=toolset.tools()
+        )
+        async with console_serving(agent) as srv:
+            await login(srv.ana, ANA_TOKEN)
+            up = await srv.ana.get("/console/agents")
+    assert "demo_add" in up.text
+    assert "MCP servers: <strong>demo</strong> (connected)" in up.text
+    row = up.text.split("<td>demo_add</td>")[1].split("</tr>")[0]
+    assert "demo" in row and "connected" in row and "not connected" not in row

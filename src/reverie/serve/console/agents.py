@@ -39,6 +39,13 @@ def agent_routes(console: Console) -> list[Route]:
                     "name": name,
                     "models": _models(agent, console.ctx.redact),
                     "tools": sorted(flags.items()),
+                    "servers": sorted(
+                        {
+                            (str(f["server"]), bool(f["connected"]))
+                            for f in flags.values()
+                            if f["server"]
+                        }
+                    ),
                     "toolsets": others,
                     "limits": agent.limits,
                     "on_limit": agent.on_limit,

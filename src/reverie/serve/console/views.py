@@ -152,10 +152,14 @@ def tool_flags(agent: Agent | None) -> dict[str, Mapping[str, Any]]:
         descriptor = getattr(tool, "descriptor", None)
         name = getattr(descriptor, "name", None)
         if isinstance(name, str):
+            server = getattr(tool, "server", None)
             flags[name] = {
                 "effects": sorted(getattr(descriptor, "effects", ()) or ()),
                 "idempotent": bool(getattr(descriptor, "idempotent", False)),
                 "needs_approval": bool(getattr(descriptor, "needs_approval", False)),
+                # An MCP tool: its server and whether a session with it is up.
+                "server": server if isinstance(server, str) else None,
+                "connected": bool(getattr(tool, "server_connected", False)),
             }
     return flags
 
