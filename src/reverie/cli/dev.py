@@ -29,6 +29,7 @@ from reverie.cli.common import (
     require_credentials,
 )
 from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
+from reverie.cli.serve import served_app
 
 __all__ = ["DEV_HOST", "DEV_TENANT", "dev_command"]
 
@@ -70,7 +71,7 @@ def dev_command(
         token = secrets.token_urlsafe(32)
         tokens = {**auth_tokens(cfg), token: Scope(tenant=DEV_TENANT, user=default_user())}
         try:
-            from reverie.serve import create_app, listen, run_server
+            from reverie.serve import listen, run_server
         except ImportError as exc:
             from reverie.cli.common import fail
 
@@ -79,16 +80,7 @@ def dev_command(
         where = f"http://{DEV_HOST}:{sock.getsockname()[1]}"
         with contextlib.closing(sock):
             async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
-                app = create_app(
-                    session.rt,
-                    agents=session.agents,
-                    tokens=tokens,
-                    max_body_bytes=settings.max_body_bytes,
-                    shutdown_grace_s=settings.shutdown_grace_s,
-                    recover=True,
-                    console=True,
-                    console_session_ttl_s=settings.console_session_ttl_s,
-                )
+                app = served_app(session, tokens, settings, local=True)
                 names = ", ".join(sorted(a.name for a in agents))
                 what = "the offline demo assistant" if demo else f"agents {names}"
                 out = err_console()
