@@ -188,20 +188,18 @@ def bounded_calls(response: ModelResponse) -> ModelResponse:
     tool answers ``input_invalid`` naming the limit, the model sees it and the run goes on.
     The same object is returned when no call is too deep (the common case).
     """
-    parts = response.parts
-    deep = [
-        i
-        for i, part in enumerate(parts)
-        if isinstance(part, ToolCallPart)
-        and nesting_depth(part.call.arguments, stop_after=MAX_DEPTH) > MAX_DEPTH
-    ]
-    if not deep:
+    error = f"the arguments are nested more than {MAX_DEPTH} levels deep"
+    fixed: list[ResponsePart] = []
+    changed = False
+    for part in response.parts:
+        if (
+            isinstance(part, ToolCallPart)
+            and nesting_depth(part.call.arguments, stop_after=MAX_DEPTH) > MAX_DEPTH
+        ):
+            call = part.call
+            bounded = ToolCall(id=call.id, name=call.name, arguments={}, arguments_error=error)
+            part, changed = ToolCallPart(call=bounded), True
+        fixed.append(part)
+    if not changed:
         return response
-    fixed = list(parts)
-    for i in deep:
-        call = fixed[i].call  # type: ignore[union-attr]
-        error = f"the arguments are nested more than {MAX_DEPTH} levels deep"
-        fixed[i] = ToolCallPart(
-            call=ToolCall(id=call.id, name=call.name, arguments={}, arguments_error=error)
-        )
     return replace(response, parts=tuple(fixed))
