@@ -96,6 +96,13 @@ class Agent:
             return self.model
         return (self.model,)  # type: ignore[return-value]
 
+    @property
+    def all_models(self) -> tuple[str | Model, ...]:
+        """Every model the agent's runs may call: :attr:`models`, then the compaction summary
+        model when it has one of its own."""
+        summary = self.compaction.model if self.compaction is not None else None
+        return self.models if summary is None else (*self.models, summary)
+
     def as_tool(
         self,
         *,
