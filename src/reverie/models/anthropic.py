@@ -38,6 +38,7 @@ from reverie.errors import ModelError
 from reverie.models.errors import (
     auth_failed,
     classify_api_error,
+    connection_failure,
     detail,
     key_source,
     text_or_none,
@@ -233,8 +234,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         if isinstance(exc, anthropic.APITimeoutError):
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
         if isinstance(exc, anthropic.APIConnectionError):
-            where = self._shown_url or "the Anthropic API"
-            return ModelError("unavailable", f"{name}: cannot connect to {where}")
+            return connection_failure(exc, name, self._shown_url or "the Anthropic API")
         status: int | None = None
         error_type: str | None = None
         message: str | None = None

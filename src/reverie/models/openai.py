@@ -34,6 +34,7 @@ from reverie.errors import ModelError
 from reverie.models.errors import (
     auth_failed,
     classify_api_error,
+    connection_failure,
     detail,
     key_source,
     text_or_none,
@@ -280,8 +281,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
         if isinstance(exc, openai.APITimeoutError):
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
         if isinstance(exc, openai.APIConnectionError):
-            where = self._shown_url or "the OpenAI API"
-            return ModelError("unavailable", f"{name}: cannot connect to {where}")
+            return connection_failure(exc, name, self._shown_url or "the OpenAI API")
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
