@@ -1,7 +1,7 @@
 """Memory of a real ``reverie serve`` under sustained load (DESIGN §20; issue 37).
 
     python benchmarks/soak_serve.py [--waves 10] [--turns 220] [--stream-every 5]
-        [--model fake-openai|scripted] [--store URL]
+        [--model fake-openai|scripted] [--store URL] [--json]
 
 Starts ``reverie serve`` as a child process on 127.0.0.1 (a fresh ``REVERIE_HOME`` with its
 default SQLite store, two tokens of two tenants, one agent with the ``add`` tool), then sends
