@@ -322,6 +322,8 @@ class Session:
         self._agents: list[Agent] = []
         self._by_name: dict[str, Agent] = {}
         self._models: list[Any] = []
+        self._kept = contextlib.AsyncExitStack()
+        """The models entered for the session (each keeps one SDK client), exited at its end."""
 
     def _servers_of(self, agent: Agent) -> list[str]:
         section = self.config.agents.get(agent.name)
@@ -342,7 +344,15 @@ class Session:
             await self.mcp.start(names)
             agent = self.mcp.equip(agent, names)
         self.register(agent)
+        await self.keep_clients(agent.all_models)
         return agent
+
+    async def keep_clients(self, models: Iterable[object]) -> None:
+        """Keep one SDK client per model (and its connections) until the session ends
+        (:func:`reverie.models.sdk_model.keep_clients`)."""
+        from reverie.models.sdk_model import keep_clients
+
+        await keep_clients(self._kept, models)
 
     def register(self, agent: Agent) -> None:
         """Make ``agent`` available to this process; its model is closed with the session.
@@ -386,6 +396,8 @@ class Session:
         self._models.append(model)
 
     async def _close_models(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._kept.aclose()
         for model in [m for agent in self._agents for m in agent.models] + self._models:
             close = getattr(model, "aclose", None)
             if callable(close):
@@ -413,7 +425,9 @@ async def open_session(
         memory: Give the runtime the ``[memory]`` provider and curation settings (commands
             that advance runs or read memory need them).
 
-    The agents' models are closed when the session ends. When the block ends normally, the
+    The agents' models (and the curation model) are entered for the session, so each keeps
+    one SDK client and its connections for all the session's calls, and are closed when it
+    ends. When the block ends normally, the
     session first waits (up to :data:`PASS_WAIT_S`) for curation passes its turns started,
     so a one-shot command does not cut them off.
     """
@@ -451,6 +465,7 @@ async def open_session(
         session = Session(rt, config)
         if curator_model is not None:
             session.close_with(curator_model)
+            await session.keep_clients([curator_model])
         try:
             for agent in agents:
                 await session.add_agent(agent)

@@ -38,6 +38,7 @@ from reverie.errors import ModelError
 from reverie.models.errors import (
     auth_failed,
     classify_api_error,
+    connection_failure,
     detail,
     dropped,
     key_source,
@@ -280,8 +281,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             if started:
                 # The reply had begun: the connection dropped, the server is there.
                 return dropped(name, exc.__cause__ or exc, timeout_s=self._timeout_s)
-            where = self._shown_url or "the Anthropic API"
-            return ModelError("unavailable", f"{name}: cannot connect to {where}")
+            return connection_failure(exc, name, self._shown_url or "the Anthropic API")
         status: int | None = None
         error_type: str | None = None
         message: str | None = None

@@ -3,7 +3,9 @@
 Every provider maps its SDK's failures onto the five model error classes of docs/loop.md::
 
     transient          429, 408, 409, 5xx (incl. Anthropic's 529), timeouts, overload/server
-                       errors, a connection dropped or a stream cut mid-reply
+                       errors, a connection dropped or a stream cut mid-reply, a connection
+                       that broke with no answer (a kept-alive one the server closed as the
+                       request went out)
     context_overflow   a 400/413 whose code or message says the prompt is too long (also
                        when it arrives inside a stream)
     content_filtered   a content-filter code, ``finish_reason="content_filter"``, a refusal
@@ -38,6 +40,7 @@ __all__ = [
     "ClientHolder",
     "auth_failed",
     "classify_api_error",
+    "connection_failure",
     "detail",
     "dropped",
     "key_source",
@@ -134,6 +137,28 @@ def classify_api_error(
     if status is None and (type_ in _TRANSIENT_TYPES or code in _TRANSIENT_TYPES):
         return "transient"
     return "internal"
+
+
+_DROPPED = frozenset({"ReadError", "WriteError", "RemoteProtocolError", "CloseError"})
+"""The HTTP client's errors (httpx and its forks name them alike) for a connection that was
+open and broke: the server closed it or reset it, with no answer to the request."""
+_CAUSE_DEPTH = 8
+
+
+def connection_failure(exc: BaseException, name: str, where: str) -> ModelError:
+    """Classify an SDK's connection error (the HTTP client's error is its cause).
+
+    A connection that could not be opened (refused, no such host) is ``unavailable``: the next
+    model, at once. One that broke with no answer is ``transient`` and retried: a kept client
+    reuses its connections, and a server that closes an idle one (uvicorn after 5 s) may do so
+    as a request goes out on it, which a retry on a fresh connection answers.
+    """
+    cause, depth = exc.__cause__, 0
+    while cause is not None and depth < _CAUSE_DEPTH:
+        if type(cause).__name__ in _DROPPED:
+            return ModelError("transient", f"{name}: the connection to {where} broke")
+        cause, depth = cause.__cause__, depth + 1
+    return ModelError("unavailable", f"{name}: cannot connect to {where}")
 
 
 def redact(text: str, secret: str | None) -> str:

@@ -51,6 +51,7 @@ from reverie.models.compat import EndpointCompat, ServerKind, StructuredOutput, 
 from reverie.models.errors import (
     auth_failed,
     classify_api_error,
+    connection_failure,
     detail,
     dropped,
     key_source,
@@ -451,8 +452,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             if started:
                 # The reply had begun: the connection dropped, the server is there.
                 return dropped(name, exc.__cause__ or exc, timeout_s=self.compat.timeout_s)
-            where = self._shown_url or "the OpenAI API"
-            return ModelError("unavailable", f"{name}: cannot connect to {where}")
+            return connection_failure(exc, name, self._shown_url or "the OpenAI API")
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))

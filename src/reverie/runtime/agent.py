@@ -202,6 +202,13 @@ class Agent:
             "Agent.run_sync was called inside a running event loop; use await agent.run(...)"
         )
 
+    @property
+    def all_models(self) -> tuple[str | Model, ...]:
+        """Every model the agent's runs may call: :attr:`models`, then the compaction summary
+        model when it has one of its own."""
+        summary = self.compaction.model if self.compaction is not None else None
+        return self.models if summary is None else (*self.models, summary)
+
     def as_tool(
         self,
         *,

@@ -11,6 +11,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from reverie.core.scope import Scope
 from reverie.errors import UsageError
+from reverie.models.sdk_model import keep_clients
 from reverie.runtime.agent import Agent
 from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import BearerAuth, TokenTable
@@ -61,8 +62,9 @@ def create_app(
 
     Returns:
         A Starlette app; serve it with uvicorn (``reverie serve`` does; :func:`run_server`
-        gives its streams their grace). Its lifespan cancels the app's background work on
-        shutdown.
+        gives its streams their grace). Its lifespan enters the served agents' models (each
+        keeps one SDK client, with its connections, while the app is served) and cancels the
+        app's background work on shutdown.
 
     Raises:
         UsageError: an empty agent name, a value that is not an :class:`Agent`, a token that
@@ -91,13 +93,17 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if recover:
-            # In the background: recover() waits for every run it resumes to end.
-            ctx.tasks.spawn(runtime.recover(), name="recover runs")
-        try:
-            yield
-        finally:
-            await ctx.tasks.aclose()
+        async with contextlib.AsyncExitStack() as models:
+            # One SDK client per served model for the server's life (a client per call is
+            # freed only by the cyclic collector: the server's memory grew with every turn).
+            await keep_clients(models, (m for a in agents.values() for m in a.all_models))
+            if recover:
+                # In the background: recover() waits for every run it resumes to end.
+                ctx.tasks.spawn(runtime.recover(), name="recover runs")
+            try:
+                yield
+            finally:
+                await ctx.tasks.aclose()
 
     app = Starlette(
         routes=[

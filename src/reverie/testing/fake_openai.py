@@ -380,6 +380,9 @@ class FakeModelServer:
         """The JSON bodies received (decodable ones), in arrival order."""
         self.headers: list[dict[str, str]] = []
         """The headers of each recorded request (lower-case names), parallel to ``requests``."""
+        self.connections: set[tuple[str, int]] = set()
+        """The client address (host, port) of every request received: one entry per TCP
+        connection the clients opened, so a client that reuses its connections adds few."""
         self._thread: threading.Thread | None = None
         self._server: _QuickServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -532,6 +535,9 @@ class FakeModelServer:
 
     async def read_body(self, request: Request) -> dict[str, Any] | None:
         """The request's JSON object body, or ``None`` if it is not one."""
+        if request.client is not None:
+            with self._lock:
+                self.connections.add((request.client.host, request.client.port))
         try:
             body = json.loads(await request.body())
         except ValueError:
