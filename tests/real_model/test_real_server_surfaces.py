@@ -7,20 +7,17 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from real_model.llama_support import LlamaServer, free_port
+from serve.dev_process import child_env, reverie_process, wait_until_up
 
 pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 
@@ -46,42 +43,16 @@ ana = {{ token_env = "API_TOKEN_ANA", tenant = "acme", user = "ana" }}
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update(REVERIE_HOME=str(home), USER="tester", API_TOKEN_ANA=TOKEN)
-    return env
+    return child_env(home, API_TOKEN_ANA=TOKEN)
 
 
 @contextmanager
 def _serve(home: Path) -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "reverie.cli.app", "serve", "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(home),
-    )
-    try:
-        deadline = time.monotonic() + 120  # a hang guard for start-up on a loaded machine
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"reverie serve exited early: {process.communicate()}")
-            try:
-                httpx.get(f"{url}/v1/models", timeout=1)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise AssertionError("reverie serve did not start listening") from None
-                time.sleep(0.05)
+    with reverie_process(["serve", "--port", str(port)], _env(home), wait_for=url):
+        wait_until_up(url)
         yield url
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
 
 
 def test_the_cli_runs_an_agent_on_a_real_server(tmp_path: Path, llama: LlamaServer) -> None:
