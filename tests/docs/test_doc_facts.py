@@ -25,9 +25,7 @@ def test_http_md_quotes_the_401_bodies_the_server_sends() -> None:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
                 missing = await client.get("/v1/models")
-                unknown = await client.get(
-                    "/v1/models", headers={"authorization": "Bearer nope"}
-                )
+                unknown = await client.get("/v1/models", headers={"authorization": "Bearer nope"})
         assert missing.status_code == unknown.status_code == 401
         return [json.dumps(missing.json()), json.dumps(unknown.json())]
 
@@ -37,7 +35,7 @@ def test_http_md_quotes_the_401_bodies_the_server_sends() -> None:
 
 
 def test_the_docs_name_exit_code_75_for_a_busy_thread() -> None:
-    assert ExitCode.THREAD_BUSY == 75
+    assert int(ExitCode.THREAD_BUSY) == 75
     durability = (DOCS / "durability.md").read_text(encoding="utf-8")
     assert "`reverie run` exits 75" in durability
     for page in sorted(DOCS.rglob("*.md")):

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 
-
 REPO = Path(__file__).resolve().parent.parent.parent
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
