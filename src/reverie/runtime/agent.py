@@ -133,6 +133,9 @@ class Agent:
         ``reverie gates approve REF`` or ``Runtime.approve`` (with this agent registered).
         """
         from reverie.core.scope import Scope
+
+        # Imported when called: the Runtime module imports this one (a convenience of the
+        # public face, exempt from tests/runtime/test_runtime_module_boundaries.py's rule).
         from reverie.runtime.runtime import Runtime
 
         async with Runtime.open(store, agents=[self]) as rt:
