@@ -17,10 +17,8 @@ A ``{"result": {...}}`` step ends a typed turn: it calls ``structured_result`` w
 
 A memory curation pass (docs/memory.md) is a turn of its own, recognised by its opening
 message. It is answered by the file's ``"curation"`` steps when the file is an object
-``{"steps": [...], "curation": [...]}``. Otherwise the file's steps answer it as any turn,
-except a step that calls a tool the pass does not offer (a script written for an agent's
-tools): that pass gets one ``result`` reporting the document was left as it was — so
-``reverie memory curate --now`` shows a pass offline with any script.
+``{"steps": [...], "curation": [...]}``, else by one step that reports the document was left
+as it was — so ``reverie memory curate --now`` shows a pass offline with any script.
 
 Which step answers a request is decided by the request, not by a counter: step *n* answers the
 model call that follows *n* assistant messages since the turn's last user message. That keeps a
@@ -201,13 +199,15 @@ def load_scripted_model(
             f"{source}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg}). "
             "Fix: correct the syntax"
         ) from None
-    curation: Sequence[_Step] | None = None
     if isinstance(data, dict) and set(data) <= {"steps", "curation"} and "steps" in data:
         steps = _parse_steps(data["steps"], source=source)
-        if "curation" in data:
-            curation = _parse_steps(data["curation"], source=f"{source}: curation")
+        curation = (
+            _parse_steps(data["curation"], source=f"{source}: curation")
+            if "curation" in data
+            else _DEFAULT_CURATION
+        )
     else:
-        steps = _parse_steps(data, source=source)
+        steps, curation = _parse_steps(data, source=source), _DEFAULT_CURATION
     return ScriptedModel(_by_turn_position(steps, curation, source), name=path.name)
 
 
@@ -217,32 +217,12 @@ def _is_curation_pass(request: ModelRequest) -> bool:
     return first is not None and first.content == PASS_OPENING
 
 
-def _offered(step: _Step, request: ModelRequest) -> bool:
-    """Whether every tool ``step`` calls is one ``request`` offers (a reply always is)."""
-    names = {tool.name for tool in request.tools or ()}
-    if step.call is not None:
-        return step.call in names
-    if step.calls is not None:
-        return all(name in names for name, _ in step.calls)
-    if step.result is not None:
-        return STRUCTURED_RESULT_TOOL in names
-    return True
-
-
 def _by_turn_position(
-    turn_steps: Sequence[_Step], curation_steps: Sequence[_Step] | None, source: str
+    turn_steps: Sequence[_Step], curation_steps: Sequence[_Step], source: str
 ) -> ScriptFunction:
     def answer(request: ModelRequest) -> ModelResponse:
-        steps = turn_steps
+        steps = curation_steps if _is_curation_pass(request) else turn_steps
         index = step_index(request)
-        if _is_curation_pass(request):
-            if curation_steps is not None:
-                steps = curation_steps
-            elif index >= len(steps) or not _offered(steps[index], request):
-                # A script written for the agent's turns (it calls the agent's tools, which a
-                # pass does not have): the pass gets the default report, so a curation pass
-                # can be shown offline with any script.
-                steps, index = _DEFAULT_CURATION, 0
         if index >= len(steps):
             raise ModelError(
                 "internal",
