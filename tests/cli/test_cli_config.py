@@ -325,3 +325,34 @@ def test_a_missing_extension_manifest_names_the_file_key_and_fix(tmp_path: Path)
 
     assert "extensions" in str(caught.value) and "nope.toml" in str(caught.value)
     assert "Fix:" in str(caught.value)
+
+
+def test_the_operator_promotes_installed_hooks_by_id_in_reverie_toml(tmp_path: Path) -> None:
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    (ext / "audit.toml").write_text(
+        '[[hooks]]\npoint = "before_capability"\ncallable = "cli_fixture_tools:shout"\n'
+        'name = "ext-shout"\n',
+        encoding="utf-8",
+    )
+    path = tmp_path / "reverie.toml"
+    path.write_text(
+        f'pythonpath = [{TOOLS_PATH}]\nextensions = ["ext/audit.toml"]\n'
+        'promoted_hooks = ["ext-shout"]\n',
+        encoding="utf-8",
+    )
+    registry = HookRegistry()
+    register_hooks(load_config(path), registry)
+    promoted = registry.get("ext-shout")
+    assert promoted is not None and promoted.promoted and not promoted.summary_only
+
+    path.write_text(
+        f'pythonpath = [{TOOLS_PATH}]\nextensions = ["ext/audit.toml"]\n'
+        'promoted_hooks = ["nobody"]\n',
+        encoding="utf-8",
+    )
+    fresh = HookRegistry()
+    with pytest.raises(ConfigError) as caught:
+        register_hooks(load_config(path), fresh)
+    assert "promoted_hooks" in str(caught.value) and "'nobody'" in str(caught.value)
+    assert len(fresh) == 0  # nothing half-registered

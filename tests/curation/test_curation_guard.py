@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from curation.curation_support import (
 from reverie import Runtime
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.core.scope import Scope
+from reverie.core.transcript import TranscriptItem
 from reverie.errors import CapabilityError
 from reverie.memory.curation import PassGuard, load_pass_prompt
 from reverie.memory.native import native_manifest
@@ -249,3 +252,55 @@ def test_the_curation_prompt_says_the_write_replaces_and_a_missing_document_is_l
     assert "replaces the document" in prompt
     assert "never use `append` or `old_string`" in prompt
     assert "does not exist" in prompt and "never creates it" in prompt
+
+
+@pytest.mark.parametrize("blank", ["", "  \n\t\n"], ids=["empty", "whitespace"])
+async def test_a_pass_over_an_existing_empty_document_makes_no_edits_and_reports_that(
+    db_url: str, blank: str
+) -> None:
+    model = ScriptedModel(one_write(content="- Ana likes jazz.\n"))
+    async with curating(model, url=db_url) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", "- placeholder\n", expected_version=0)
+        await rt.memory.write(ANA, "MEMORY.md", blank, expected_version=1)
+        writes = spy_writes(rt)
+        await turns(rt, user_agent(), ANA, 2)
+        (record,) = await settled_passes(rt, ANA)
+        doc = await rt.memory.read(ANA)
+    assert writes == []  # never reached the store
+    read, refusal = tool_payloads(model.requests[-1])
+    assert read["exists"] is True and read["version"] == 2
+    assert refusal.startswith("error (policy_denied)") and "MEMORY.md is empty" in refusal
+    assert "changed=false" in refusal  # the model is told to report, not to retry
+    assert doc == Document(blank, 2)  # untouched
+    assert record.report["write"] == "none" and record.report["changed"] is False
+    assert record.report["status"] == "completed"
+
+
+def test_pass_guard_restored_from_a_transcript_still_refuses_a_write_into_an_empty_read() -> None:
+    read = json.dumps({"path": "MEMORY.md", "exists": True, "version": 4, "content": " \n"})
+    row = TranscriptItem(ref="r1", seq=1, thread_id="t", run_id="p", role="tool", content=read)
+    guard = PassGuard.from_transcript([replace(row, name="memory_read")])
+    with pytest.raises(CapabilityError) as refused:
+        guard.admit("MEMORY.md", 4, content=TIDY)
+    assert refused.value.kind == "policy_denied" and guard.writes == 0
+    guard.read("MEMORY.md", 5)  # re-read after someone filled it in: the write is admitted
+    assert guard.admit("MEMORY.md", 5, content=TIDY) == 5
+
+
+async def test_the_curation_prompt_states_its_model_call_budget_and_that_no_report_is_worse() -> (
+    None
+):
+    model = curator()
+    async with curating(model) as rt:
+        await rt.memory.write(ANA, "MEMORY.md", DUPLICATES, expected_version=0)
+        await turns(rt, user_agent(), ANA, 2)
+        await settled_passes(rt, ANA)
+    system = model.requests[0].messages[0]
+    assert system.role == "system"
+    op = native_manifest().op_for("after_turn")
+    assert op is not None
+    assert f"at most {op.pass_.max_model_calls} model calls" in system.content
+    assert "Ending without calling structured_result is worse than changing nothing" in (
+        system.content
+    )
+    assert "missing or empty, make no edits and report that" in system.content

@@ -27,7 +27,7 @@ from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.hooks import AfterTurnContext
 from reverie.memory import NativeMemory
-from reverie.memory.curation import CURATION_HOOK_NAME, pass_id, pass_limits
+from reverie.memory.curation import CURATION_HOOK_NAME, pass_id, pass_instructions, pass_limits
 from reverie.memory.native import native_manifest
 from reverie.testing import ScriptedModel, call, error, reply
 
@@ -160,7 +160,8 @@ async def test_a_pass_acts_as_the_owner_with_the_declared_tools_prompt_and_repor
         "memory_write",
         "structured_result",
     ]
-    assert first.messages[0].role == "system" and first.messages[0].content == prompt
+    assert first.messages[0].role == "system"
+    assert first.messages[0].content == pass_instructions(prompt, op.pass_)
     assert first.output_schema is not None
     assert first.output_schema["required"] == ["changed", "summary"]
     assert first.output_schema["properties"]["summary"]["maxLength"] == 500

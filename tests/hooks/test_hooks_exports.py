@@ -5,6 +5,7 @@ from __future__ import annotations
 import reverie.hooks
 
 EXPECTED = {
+    "AFTER_TURN_CEILING_S",
     "DEFAULT_AFTER_TURN_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
     "FIRST_PARTY_TRUST",

@@ -410,7 +410,7 @@ class _Chat:
 
     async def _arguments(self, thread_id: str, call_id: str) -> Mapping[str, Any] | None:
         """A call's arguments (secret-looking values redacted), from the stored transcript."""
-        from reverie.runtime.host import sanitise_arguments
+        from reverie.core.redact import mask_secrets
 
         if call_id not in self._calls:
             with contextlib.suppress(ReverieError):  # display only: never fail a turn over it
@@ -418,7 +418,7 @@ class _Chat:
                     for call in item.tool_calls:
                         self._calls[call.id] = call.arguments
         arguments = self._calls.get(call_id)
-        return sanitise_arguments(arguments) if arguments is not None else None
+        return mask_secrets(dict(arguments)) if arguments is not None else None
 
     def _report(self, result: RunResult) -> None:
         """How a turn ended, once its events were shown."""

@@ -203,6 +203,19 @@ def run_payload(run: RunRecord) -> dict[str, Any]:
     }
 
 
+def _drifts(run: RunRecord) -> list[str]:
+    """What the run's resumes found changed in its agent, one line each (docs/durability.md)."""
+    recorded = dict(run.exit or {}).get("drift")
+    if not isinstance(recorded, list):
+        return []
+    return [
+        f"{'resume refused' if d.get('action') != 'continue' else 'resumed anyway'}: "
+        f"{d.get('summary', '')}"
+        for d in recorded
+        if isinstance(d, Mapping)
+    ]
+
+
 def _exit_summary(run: RunRecord) -> str:
     if run.exit is None:
         return ""
@@ -335,6 +348,8 @@ def show_run(
     out.print(f"  created: {_time(run.created_at)}   updated: {_time(run.updated_at)}")
     if run.exit is not None:
         out.print(f"  exit:    {escape(_exit_summary(run))}")
+        for drift in _drifts(run):
+            out.print(f"  drift:   {escape(drift)}")
         usage = dict(run.exit).get("usage")
         if isinstance(usage, Mapping):
             out.print(

@@ -7,13 +7,15 @@ from pathlib import Path
 from reverie.config.schema import ReverieConfig
 from reverie.errors import ConfigError
 from reverie.hooks.manifest import register_config_hooks, register_manifest_hooks
-from reverie.hooks.registry import HookRegistration, HookRegistry
+from reverie.hooks.registry import HookRegistration, HookRegistrationError, HookRegistry
 
 __all__ = ["register_hooks"]
 
 
 def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookRegistration, ...]:
-    """Register the file's ``[[hooks]]`` as ``trusted`` and its extensions' as ``installed``.
+    """Register the file's ``[[hooks]]`` as ``trusted`` and its extensions' as ``installed``,
+    then promote the installed hooks ``promoted_hooks`` names (their text reaches the model
+    verbatim instead of as a summary).
 
     Raises:
         ConfigError: A hook's callable cannot be imported or the registry refuses it.
@@ -32,4 +34,14 @@ def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookR
                 "this file"
             )
         registered += register_manifest_hooks(registry, path)
+    for name in config.promoted_hooks:
+        try:
+            registry.promote(name)
+        except HookRegistrationError as exc:
+            for registration in registered:  # nothing half-applied
+                registry.unregister(registration.name)
+            raise ConfigError(
+                f"{config.source}: promoted_hooks: {exc.problem}. Fix: list only the ids of "
+                "hooks that a manifest in extensions registers"
+            ) from None
     return registered

@@ -73,6 +73,7 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.max_response_bytes": "set an integer of at least 1 (default 4194304)",
     "agents.*.limits.max_image_bytes": "set a non-negative integer (default 5242880)",
     "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
+    "agents.*.on_drift": 'set on_drift = "refuse" or on_drift = "continue"',
     "agents.*.output_type": 'set output_type = "package.module:attribute" (a model class)',
     "agents.*.compaction": "write compaction = { trigger_tokens = 100000, keep_last_turns = 4 }",
     "agents.*.compaction.enabled": "set enabled = true or enabled = false",

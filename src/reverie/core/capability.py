@@ -107,6 +107,10 @@ class CallGated:
     """An existing gate the call waits on (a subagent's): the run blocks on it, opening none."""
 
 
+ENDED_BEFORE_RUNNING = "cancelled: the run ended before this call ran"
+"""The result a call gets when its run ended before it started (it never reached its tool)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallCancelled:
     """The call was in flight when the run was cancelled."""

@@ -28,7 +28,7 @@ import unicodedata
 
 from reverie.errors import UsageError
 
-__all__ = ["ENVELOPE_TAG", "is_enveloped", "wrap_untrusted"]
+__all__ = ["ENVELOPE_TAG", "SUMMARY_MAX_CHARS", "bounded_summary", "is_enveloped", "wrap_untrusted"]
 
 ENVELOPE_TAG = "untrusted-data"
 """The element name of the envelope."""
@@ -171,6 +171,38 @@ def wrap_untrusted(text: str, *, source: str) -> str:
     return (
         f'<{ENVELOPE_TAG} source="{label}">\n{_notice(label)}\n{_escape(text)}\n</{ENVELOPE_TAG}>'
     )
+
+
+SUMMARY_MAX_CHARS = 200
+"""The most characters of a bounded summary (:func:`bounded_summary`)."""
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def bounded_summary(text: str, *, max_chars: int = SUMMARY_MAX_CHARS) -> str:
+    """``text`` flattened to one line and cut to ``max_chars`` characters.
+
+    Control and default-ignorable characters are dropped and every run of whitespace becomes
+    one space, so the result has no line structure to imitate a prompt with; past
+    ``max_chars`` it is cut and ends with ``…``. Used for what a summary-only source (an
+    ``installed`` extension, docs/hooks.md) may put before the model. Deterministic.
+
+    Raises:
+        UsageError: ``text`` is not a string or ``max_chars`` is below 1.
+    """
+    if not isinstance(text, str):
+        raise UsageError(f"bounded_summary needs text as str, got {type(text).__name__}")
+    if max_chars < 1:
+        raise UsageError("bounded_summary needs max_chars of at least 1")
+    kept = "".join(
+        c
+        for c in text
+        if c.isspace() or (unicodedata.category(c) != "Cc" and not _ignorable(ord(c)))
+    )
+    flat = _WHITESPACE.sub(" ", kept).strip()
+    if len(flat) <= max_chars:
+        return flat
+    return flat[: max_chars - 1].rstrip() + "…"
 
 
 _ENVELOPE = re.compile(

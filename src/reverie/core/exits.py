@@ -29,11 +29,13 @@ FailureKind = Literal[
     "resume_limit",
     "not_resumable",
     "images_unsupported",
+    "resume_drift",
 ]
 """Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected;
 ``not_resumable``: an unbound run another process cannot rebuild (its model or tools existed
 only in the process that submitted it); ``images_unsupported``: the model refused the images of
-the conversation (it has no vision, or speaks a text-only protocol)."""
+the conversation (it has no vision, or speaks a text-only protocol); ``resume_drift``: a resume
+refused because the agent's instructions, tools or loop family changed since the checkpoint."""
 FAILURE_KINDS: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
 
 HostStopReason = Literal["no_progress", "max_iterations", "host"]
@@ -60,15 +62,21 @@ class ModelUsage:
     output_tokens: int = 0
     usd: float = 0.0
     """Priced with this model's own price."""
+    estimated: bool = False
+    """Some of these tokens are reverie's local estimate: the endpoint reported no usage for a
+    call (docs/budgets.md)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
+        """JSON-able form (``estimated`` only when set)."""
+        out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "usd": self.usd,
         }
+        if self.estimated:
+            out["estimated"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelUsage:
@@ -78,6 +86,7 @@ class ModelUsage:
             input_tokens=int(data.get("input_tokens", 0)),
             output_tokens=int(data.get("output_tokens", 0)),
             usd=float(data.get("usd", 0.0)),
+            estimated=data.get("estimated") is True,
         )
 
 
@@ -93,6 +102,9 @@ class Usage:
     by_model: Mapping[str, ModelUsage] = field(default_factory=dict)
     """The model figures split by model name, in the order the models were first called (a
     run with fallback models calls more than one); the totals above are their sums."""
+    estimated: bool = False
+    """Some token counts (and so ``usd``) are reverie's conservative local estimate: an
+    endpoint reported no usage for a call. Never 0 in its place (docs/budgets.md)."""
 
     def __str__(self) -> str:
         """One readable line: ``2 model calls, 1 tool call, 310 tokens (250 in, 60 out),
@@ -113,7 +125,8 @@ class Usage:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``by_model`` only when a model was called)."""
+        """JSON-able form (``by_model`` only when a model was called, ``estimated`` only when
+        set)."""
         out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
@@ -121,6 +134,8 @@ class Usage:
             "capability_calls": self.capability_calls,
             "usd": self.usd,
         }
+        if self.estimated:
+            out["estimated"] = True
         if self.by_model:
             out["by_model"] = {name: u.to_dict() for name, u in self.by_model.items()}
         return out
@@ -135,6 +150,7 @@ class Usage:
             output_tokens=int(data.get("output_tokens", 0)),
             capability_calls=int(data.get("capability_calls", 0)),
             usd=float(data.get("usd", 0.0)),
+            estimated=data.get("estimated") is True,
             by_model={str(k): ModelUsage.from_dict(v) for k, v in by_model.items()}
             if isinstance(by_model, Mapping)
             else {},

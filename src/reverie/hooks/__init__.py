@@ -34,6 +34,7 @@ from reverie.hooks.decisions import (
     Snippet,
 )
 from reverie.hooks.dispatcher import (
+    AFTER_TURN_CEILING_S,
     DEFAULT_AFTER_TURN_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     HookDispatcher,
@@ -74,6 +75,7 @@ from reverie.hooks.registry import (
 )
 
 __all__ = [
+    "AFTER_TURN_CEILING_S",
     "DEFAULT_AFTER_TURN_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
     "FIRST_PARTY_TRUST",

@@ -110,10 +110,16 @@ class Snippet:
 
     text: str
     """The text. Empty text adds nothing."""
+    summary: str | None = None
+    """A short summary of ``text``: what the model sees of an ``installed`` hook's snippet
+    (summary-only trust, docs/hooks.md) unless the operator promoted the hook. Flattened to one
+    line and cut to 200 characters; without one the model sees only a reference."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise TypeError("Snippet needs text as str")
+        if self.summary is not None and not isinstance(self.summary, str):
+            raise TypeError("Snippet needs summary as str or None")
 
 
 HookFailureReason: TypeAlias = Literal["timeout", "exception", "malformed"]
@@ -223,3 +229,6 @@ class AfterTurnResult:
     """The ids of the hooks that ran to completion, in order."""
     failures: tuple[HookFailure, ...] = ()
     """The hooks that raised or timed out. A failure never affects the run."""
+    cut_off: tuple[str, ...] = ()
+    """The hooks the overall deadline stopped before their own timeout, or kept from being
+    called (each is also in ``failures`` as a ``timeout``)."""

@@ -20,7 +20,10 @@ mutator is skipped. A poisoned *gate* is not called either, but it keeps failing
 denies every call it would have judged, so making a policy hook crash once cannot switch the
 policy off for the rest of the run.
 
-Timeouts: 50 ms per in-loop hook and 5 s per ``after_turn`` hook, unless the hook set its own.
+Timeouts: 50 ms per in-loop hook and 5 s per ``after_turn`` hook, unless the hook set its own;
+one run's ``after_turn`` hooks together get the sum of their timeouts, capped at
+:data:`AFTER_TURN_CEILING_S`, and a hook cut off by that overall bound is recorded as its own
+``timeout``.
 Async hooks are cancelled at their deadline. Sync hooks at in-loop points run inline on the
 event loop (they are meant to be quick checks; a thread hop would cost more than the check), so
 they cannot be interrupted: one that overruns its deadline still fails as ``timeout`` and its
@@ -39,7 +42,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Final
 
-from reverie.core.envelope import wrap_untrusted
+from reverie.core.envelope import bounded_summary, wrap_untrusted
 from reverie.errors import UsageError
 from reverie.hooks.decisions import (
     AfterTurnResult,
@@ -66,7 +69,12 @@ from reverie.hooks.points import (
 )
 from reverie.hooks.registry import HookRegistration, HookRegistry
 
-__all__ = ["DEFAULT_AFTER_TURN_TIMEOUT_S", "DEFAULT_TIMEOUT_S", "HookDispatcher"]
+__all__ = [
+    "AFTER_TURN_CEILING_S",
+    "DEFAULT_AFTER_TURN_TIMEOUT_S",
+    "DEFAULT_TIMEOUT_S",
+    "HookDispatcher",
+]
 
 logger = logging.getLogger("reverie.hooks")
 
@@ -75,6 +83,10 @@ DEFAULT_TIMEOUT_S: Final = 0.05
 
 DEFAULT_AFTER_TURN_TIMEOUT_S: Final = 5.0
 """Default timeout of each ``after_turn`` hook."""
+
+AFTER_TURN_CEILING_S: Final = 60.0
+"""The most one run's ``after_turn`` hooks may take together, whatever their own timeouts
+add up to (``Runtime.open(..., after_turn_ceiling_s=...)``)."""
 
 _SEVERITY: Final[dict[GateOutcome, int]] = {
     "pass": 0,
@@ -218,7 +230,10 @@ class HookDispatcher:
                 # A restricted hook can deny or pause, never allow past anyone: no opinion.
                 return None if hook.restricted else _Vote("allow", None, hook, False)
             if isinstance(value, Deny | PauseApproval | PauseAuth):
-                return _Vote(value.kind, value.reason, hook, untrusted_reason=hook.restricted)
+                reason = value.reason
+                if hook.summary_only and reason is not None:
+                    reason = bounded_summary(reason)  # summary-only: never verbatim, bounded
+                return _Vote(value.kind, reason, hook, untrusted_reason=hook.restricted)
             outcome = self._failure(
                 hook,
                 "malformed",
@@ -236,7 +251,10 @@ class HookDispatcher:
 
         Hooks run concurrently; their snippets are returned in (phase, priority, id) order.
         Snippets of ``installed`` and ``self_authored`` hooks are always wrapped in the untrusted
-        envelope; ``builtin`` and ``trusted`` snippets are passed as they are. A hook that fails,
+        envelope; ``builtin`` and ``trusted`` snippets are passed as they are. An ``installed``
+        hook the operator has not promoted is summary-only: the model gets its snippet's
+        ``summary`` (flattened, at most 200 characters) or, without one, a reference saying how
+        much it supplied — never the text. A hook that fails,
         times out or returns something other than a ``Snippet``, ``str`` or ``None`` adds
         nothing, and the prompt is built without it.
 
@@ -256,11 +274,15 @@ class HookDispatcher:
         for hook, outcome in zip(hooks, await self._call_all(hooks, ctx), strict=True):
             if isinstance(outcome, _Returned):
                 value = outcome.value
+                summary: str | None = None
                 if isinstance(value, Snippet):
+                    summary = value.summary
                     value = value.text
                 if value is None or (isinstance(value, str) and not value.strip()):
                     continue
                 if isinstance(value, str):
+                    if hook.summary_only:
+                        value = _summary_only(value, summary, hook.name)
                     if hook.restricted:
                         value = wrap_untrusted(value, source=f"hook:{hook.name}")
                     snippets.append(PromptSnippet(text=value, hook=hook.name, trust=hook.trust))
@@ -329,17 +351,38 @@ class HookDispatcher:
 
     # -- after_turn -----------------------------------------------------------------------------
 
-    async def after_turn(self, ctx: AfterTurnContext) -> AfterTurnResult:
+    def after_turn_deadline_s(self, ceiling_s: float = AFTER_TURN_CEILING_S) -> float:
+        """The overall bound on one run's ``after_turn`` hooks: the sum of their own timeouts
+        (a hook without one counts the default), capped at ``ceiling_s``.
+
+        Derived from the hooks registered now, so each hook gets its whole timeout however
+        many there are, up to the ceiling; 0 when none is registered.
+        """
+        return min(self._after_turn_total_s(), ceiling_s)
+
+    def _after_turn_total_s(self) -> float:
+        hooks = [h for h in self._registry.hooks("after_turn") if not h.restricted]
+        return sum(h.timeout_s or self._after_turn_timeout_s for h in hooks)
+
+    async def after_turn(
+        self, ctx: AfterTurnContext, *, deadline_s: float | None = None
+    ) -> AfterTurnResult:
         """Run every ``after_turn`` hook once, in order, each under its own timeout.
 
         Hooks run one after another; one that raises or times out is recorded and the next one
         still runs. Sync hooks run in a worker thread so their deadline holds. Only ``builtin``
         and ``trusted`` hooks can be bound here; any other is skipped.
 
+        With an overall ``deadline_s`` (:meth:`after_turn_deadline_s`), each hook's timeout is
+        also cut to what is left of it, and a hook reached after it has passed is not called:
+        either way the miss is recorded as that hook's own ``timeout`` failure, so a slow hook
+        can never hide a later one's miss behind an outer deadline.
+
         A hook never makes this raise. Cancellation of the caller still propagates.
 
         Args:
             ctx: The run that reached a terminal status.
+            deadline_s: The overall bound on all the hooks (``None``: each its own timeout).
 
         Returns:
             The hooks that ran to completion and the failures.
@@ -347,17 +390,40 @@ class HookDispatcher:
         _expect(ctx, AfterTurnContext, "after_turn")
         ran: list[str] = []
         failures: list[HookFailure] = []
+        cut: list[str] = []
+        clock = asyncio.get_running_loop().time
+        # A deadline that covers every hook's whole timeout needs no enforcing here: each
+        # hook's own timeout comes first. Only a capped one cuts hooks short.
+        capped = deadline_s is not None and deadline_s < self._after_turn_total_s()
+        end = clock() + deadline_s if deadline_s is not None and capped else None
         for hook in self._registry.hooks("after_turn"):
             if hook.restricted:  # the registry refuses these; checked again where it matters
                 logger.warning("skipping %s hook %s bound to after_turn", hook.trust, hook.name)
                 continue
             timeout = hook.timeout_s or self._after_turn_timeout_s
+            shortened = False
+            if end is not None:
+                left = end - clock()
+                if left <= 0:
+                    cut.append(hook.name)
+                    failures.append(
+                        self._failure(
+                            hook,
+                            "timeout",
+                            f"not called: the after_turn deadline of {deadline_s:g} s had passed",
+                        )
+                    )
+                    continue
+                shortened = left < timeout
+                timeout = min(timeout, left)
             outcome = await self._call(hook, ctx, timeout, offload_sync=True)
             if isinstance(outcome, HookFailure):
                 failures.append(outcome)
+                if shortened and outcome.reason == "timeout":
+                    cut.append(hook.name)
             else:
                 ran.append(hook.name)
-        return AfterTurnResult(ran=tuple(ran), failures=tuple(failures))
+        return AfterTurnResult(ran=tuple(ran), failures=tuple(failures), cut_off=tuple(cut))
 
     # -- calling one hook -----------------------------------------------------------------------
 
@@ -434,6 +500,20 @@ class HookDispatcher:
         if exc is not None:
             logger.debug("hook %s raised", hook.name, exc_info=exc)
         return HookFailure(hook=hook.name, point=hook.point, reason=reason, detail=detail)
+
+
+def _summary_only(text: str, summary: str | None, hook: str) -> str:
+    """What the model sees of an unpromoted ``installed`` hook's snippet: its own summary,
+    bounded, or else a reference — never the text itself."""
+    if summary is not None and summary.strip():
+        return (
+            f"A summary of context from the installed extension hook {hook!r} (summary-only "
+            f"trust: the text itself is not shown): {bounded_summary(summary)}"
+        )
+    return (
+        f"The installed extension hook {hook!r} supplied {len(text)} characters of context. "
+        "Summary-only trust: the text itself is not shown, and the hook gave no summary."
+    )
 
 
 def _expect(ctx: object, cls: type, where: str) -> None:

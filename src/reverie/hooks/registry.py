@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, TypeAlias, cast
 
 from reverie.errors import UsageError
@@ -94,6 +94,15 @@ class HookRegistration:
     """For the ``event`` point: the event kinds it receives. ``None`` for every other point."""
     timeout_s: float | None = None
     """Its own timeout; ``None`` uses the dispatcher's default for the point."""
+    promoted: bool = False
+    """An ``installed`` hook the operator promoted (:meth:`HookRegistry.promote`): its text
+    reaches the model verbatim (still enveloped) instead of as a summary."""
+
+    @property
+    def summary_only(self) -> bool:
+        """Whether text this hook writes reaches the model only as a bounded summary or a
+        reference (an ``installed`` hook the operator has not promoted)."""
+        return self.trust == "installed" and not self.promoted
 
     @property
     def order_key(self) -> tuple[int, int, str]:
@@ -232,6 +241,41 @@ class HookRegistry:
         :meth:`register_installed`.
         """
         return self._add(point, fn, "self_authored", name, phase, priority, event_kinds, timeout_s)
+
+    def promote(self, name: str) -> HookRegistration:
+        """Let an ``installed`` hook's text reach the model verbatim (the operator's choice).
+
+        By default an installed extension is summary-only: its prompt snippets reach the model
+        as their bounded summary (or a reference) and its deny and pause reasons flattened and
+        cut to 200 characters. A promoted hook's text goes as written — still inside the
+        untrusted envelope, and still with no power to allow a call.
+
+        Args:
+            name: The id of a registered ``installed`` hook.
+
+        Returns:
+            The promoted registration.
+
+        Raises:
+            HookRegistrationError: No hook has that id, or it is not ``installed``.
+        """
+        registration = self._by_name.get(name)
+        if registration is None or registration.trust != "installed":
+            problem = (
+                f"no hook named {name!r} is registered"
+                if registration is None
+                else f"only installed hooks are promoted; {name!r} is {registration.trust}"
+            )
+            raise HookRegistrationError(
+                problem,
+                fix="pass the id of a hook from an extension manifest (register_installed)",
+                field="name",
+                hook=name,
+            )
+        promoted = replace(registration, promoted=True)
+        self._by_name[name] = promoted
+        self._rebuild(promoted.point)
+        return promoted
 
     def unregister(self, name: str) -> HookRegistration:
         """Remove a hook by id.

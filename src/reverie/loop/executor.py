@@ -31,7 +31,7 @@ from reverie.core.exits import (
 )
 from reverie.core.fastcopy import maker, replace
 from reverie.core.limits import Limits
-from reverie.core.messages import ModelResponse, ToolCall
+from reverie.core.messages import ModelResponse, TokenUsage, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
 from reverie.core.vocabulary import OnLimit
 from reverie.errors import ModelError, ModelOutputTooLarge
@@ -531,6 +531,11 @@ class _Executor:
             except ModelOutputTooLarge as exc:
                 raise self._fail(s, "invalid_model_output", str(exc)) from None
             except ModelError as exc:
+                if exc.usage is not None:
+                    # A call that failed midway (a cut stream) still consumed tokens: count
+                    # them, so a budget binds a run whose calls keep failing.
+                    s = self._charge_failed_usage(s, name, index, exc.usage)
+                    self._last_state = s
                 if exc.kind == "context_overflow" and rebuild is not None and not overflowed:
                     # Compact once and retry; the summary row is checkpointed before the retry.
                     overflowed = True
@@ -571,13 +576,33 @@ class _Executor:
             s = replace(
                 s,
                 budget=s.budget.answered(
-                    name, input_tokens=u.input_tokens, output_tokens=u.output_tokens, usd=usd
+                    name,
+                    input_tokens=u.input_tokens,
+                    output_tokens=u.output_tokens,
+                    usd=usd,
+                    estimated=u.estimated,
                 ),
             )
             self._last_state = s
             if self._meter is not None:
                 self._meter.observe(bundle.request, bundle.rows, response.usage.input_tokens)
             return response, s
+
+    def _charge_failed_usage(
+        self, s: LoopExecutionState, name: str, index: int, usage: TokenUsage
+    ) -> LoopExecutionState:
+        """``s`` with the usage of a failed call charged to model ``name``."""
+        usd = self.host.model.cost(ModelResponse(parts=(), usage=usage), model_index=index)
+        return replace(
+            s,
+            budget=s.budget.answered(
+                name,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                usd=usd,
+                estimated=usage.estimated,
+            ),
+        )
 
     async def _compact(
         self,
@@ -856,6 +881,7 @@ class _Executor:
                 input_tokens=response.usage.input_tokens,
                 output_tokens=response.usage.output_tokens,
                 usd=self.host.model.cost(response, model_index=index),
+                estimated=response.usage.estimated,
             ),
         )
         rejected = reject_reason(response.text, bool(response.tool_calls))

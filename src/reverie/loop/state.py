@@ -28,6 +28,11 @@ STATE_SCHEMA_ID = "reverie.loop.state/2"
 
 WavePolicy = Literal["parallel", "sequential"]
 
+DEFINITION_KEY = "definition"
+"""The checkpoint payload's key for the run's definition (digests of the agent's instructions,
+tools and loop family, written by the host; compared on resume). Optional: a payload without
+it resumes as before."""
+
 
 def pushed(ring: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:
     """``ring`` with ``values`` pushed on, keeping the last ``RING`` (for one state copy when
@@ -64,9 +69,16 @@ class BudgetLedger:
         )
 
     def answered(
-        self, model: str, *, input_tokens: int, output_tokens: int, usd: float
+        self,
+        model: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        usd: float,
+        estimated: bool = False,
     ) -> BudgetLedger:
-        """The ledger with the tokens and price of an answer from ``model``."""
+        """The ledger with the tokens and price of an answer from ``model`` (``estimated``:
+        the tokens are a local estimate, marked on the model's entry)."""
         mine = self.by_model.get(model) or _NO_USAGE
         return replace(
             self,
@@ -80,6 +92,7 @@ class BudgetLedger:
                     input_tokens=mine.input_tokens + input_tokens,
                     output_tokens=mine.output_tokens + output_tokens,
                     usd=mine.usd + usd,
+                    estimated=mine.estimated or estimated,
                 ),
             },
         )
@@ -93,6 +106,7 @@ class BudgetLedger:
             capability_calls=self.capability_calls,
             usd=self.usd,
             by_model=dict(self.by_model),
+            estimated=any(u.estimated for u in self.by_model.values()),
         )
 
 
@@ -324,11 +338,13 @@ def encode_checkpoint(
     *,
     family_digest: str,
     host_state: Mapping[str, Any] | None = None,
+    definition: Mapping[str, Any] | None = None,
 ) -> bytes:
     """Checkpoint payload: deterministic JSON of the state, the schema id and the family digest.
 
     ``host_state`` (if given) is written in place of the state's own (the host adds its part
-    at each commit without copying the state for it).
+    at each commit without copying the state for it). ``definition`` (if given) is written
+    under :data:`DEFINITION_KEY`.
 
     Sorted keys, no whitespace, no NaN: byte-identical for equal states. Not RFC 8785 (which is
     reserved for hashes, where cross-implementation identity matters): the pure-Python RFC 8785
@@ -336,7 +352,7 @@ def encode_checkpoint(
     The bytes are those of the standard encoder over :func:`state_to_dict` (a run's commits
     use a :class:`CheckpointEncoder`, which makes the same bytes faster).
     """
-    return CheckpointEncoder(family_digest).encode(state, host_state=host_state)
+    return CheckpointEncoder(family_digest, definition).encode(state, host_state=host_state)
 
 
 _CHECKPOINT_JSON = json.JSONEncoder(
@@ -388,7 +404,7 @@ def _strings(values: Sequence[Any]) -> tuple[str, bool]:
 
 
 def _usage(name: Any, u: Any) -> str:
-    if type(name) is not str or type(u) is not ModelUsage:
+    if type(name) is not str or type(u) is not ModelUsage or u.estimated:
         raise _Unusual
     a, b, c, usd = u.input_tokens, u.model_calls, u.output_tokens, u.usd
     if int is type(a) is type(b) is type(c) and float is type(usd) and usd - usd == 0.0:
@@ -507,9 +523,11 @@ class CheckpointEncoder:
 
     __slots__ = ("_assistant", "_head", "_kinds", "_results", "_signatures", "_surface", "_texts")
 
-    def __init__(self, family_digest: str) -> None:
+    def __init__(self, family_digest: str, definition: Mapping[str, Any] | None = None) -> None:
+        # The run's definition never changes within a segment: encoded once, here.
+        defined = "" if definition is None else f'"{DEFINITION_KEY}":{_generic(definition)},'
         self._head = (
-            f'{{"family_digest":{_optional_string(family_digest)},'
+            f'{{{defined}"family_digest":{_optional_string(family_digest)},'
             f'"schema_id":{_string(STATE_SCHEMA_ID)},"state":{{"assistant_refs":'
         )
         # ``(tuple, its encoded form)`` of the previous checkpoint, one per reference field.

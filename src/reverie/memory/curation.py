@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
+from reverie.core.capability import ENDED_BEFORE_RUNNING
 from reverie.core.limits import Limits
 from reverie.core.scope import Scope
 from reverie.core.transcript import TranscriptItem
@@ -52,6 +53,7 @@ __all__ = [
     "curation_op",
     "load_pass_prompt",
     "pass_id",
+    "pass_instructions",
     "pass_limits",
     "pass_prefix",
     "pass_report",
@@ -209,6 +211,23 @@ def pass_prefix(scope: Scope) -> str:
     return f"memory-curation-{scope.tenant}-{scope.user}-"
 
 
+def pass_instructions(prompt: str, spec: PassSpec) -> str:
+    """A pass's system prompt: the manifest's ``prompt`` and, after it, the pass's budget.
+
+    The budget is stated in the prompt (not only enforced), with the rule that matters when it
+    runs short: a pass that ends without its report is worse than one that changed nothing —
+    the report is what says whether memory was touched.
+    """
+    calls = spec.max_model_calls
+    return (
+        f"{prompt.rstrip()}\n\n"
+        f"Your budget: at most {calls} model calls for this whole pass (each of your replies "
+        "is one), and one memory_write. Ending without calling structured_result is worse "
+        "than changing nothing: if you are running short, stop and report (changed=false if "
+        "you did not write). If MEMORY.md is missing or empty, make no edits and report that.\n"
+    )
+
+
 def pass_limits(spec: PassSpec) -> Limits:
     """A pass's hard budgets: model calls from the manifest, ``max(4·tools, 4)`` capability
     calls, :data:`PASS_WALL_CLOCK_S` of wall clock."""
@@ -278,7 +297,9 @@ class PassGuard:
       copy would duplicate every fact); a path it did not read, or read while it did not
       exist (version 0: a pass tidies memory, it never creates it from nothing), is refused;
       an ``expected_version`` other than the one read is refused and an omitted one is filled
-      in; an empty document is refused (erasing memory is not tidying it). So a person's
+      in; a document that was empty (whitespace only) when read is refused like a missing one
+      (there is nothing to tidy, and a pass never writes memory into it); an empty new
+      document is refused (erasing memory is not tidying it). So a person's
       write that lands between the pass's read and its write wins, and the pass gets
       ``conflict``.
 
@@ -296,6 +317,7 @@ class PassGuard:
     ) -> None:
         self._load = load
         self._read: dict[str, int] = {}
+        self._empty: set[str] = set()
         self.writes = 0
         """Writes admitted (at most 1)."""
         self.outcome: WriteOutcome = "none"
@@ -324,7 +346,8 @@ class PassGuard:
             if row.name == "memory_read":
                 seen = _read_result(row.content)
                 if seen is not None:
-                    self.read(*seen)
+                    path, version, empty = seen
+                    self.read(path, version, empty=empty)
             elif row.name == "memory_write":
                 outcome = _write_result(row.content)
                 if outcome is not None:
@@ -332,9 +355,14 @@ class PassGuard:
                     self.outcome = outcome
                     self.path = _write_target(row.content)
 
-    def read(self, path: str, version: int) -> None:
-        """Remember the version ``path`` was read at (the latest read wins)."""
+    def read(self, path: str, version: int, *, empty: bool = False) -> None:
+        """Remember the version ``path`` was read at, and whether it was empty (whitespace
+        only); the latest read wins."""
         self._read[path] = version
+        if empty:
+            self._empty.add(path)
+        else:
+            self._empty.discard(path)
 
     def admit(
         self,
@@ -365,6 +393,12 @@ class PassGuard:
             raise _denied(
                 f"{path} does not exist, and a curation pass never creates a document: there "
                 "is nothing to tidy. Finish now: call structured_result with changed=false."
+            )
+        if path in self._empty:
+            raise _denied(
+                f"{path} is empty, and a curation pass never writes into an empty document: "
+                "there is nothing to tidy. Finish now: call structured_result with "
+                f"changed=false and a summary saying {path} was empty."
             )
         if mode != "replace":
             raise _denied(
@@ -402,8 +436,8 @@ _VERSION = re.compile(r'"version":\s*(\d+)')
 _PATH = re.compile(r'"path":\s*"([^"\\]+)"')
 
 
-def _read_result(content: str) -> tuple[str, int] | None:
-    """``(path, version)`` of a ``memory_read`` result row (``None``: it failed)."""
+def _read_result(content: str) -> tuple[str, int, bool] | None:
+    """``(path, version, empty)`` of a ``memory_read`` result row (``None``: it failed)."""
     if not content.startswith("{"):
         return None
     try:
@@ -413,10 +447,14 @@ def _read_result(content: str) -> tuple[str, int] | None:
         # pattern. They are serialised in order, ``path`` and ``version`` before ``content``.
         head = content[: content.find('"content"')] if '"content"' in content else ""
         path, version = _PATH.search(head), _VERSION.search(head)
-        return None if path is None or version is None else (path.group(1), int(version.group(1)))
+        if path is None or version is None:
+            return None
+        return path.group(1), int(version.group(1)), False  # cut: it was long, not empty
     if not isinstance(value, dict) or not isinstance(value.get("version"), int):
         return None
-    return str(value.get("path")), int(value["version"])
+    text = value.get("content")
+    empty = not isinstance(text, str) or not text.strip()
+    return str(value.get("path")), int(value["version"]), empty
 
 
 def _write_result(content: str) -> WriteOutcome | None:
@@ -433,6 +471,8 @@ def _write_result(content: str) -> WriteOutcome | None:
         except (ValueError, AttributeError):
             return None
         return status if status in ("written", "patched", "conflict") else None
+    if content.startswith(ENDED_BEFORE_RUNNING):
+        return None  # the run ended before the call started (e.g. it was gated): no write
     if content.startswith(("interrupted:", "cancelled:")):
         return "unknown"
     if content.startswith("error ("):

@@ -83,8 +83,9 @@ class WriteGuard(Protocol):
         """Called before every guarded call (e.g. to restore state after a resume)."""
         ...
 
-    def read(self, path: str, version: int) -> None:
-        """``path`` was read at ``version`` (0: it does not exist)."""
+    def read(self, path: str, version: int, *, empty: bool = False) -> None:
+        """``path`` was read at ``version`` (0: it does not exist); ``empty``: its text was
+        whitespace only."""
         ...
 
     def admit(
@@ -243,7 +244,7 @@ def _document_tools(
         doc = await provider.documents.read_document(ctx.scope, path)
         version = doc.version if doc is not None else 0
         if guard is not None:
-            guard.read(path, version)
+            guard.read(path, version, empty=doc is None or not doc.text.strip())
         return {
             "path": path,
             "exists": doc is not None,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.limits import Limits
-from reverie.core.vocabulary import ON_LIMITS, OnLimit
+from reverie.core.settings import Settings
+from reverie.core.vocabulary import DRIFT_ACTIONS, ON_LIMITS, OnLimit
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
 from reverie.loop.finish import STRUCTURED_RESULT_TOOL
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from reverie.core.content import UserContent
     from reverie.core.scope import Scope
     from reverie.models.base import Model
+    from reverie.runtime.drift import DriftPolicy
     from reverie.runtime.result import RunResult
     from reverie.runtime.subagents import SubagentTool
 
@@ -48,6 +50,16 @@ class Agent:
     compaction: Compaction | None = None
     """Replace older turns of a long conversation by a summary (docs/compaction.md); off when
     ``None``."""
+    on_drift: DriftPolicy = "refuse"
+    """What a resume does when this agent's instructions, tools or loop family changed since
+    the run's checkpoint (docs/durability.md#drift-on-resume): ``"refuse"`` (the run fails
+    ``resume_drift``, naming what changed), ``"continue"`` (the run goes on; the drift is
+    recorded), or a callable given the :class:`~reverie.runtime.drift.ResumeDrift` that
+    answers one of the two (sync or async)."""
+    settings: Settings | None = None
+    """How the model samples (temperature, output cap, stop sequences, seed, top_p), sent with
+    every request of this agent's runs; a mapping of those keys is accepted. ``None``: the
+    provider's defaults."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -67,6 +79,18 @@ class Agent:
                     f"Agent {self.name!r}: {entry!r} is not a model; pass a spec such as "
                     "'openai:gpt-4.1-mini' or a Model instance"
                 )
+        if not callable(self.on_drift) and self.on_drift not in DRIFT_ACTIONS:
+            raise UsageError(
+                f"Agent {self.name!r}: on_drift must be 'refuse', 'continue' or a callable "
+                "given the drift"
+            )
+        if isinstance(self.settings, Mapping):
+            try:
+                object.__setattr__(self, "settings", Settings(**self.settings))
+            except TypeError as exc:
+                raise UsageError(f"Agent {self.name!r}: settings: {exc}") from None
+        elif self.settings is not None and not isinstance(self.settings, Settings):
+            raise UsageError(f"Agent {self.name!r}: settings must be a Settings or None")
         if self.compaction is not None and not isinstance(self.compaction, Compaction):
             raise UsageError(f"Agent {self.name!r}: compaction must be a Compaction or None")
         seen: set[str] = set()

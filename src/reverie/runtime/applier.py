@@ -26,6 +26,7 @@ from reverie.core.exits import (
 from reverie.errors import NotFoundError
 from reverie.hooks import AfterTurnContext, HookDispatcher
 from reverie.runtime.after_turn import AfterTurnWork
+from reverie.runtime.drift import DRIFTS_KEY, ResumeDrift
 from reverie.runtime.events import EventBus
 from reverie.runtime.result import Gate, RunResult
 from reverie.runtime.settle import settle_open_calls
@@ -138,12 +139,14 @@ class ExitApplier:
         bus: EventBus | None = None,
         hooks: HookDispatcher | None = None,
         known: KnownRows | None = None,
+        drifts: Sequence[Mapping[str, Any]] = (),
     ) -> RunResult:
         """Validate, write the status, announce it, fire ``after_turn``; return the result.
 
         With a ``fence`` the status, the seal of a terminal run's inputs and the release of
         the lease are one store operation (``Store.end_segment``): the caller's lease is
-        given up once this returns. ``known``: see :meth:`validate`.
+        given up once this returns. ``known``: see :meth:`validate`. ``drifts``: what the
+        run's resumes found changed in its agent (runtime/drift.py), recorded with the exit.
         """
         exit_ = await self.validate(run, exit_, known=known)
         status: RunStatus = exit_.status
@@ -155,6 +158,8 @@ class ExitApplier:
             await self.before_terminal(run, exit_)
         # No input may arrive after the end (those that raced us are refused, not lost).
         recorded = exit_to_dict(exit_)
+        if drifts:
+            recorded[DRIFTS_KEY] = [dict(d) for d in drifts]
         if fence is not None:
             record = await self.store.end_segment(run.run_id, status, fence=fence, exit=recorded)
         else:
@@ -170,14 +175,19 @@ class ExitApplier:
             bus.emit(RunFinished(run_id=run.run_id, status=status, exit=recorded))
         if status in TERMINAL_STATUSES:
             dispatcher = hooks or self.hooks
-            if self.after_turn_work is None:
+            work = self.after_turn_work
+            if work is None:
                 await self._after_turn(record, status, bus, dispatcher)
             elif self._wants_after_turn(record, dispatcher):
-                # The caller gets its result first; the hooks run in an owned task.
-                self.after_turn_work.submit(
+                # The caller gets its result first; the hooks run in an owned task, under a
+                # deadline derived from their own timeouts (fixed now: the hooks registered
+                # at the end of the turn are the ones that run).
+                deadline = dispatcher.after_turn_deadline_s(work.ceiling_s)
+                work.submit(
                     record.scope,
                     record.run_id,
-                    lambda: self._after_turn(record, status, bus, dispatcher),
+                    lambda: self._after_turn(record, status, bus, dispatcher, deadline),
+                    deadline_s=deadline,
                 )
         return result
 
@@ -190,10 +200,17 @@ class ExitApplier:
         )
 
     async def _after_turn(
-        self, run: RunRecord, status: str, bus: EventBus | None, hooks: HookDispatcher
+        self,
+        run: RunRecord,
+        status: str,
+        bus: EventBus | None,
+        hooks: HookDispatcher,
+        deadline_s: float | None = None,
     ) -> None:
         if not self._wants_after_turn(run, hooks):
             return
+        if deadline_s is None:
+            deadline_s = hooks.after_turn_deadline_s()
         outcome = await hooks.after_turn(
             AfterTurnContext(
                 scope=run.scope,
@@ -201,8 +218,11 @@ class ExitApplier:
                 profile=run.profile,
                 completed=status == "completed",
                 status=status,
-            )
+            ),
+            deadline_s=deadline_s,
         )
+        if outcome.cut_off and self.after_turn_work is not None:
+            self.after_turn_work.record_missed(run.run_id, deadline_s, outcome.cut_off)
         builtin = {h.name for h in hooks.registry.hooks("after_turn") if h.trust == "builtin"}
         for failure in outcome.failures:
             # reverie's own upkeep (recording, curation) never shouts; the application's does.
@@ -255,7 +275,11 @@ class ExitApplier:
             g = await self.store.get_gate(exit_.gate_ref)
             gate = Gate(ref=g.ref, kind=g.kind, tool=g.tool, arguments=dict(g.arguments))
         usage = exit_.usage
+        recorded_drifts = dict(run.exit).get(DRIFTS_KEY)
         return RunResult(
+            drift=tuple(ResumeDrift.from_dict(d) for d in recorded_drifts if isinstance(d, Mapping))
+            if isinstance(recorded_drifts, list)
+            else (),
             status=exit_.status,
             text=text,
             exit=exit_,

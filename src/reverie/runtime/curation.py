@@ -61,6 +61,7 @@ from reverie.memory.curation import (
     curation_op,
     load_pass_prompt,
     pass_id,
+    pass_instructions,
     pass_limits,
     pass_prefix,
     pass_report,
@@ -299,7 +300,7 @@ class Curator:
         try:
             with span.current():  # the pass's run is the span's child
                 run_id = await self._host.unbound.submit(
-                    system_prompt=self._load_prompt(),
+                    system_prompt=pass_instructions(self._load_prompt(), spec),
                     messages=[PASS_OPENING],
                     tools=list(spec.tools),
                     toolset=PASS_TOOLSET,

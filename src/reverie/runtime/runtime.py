@@ -36,7 +36,7 @@ from reverie.errors import (
     ThreadBusy,
     UsageError,
 )
-from reverie.hooks import HookDispatcher, HookRegistry
+from reverie.hooks import AFTER_TURN_CEILING_S, HookDispatcher, HookRegistry
 from reverie.loop.compaction import PINNED_META
 from reverie.loop.family import LoopFamily, LoopFamilyRegistry, default_families
 from reverie.memory.provider import MemoryProvider
@@ -95,6 +95,7 @@ class Runtime:
         thread_policy: ThreadPolicy = "reject",
         tracer_provider: Any = None,
         trace_content: bool = False,
+        after_turn_ceiling_s: float = AFTER_TURN_CEILING_S,
     ) -> None:
         self._thread_policy = checked_policy(thread_policy)
         self.store = store
@@ -120,7 +121,7 @@ class Runtime:
             me, agents=self._directory, families=self._families, active=self._active.get
         )
         """Unbound turns: no conversation, no reply target (DESIGN §14)."""
-        self._after_turn = AfterTurnWork()
+        self._after_turn = AfterTurnWork(ceiling_s=after_turn_ceiling_s)
         directory, active = self._directory, self._active
         self._applier = ExitApplier(
             store,
@@ -203,6 +204,7 @@ class Runtime:
         thread_policy: ThreadPolicy = "reject",
         tracer_provider: Any = None,
         trace_content: bool = False,
+        after_turn_ceiling_s: float = AFTER_TURN_CEILING_S,
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
@@ -226,6 +228,9 @@ class Runtime:
         With the ``otel`` extra and a tracer provider (``tracer_provider``, else the global one)
         runs emit OpenTelemetry spans (docs/observability.md); ``trace_content=True`` puts
         message content and tool arguments on them, which is off by default.
+
+        ``after_turn_ceiling_s`` caps one run's ``after_turn`` hooks together (their overall
+        deadline is the sum of their own timeouts, at most this; docs/hooks.md).
 
         Raises:
             ConfigError: A bad store URL; ``curation_interval_turns`` below 2, or set while the
@@ -253,6 +258,7 @@ class Runtime:
             thread_policy=thread_policy,
             tracer_provider=tracer_provider,
             trace_content=trace_content,
+            after_turn_ceiling_s=after_turn_ceiling_s,
         )
         rt.routing.queue = queue
         return _Opener(rt)
@@ -307,6 +313,12 @@ class Runtime:
         await self.aclose()
 
     # ------------------------------------------------------------------------------ agents
+    @property
+    def after_turn_deadline_s(self) -> float:
+        """The overall bound on one run's ``after_turn`` hooks as registered now: the sum of
+        their own timeouts, capped at ``after_turn_ceiling_s`` (0 with none)."""
+        return self._dispatcher.after_turn_deadline_s(self._after_turn.ceiling_s)
+
     def register(self, agent: Agent) -> None:
         """Make an agent known to this process (needed to resume, approve or recover its runs)."""
         self._directory.register(agent)

@@ -23,6 +23,7 @@ import contextlib
 import time
 
 from reverie.core.capability import (
+    ENDED_BEFORE_RUNNING,
     CallCancelled,
     CallDenied,
     CallInterrupted,
@@ -36,8 +37,6 @@ from reverie.store.base import RunRecord, Store
 
 TAIL = 256
 """Rows read from the end of the thread: a wave's results follow its assistant row at once."""
-
-ENDED_BEFORE_RUNNING = "cancelled: the run ended before this call ran"
 
 
 def open_calls(rows: list[TranscriptItem], run_id: str) -> tuple[TranscriptItem, int] | None:

@@ -42,6 +42,7 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import (
+    CallsDenied,
     LimitReached,
     ModelFallback,
     ModelRequested,
@@ -50,6 +51,7 @@ from reverie.core.events import (
 )
 from reverie.core.exits import Blocked, Failed
 from reverie.core.messages import ModelResponse, ToolCall
+from reverie.core.redact import mask_secrets
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost
 from reverie.loop.control import CancelToken
@@ -304,7 +306,8 @@ class Segment:
         if log.isEnabledFor(logging.INFO):  # the usage line is formatted only to be logged
             usage = (
                 f"model calls {u.model_calls}, tokens {u.input_tokens} in / "
-                f"{u.output_tokens} out, tool calls {u.capability_calls}, ${u.usd:.4f}"
+                f"{u.output_tokens} out{' (estimated)' if u.estimated else ''}, "
+                f"tool calls {u.capability_calls}, ${u.usd:.4f}"
             )
             if isinstance(exit_, Blocked):
                 log.info("run %s blocked on gate %s (%s)", result.run_id, exit_.gate_ref, usage)
@@ -321,6 +324,7 @@ class Segment:
             span.set_attribute("gen_ai.usage.output_tokens", u.output_tokens)
             span.set_attribute("reverie.usage.model_calls", u.model_calls)
             span.set_attribute("reverie.usage.tool_calls", u.capability_calls)
+            span.set_attribute("reverie.usage.estimated", u.estimated)
             if isinstance(exit_, Blocked):
                 span.set_attribute("reverie.gate.ref", exit_.gate_ref)
             if isinstance(exit_, Failed):
@@ -422,6 +426,7 @@ class _ObservedModel:
             raise
         span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+        span.set_attribute("reverie.usage.estimated", response.usage.estimated)
         if response.model_name:
             span.set_attribute("gen_ai.response.model", response.model_name)
         if response.finish_reason:
@@ -472,8 +477,6 @@ class _ObservedTools:
     ) -> CallOutcome:
         from opentelemetry.trace import SpanKind
 
-        from reverie.runtime.host import sanitise_arguments
-
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,
@@ -486,7 +489,7 @@ class _ObservedTools:
         if self._segment._telemetry.trace_content:
             # Even when opted in, values of secret-looking keys stay masked.
             attributes["gen_ai.tool.call.arguments"] = _clip(
-                json.dumps(sanitise_arguments(call.arguments), ensure_ascii=False, default=str)
+                json.dumps(mask_secrets(dict(call.arguments)), ensure_ascii=False, default=str)
             )
         span = self._tracer.start_span(
             f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
@@ -579,7 +582,9 @@ def log_event(event: RunEvent) -> None:
     log.debug("run %s: %s %s", event.run_id, event.kind, detail)
 
 
-_WARNED_KINDS = frozenset({"model_request", "tool_started", "limit_reached", "model_fallback"})
+_WARNED_KINDS = frozenset(
+    {"model_request", "tool_started", "limit_reached", "model_fallback", "calls_denied"}
+)
 """The kinds :func:`log_event` may warn of (requests and tool starts only when retried)."""
 
 
@@ -592,6 +597,13 @@ def _warn(event: RunEvent) -> None:
         )
     elif isinstance(event, LimitReached):
         log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
+    elif isinstance(event, CallsDenied) and event.hidden:
+        # A security event: the model called a tool the capability strategy hid from it.
+        log.warning(
+            "run %s: the model called %s, hidden from it (denied; security event)",
+            event.run_id,
+            ", ".join(event.hidden),
+        )
     elif isinstance(event, ModelFallback):
         log.warning(
             "run %s: model %s failed (%s); falling back to model %s",

@@ -41,6 +41,7 @@ from reverie.serve.bodies import parse_body
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, error_body, failure_error, from_reverie_error
 from reverie.serve.idempotency import idempotency_of
+from reverie.serve.limits import check_depth
 
 __all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn", "turn_text"]
 
@@ -186,8 +187,17 @@ def _image(value: object, param: str) -> Image:
 def _arguments(call: ToolCallBody, param: str) -> dict[str, Any]:
     try:
         value = json.loads(call.function.arguments or "{}")
+    except RecursionError:
+        # JSON text inside the body: the body's own depth check never saw into it.
+        raise APIError(
+            400,
+            f"{param}: function.arguments is nested too deeply",
+            code="invalid_json",
+            param=param,
+        ) from None
     except json.JSONDecodeError:
         value = None
+    check_depth(value, what=f"{param}.function.arguments", param=param)
     if not isinstance(value, dict):
         raise APIError(
             400,
@@ -287,13 +297,16 @@ def to_turn(body: ChatCompletionBody, agent: Agent) -> Turn:
     return Turn(system_prompt="\n\n".join(system), messages=messages, contract=_contract(body))
 
 
-def _usage(result: RunResult) -> dict[str, int]:
+def _usage(result: RunResult) -> dict[str, Any]:
     prompt, completion = result.usage.input_tokens, result.usage.output_tokens
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if result.usage.estimated:
+        usage["estimated"] = True  # the endpoint reported none: reverie's local estimate
+    return usage
 
 
 def completion_body(result: RunResult, *, model: str, created: int) -> dict[str, Any]:
