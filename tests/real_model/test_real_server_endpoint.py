@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from real_model.llama_support import MODEL_NAME, LlamaServer, llama_server
-from reverie import Agent, Compaction, Limits, Runtime, Scope, Settings
+from real_model.llama_support import MODEL_NAME, ForceFirstTool, LlamaServer, llama_server
+from reverie import Agent, Compaction, Limits, Runtime, Scope, Settings, tool
 from reverie.core.events import TextDeltaEvent
-from reverie.core.exits import Completed, Failed
+from reverie.core.exits import Failed
 from reverie.models.openai import OpenAIChatModel
 
 pytestmark = pytest.mark.real_model
@@ -76,24 +76,31 @@ async def test_a_structured_output_mode_the_server_refuses_fails_typed_and_is_no
     assert "/site-packages/" not in str(result.exit)  # the server's install path is scrubbed
 
 
+@tool(effects=set())
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
 async def test_usage_from_a_server_without_streamed_usage_is_estimated_and_budgets_trip(
     llama: LlamaServer,
 ) -> None:
     agent = Agent(
         name="smol",
-        model=_model(llama),
-        instructions="Answer in one short sentence.",
+        model=ForceFirstTool(_model(llama, streaming_tool_calls=True), "add"),
+        instructions="Use the add tool.",
+        tools=[add],
         settings=SHORT,
-        limits=Limits(max_tokens=1),
+        limits=Limits(max_tokens=10, max_model_calls=4),
+        on_limit="fail",
     )
     async with Runtime.open(":memory:") as rt:
-        first = await rt.run(agent, "Say hello.", scope=SCOPE)
-    assert first.usage.estimated
-    assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
-    assert first.usage.model_calls == 1  # the budget stops the run after the call it paid for
-    assert (
-        not isinstance(first.exit, Completed) or first.exit.kind != "reply"
-    )  # the budget ended it
+        result = await rt.run(agent, "What is 2 + 3?", scope=SCOPE)
+    assert result.usage.estimated  # the server sent no usage: reverie's estimate, marked
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+    # The first call (the forced tool call) spent more than 10 tokens: no second call is made.
+    assert result.usage.model_calls == 1
+    assert isinstance(result.exit, Failed) and result.exit.kind == "token_limit"
 
 
 async def test_a_conversation_past_the_context_window_is_compacted_and_the_turn_completes(

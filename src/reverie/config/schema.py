@@ -72,6 +72,7 @@ class LimitsConfig(Section):
     max_capability_calls: int | None = Field(default=None, ge=0)
     max_calls_per_batch: int | None = Field(default=None, ge=1)
     wall_clock_s: float | None = Field(default=None, gt=0)
+    finalizer_grace_s: float | None = Field(default=None, ge=0)
     max_usd: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, ge=0)
     max_response_bytes: int | None = Field(default=None, ge=1)

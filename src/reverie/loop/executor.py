@@ -35,10 +35,12 @@ from reverie.core.messages import ModelResponse, TokenUsage, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
 from reverie.core.vocabulary import OnLimit
 from reverie.errors import ModelError, ModelOutputTooLarge
+from reverie.loop import trace
 from reverie.loop.compaction import (
     CompactionPolicy,
     ContextMeter,
     plan_compaction,
+    shrink_plan,
     summary_item,
     summary_request,
 )
@@ -66,6 +68,9 @@ _new_item = maker(NewItem)
 Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
 
 # Budgets whose exhaustion still leaves room for the finalizer's one model call.
+_MAX_SUMMARY_CALLS = 4
+"""Summary calls one compaction may make when its rows overflow the summary model (each split
+halves the rows; the run's model-call budget bounds them too)."""
 _FINALIZABLE_BUDGETS: frozenset[str] = frozenset({"capability_call_limit", "wall_clock_limit"})
 
 
@@ -85,6 +90,9 @@ class LoopConfig:
     """A longer final answer is rejected (a model may ignore the requested output cap)."""
     compaction: CompactionPolicy | None = None
     """Context compaction (loop/compaction.py); ``None``: off."""
+    trace_content: bool = False
+    """Debug traces of the loop's decisions (``reverie.loop``) carry message text and tool
+    arguments; off, only names, counts and kinds."""
 
 
 class _Exit(Exception):
@@ -130,8 +138,10 @@ class _Executor:
         self._meter = None if config.compaction is None else ContextMeter(config.compaction)
         self._boundary: Callable[[], None] = host.token.check
         """A cancellation boundary (the token's check itself: several per tick)."""
-        self._waves = WaveRunner(host, family, config.max_parallel)
+        self._waves = WaveRunner(host, family, config.max_parallel, config.trace_content)
         """Runs each tick's wave (one runner per segment: the waves run one after another)."""
+        self._debug = False
+        """Whether the ``reverie.loop`` logger takes debug traces (read once per tick)."""
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
@@ -141,19 +151,41 @@ class _Executor:
                 state = await self._tick(state)
         except _Exit as done:
             if isinstance(done.exit, Failed):
+                if await self._cancel_pending(done.state):
+                    # Cancellation has precedence over a failure (a limit reached meanwhile),
+                    # wherever it was sent from: another process's arrives as an input.
+                    return await self._cancelled(self.host.token.reason)
                 # No checkpoint for a failure, but what the run said and heard is kept: the
                 # staged rows and journal records are written before the status is.
                 await self.host.checkpoints.commit(None, done.state)
+            if trace.enabled():
+                trace.stopped(self.host.run_id, done.state.iteration, done.exit)
             return done.exit, done.state
         except Cancelled as c:
-            # Cancellation is a clean exit: checkpoint what we have, then Cancelled. The Final
-            # checkpoint says it was a cancellation, so a crash before the status write resumes
-            # as Cancelled (never as a completion of whatever assistant row came last).
-            ended = Completion(kind="cancelled", refs=(), reason=c.reason)
-            final, _ = await self._commit(
-                "Final", replace(self._last_state, completion=ended), guard=False
-            )
-            return CancelledExit(reason=c.reason, usage=final.budget.usage()), final
+            return await self._cancelled(c.reason)
+
+    async def _cancelled(self, reason: str) -> tuple[LoopExit, LoopExecutionState]:
+        # Cancellation is a clean exit: checkpoint what we have, then Cancelled. The Final
+        # checkpoint says it was a cancellation, so a crash before the status write resumes
+        # as Cancelled (never as a completion of whatever assistant row came last).
+        ended = Completion(kind="cancelled", refs=(), reason=reason)
+        final, _ = await self._commit(
+            "Final", replace(self._last_state, completion=ended), guard=False
+        )
+        cancelled = CancelledExit(reason=reason, usage=final.budget.usage())
+        if trace.enabled():
+            trace.stopped(self.host.run_id, final.iteration, cancelled)
+        return cancelled, final
+
+    async def _cancel_pending(self, s: LoopExecutionState) -> bool:
+        """Whether a cancel was sent, here (the token) or from anywhere (an input not yet
+        polled: a wave that settles later sends no commit whose receipt would tell)."""
+        if not self.host.token.cancelled:
+            for rec in await self._poll(s):
+                if rec.kind == "cancel":
+                    self.host.token.cancel(str(rec.payload.get("reason") or "cancelled"))
+                    break
+        return self.host.token.cancelled
 
     def _active_s(self, state: LoopExecutionState) -> float:
         return state.budget.active_s + (time.monotonic() - self._segment_start)
@@ -219,6 +251,7 @@ class _Executor:
     # ------------------------------------------------------------------------------ the tick
     async def _tick(self, s: LoopExecutionState) -> LoopExecutionState:
         self._last_state = s
+        self._debug = debug = trace.enabled()
         # 0. Iteration cap, checked first so a resume that sits at the limit exits at once
         # (an admitted wave still settles first: it was admitted below the cap).
         if (
@@ -226,11 +259,6 @@ class _Executor:
             and s.graceful_stop is None
             and s.pending_wave is None
         ):
-            if self.config.on_limit == "fail":
-                # A pending cancellation (the token, or a cancel input) wins over the cap.
-                self._boundary()
-                s = await self._take_control(s)
-                self._boundary()
             self._limit_reached(s, "max_iterations")
             if self.config.on_limit == "fail":
                 raise self._fail(
@@ -255,14 +283,21 @@ class _Executor:
 
         # 2. Drain steering.
         self._boundary()
-        if self.family.inputs.drain_steering(s):
+        wanted = self.family.inputs.drain_steering(s)
+        delivered = 0
+        if wanted:
             s, took = await self._drain(s, follow_ups=False, records=self._polled)
             if took:
                 self._settle_later = False  # delivered inputs are acked by a checkpoint
+                delivered = len(took)
+        if debug:
+            trace.drained(self.host.run_id, s.iteration, wanted, delivered)
 
         # 3. Plan context.
         self._boundary()
         plan = self.family.context.plan(s)
+        if debug:
+            trace.planned(self.host.run_id, s.iteration, plan)
 
         # 4. Filter the visible capabilities (a strategy can only narrow the surface).
         self._boundary()
@@ -270,6 +305,8 @@ class _Executor:
         surface = self.family.capabilities.filter(s, full)
         if surface is not full and not set(surface.names()) <= set(full.names()):
             raise self._fail(s, "driver_bug", "capability strategy widened the surface")
+        if debug:
+            trace.filtered(self.host.run_id, s.iteration, full, surface)
         if s.surface_version != surface.version:
             s = replace(s, surface_version=surface.version)
         bundle = await self.host.prompt.build(s, plan, surface)
@@ -470,8 +507,13 @@ class _Executor:
             return s.request_stop(reason)
         raise self._fail(s, kind, summary)
 
-    def _charge_model_call(self, s: LoopExecutionState) -> LoopExecutionState:
-        """Charge before sending: a call that would exceed a budget is never made."""
+    def _charge_model_call(
+        self, s: LoopExecutionState, name: str | None = None
+    ) -> LoopExecutionState:
+        """Charge before sending: a call that would exceed a budget is never made.
+
+        ``name``: the model the call goes to (default: the one the model strategy selects).
+        """
         lim, b = self.limits, s.budget
         if lim.max_model_calls is not None and b.model_calls >= lim.max_model_calls:
             raise self._fail(
@@ -481,7 +523,7 @@ class _Executor:
             raise self._fail(s, "budget_usd", f"spend limit of ${lim.max_usd:.4f} reached")
         if lim.max_tokens is not None and b.input_tokens + b.output_tokens >= lim.max_tokens:
             raise self._fail(s, "token_limit", f"token limit of {lim.max_tokens} reached")
-        return replace(s, budget=b.charged(self._model_name(s)))
+        return replace(s, budget=b.charged(self._model_name(s) if name is None else name))
 
     def _model_name(self, s: LoopExecutionState) -> str:
         """The name of the model the model strategy selects."""
@@ -497,19 +539,22 @@ class _Executor:
         rebuild: Rebuild | None = None,
         emit_text: bool = True,
         model_index: int | None = None,
+        overflow_raises: bool = False,
     ) -> tuple[ModelResponse, LoopExecutionState]:
         """One model call with its budgets, deadline and retries.
 
         ``rebuild`` (the tick's prompt builder) lets a ``context_overflow`` compact the context
-        once and retry; ``model_index`` overrides the model strategy (the summary model).
+        once and retry; ``model_index`` overrides the model strategy (the summary model);
+        ``overflow_raises`` hands a ``context_overflow`` back to the caller as the
+        :class:`ModelError` (a summary request that the caller can make smaller).
         """
         attempt = 0
         overflowed = False
         while True:
-            s = self._charge_model_call(s)
-            self._last_state = s
             index = self.family.model.select(s) if model_index is None else model_index
             name = model_label(self.host.model.names, index)
+            s = self._charge_model_call(s, name)  # under the model that is asked
+            self._last_state = s
             emit_model_request(self.host, s.iteration, tools, attempt, name)
             # The wall clock bounds the call in flight, not only the boundaries around it.
             wall = self.limits.wall_clock_s
@@ -536,6 +581,8 @@ class _Executor:
                     # them, so a budget binds a run whose calls keep failing.
                     s = self._charge_failed_usage(s, name, index, exc.usage)
                     self._last_state = s
+                if exc.kind == "context_overflow" and overflow_raises:
+                    raise
                 if exc.kind == "context_overflow" and rebuild is not None and not overflowed:
                     # Compact once and retry; the summary row is checkpointed before the retry.
                     overflowed = True
@@ -548,11 +595,21 @@ class _Executor:
                             s, _ = await self._commit("BeforeModel", s, guard=False)
                             continue
                 decision = self.family.recovery.on_model_error(exc.kind, attempt)
+                if self._debug:
+                    trace.recovered(self.host.run_id, name, exc.kind, attempt, decision)
                 if isinstance(decision, Retry):
                     self._boundary()  # before each retry
                     await cancellable_sleep(decision.backoff_s, self.host.token)
                     attempt += 1
                     continue
+                if model_index is not None:
+                    # A model chosen for this call (compaction's summary model), not the
+                    # strategy's: its failure is its own and never moves the agent's chain.
+                    raise self._fail(
+                        s,
+                        _failure_kind(decision),
+                        f"the summary model {name} failed ({exc.kind}): {exc}",
+                    ) from exc
                 # Recovery gave up on this model: the model strategy may select the next one
                 # (recorded in its slot, so a resume stays on it), with fresh retries.
                 failed = self.family.model.failed_kinds(s)
@@ -563,13 +620,8 @@ class _Executor:
                     self._boundary()
                     attempt = 0
                     continue
-                kind: FailureKind = (
-                    "model_error"
-                    if not isinstance(decision, Abort)
-                    else _as_failure_kind(decision.failure_kind)
-                )
                 summary = model_failure_summary(self.host.model.names, failed, exc)
-                raise self._fail(s, kind, summary) from exc
+                raise self._fail(s, _failure_kind(decision), summary) from exc
             self._boundary()
             usd = self.host.model.cost(response, model_index=index)
             u = response.usage
@@ -630,17 +682,43 @@ class _Executor:
         plan = plan_compaction(bundle.rows, policy.keep_last_turns)
         if plan is None:
             return s, bundle
-        ask = PromptBundle(request=summary_request(plan, policy))
-        response, s = await self._call_model(
-            s, ask, tools=0, emit_text=False, model_index=policy.model_index
-        )
-        if reject_reason(response.text, bool(response.tool_calls)) is not None:
-            meter.paused = True  # an unusable summary: the request goes as it is
+        target, summarised = plan.to_seq, False
+        for _ in range(_MAX_SUMMARY_CALLS):
+            ask = PromptBundle(request=summary_request(plan, policy))
+            try:
+                response, s = await self._call_model(
+                    s,
+                    ask,
+                    tools=0,
+                    emit_text=False,
+                    model_index=policy.model_index,
+                    overflow_raises=True,
+                )
+            except ModelError:
+                # The rows to summarise overflow the summary model itself: summarise the
+                # first part now and the rest next, folding the first part's summary in.
+                smaller = shrink_plan(plan)
+                if smaller is None:
+                    break
+                plan = smaller
+                continue
+            if reject_reason(response.text, bool(response.tool_calls)) is not None:
+                meter.paused = True  # an unusable summary: the request goes as it is
+                break
+            rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
+            s = replace(s, transcript_seq=rows[0].seq)
+            self._last_state = s
+            self._boundary()
+            summarised = True
+            if plan.to_seq >= target:
+                break
+            bundle = await rebuild(s)
+            next_plan = plan_compaction(bundle.rows, policy.keep_last_turns)
+            if next_plan is None:
+                break
+            plan = next_plan
+        if not summarised:
             return s, bundle
-        rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
-        s = replace(s, transcript_seq=rows[0].seq)
-        self._last_state = s
-        self._boundary()
         return s, await rebuild(s)
 
     def _ask(
@@ -685,6 +763,14 @@ class _Executor:
         # Before the stop decision.
         self._boundary()
         decision = self.family.stop.after_reply(s)
+        if self._debug:
+            trace.stop_decided(
+                self.host.run_id,
+                s.iteration,
+                "a reply",
+                decision,
+                text=text if self.config.trace_content else None,
+            )
         if isinstance(decision, Abort):
             raise self._fail(s, _as_failure_kind(decision.failure_kind), _detail(decision))
         if isinstance(decision, Reprompt):
@@ -742,6 +828,15 @@ class _Executor:
                 break
             self._boundary()
         assert admitted.pending_wave is not None
+        if self._debug:
+            trace.admitted(
+                self.host.run_id,
+                s.iteration,
+                admitted.pending_wave.policy,
+                calls,
+                len(admitted.pending_wave.rejected),
+                content=self.config.trace_content,
+            )
         self._settle_later = replays_harmlessly(admitted.pending_wave, calls, surface)
         return await self._finish_wave(admitted, calls, surface)
 
@@ -779,6 +874,8 @@ class _Executor:
         # Before the stop decision.
         self._boundary()
         decision = self.family.stop.after_wave(s, result.results)
+        if self._debug:
+            trace.stop_decided(self.host.run_id, s.iteration, "a wave", decision)
         if isinstance(decision, Finish):
             # The wave produced the run's result (e.g. a terminal tool): complete with it.
             done = Completion(kind=decision.completion_kind, refs=decision.refs)
@@ -852,13 +949,14 @@ class _Executor:
                 ),
             )
         self._boundary()
+        deadline_s = self._finalizer_deadline(s)
         try:
             s = self._charge_model_call(s)  # budget errors pass through unchanged
             self._last_state = s
             index = self.family.model.select(s)
             emit_model_request(self.host, s.iteration, 0, 0, self._model_name(s))
             response = self._capped(
-                await self._ask(bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False)
+                await self._ask(bundle, index, deadline_s=deadline_s, emit_text=False)
             )
         except ModelError as exc:
             raise self._fail(
@@ -868,8 +966,7 @@ class _Executor:
             raise self._fail(
                 s,
                 kind,
-                f"{reason}: the final summary call did not finish within "
-                f"{cfg.finalizer_timeout_s}s",
+                f"{reason}: the final summary call did not finish within {deadline_s:.3g}s",
             ) from None
         except ModelOutputTooLarge as exc:
             raise self._fail(s, kind, f"{reason}: the final summary was rejected: {exc}") from None
@@ -906,6 +1003,16 @@ class _Executor:
             s,
         )
 
+    def _finalizer_deadline(self, s: LoopExecutionState) -> float:
+        """The finalizer call's deadline: its own, but under a wall clock no more than what is
+        left of it plus the grace (DESIGN §20: the wall clock bounds the whole run; a model cut
+        by the wall clock leaves exactly the grace)."""
+        own = self.config.finalizer_timeout_s
+        grace, wall = self.limits.finalizer_grace, self.limits.wall_clock_s
+        if grace is None or wall is None:
+            return own
+        return min(own, grace + max(0.0, wall - self._active_s(s)))
+
 
 def response_bytes(response: ModelResponse) -> int:
     """Size of a response against the byte cap: UTF-8 text plus each call's arguments as JSON."""
@@ -934,6 +1041,13 @@ async def _within(work: Awaitable[T], seconds: float) -> T:
         if deadline.expired():
             raise _DeadlinePassed from None
         raise
+
+
+def _failure_kind(decision: object) -> FailureKind:
+    """A run's failure kind when recovery gave up on a model call with ``decision``."""
+    if isinstance(decision, Abort):
+        return _as_failure_kind(decision.failure_kind)
+    return "model_error"
 
 
 def _detail(decision: Abort) -> str:

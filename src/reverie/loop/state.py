@@ -196,6 +196,7 @@ class LoopExecutionState:
                 input_tokens=b.input_tokens + sum(u.input_tokens for u in spent),
                 output_tokens=b.output_tokens + sum(u.output_tokens for u in spent),
                 usd=b.usd + sum(u.usd for u in spent),
+                by_model=_merged_by_model(b.by_model, spent),
             ),
         )
 
@@ -204,6 +205,25 @@ class LoopExecutionState:
         if self.graceful_stop is not None:
             return self
         return replace(self, graceful_stop=reason)
+
+
+def _merged_by_model(
+    mine: Mapping[str, ModelUsage], nested: Sequence[Usage]
+) -> Mapping[str, ModelUsage]:
+    """``mine`` with each nested run's models added under their names (each call is counted
+    under the model that answered it, so ``by_model`` keeps summing to the totals)."""
+    merged = dict(mine)
+    for usage in nested:
+        for name, u in usage.by_model.items():
+            had = merged.get(name) or _NO_USAGE
+            merged[name] = replace(
+                had,
+                model_calls=had.model_calls + u.model_calls,
+                input_tokens=had.input_tokens + u.input_tokens,
+                output_tokens=had.output_tokens + u.output_tokens,
+                usd=had.usd + u.usd,
+            )
+    return merged
 
 
 _SLOTS: tuple[str, ...] = ("model_state", "stop_state", "host_state")
