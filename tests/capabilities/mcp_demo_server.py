@@ -107,6 +107,15 @@ def reject_like_typescript(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
+@server.tool()
+def deep(levels: int) -> CallToolResult:
+    """Answer structured content nested ``levels`` deep and no content blocks."""
+    value: object = "bottom"
+    for _ in range(levels):
+        value = {"down": value}
+    return CallToolResult(content=[], structured_content={"top": value})
+
+
 if __name__ == "__main__":
     if os.environ.get("DEMO_REFUSE_START_IF") and os.path.exists(
         os.environ["DEMO_REFUSE_START_IF"]

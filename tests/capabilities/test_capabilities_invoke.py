@@ -60,6 +60,22 @@ async def test_invalid_argument_is_input_invalid_naming_the_argument(ctx: ToolCo
     assert "'b'" not in outcome.message.split("Expected")[0]
 
 
+async def test_arguments_nested_too_deep_are_input_invalid_before_validation(
+    ctx: ToolContext,
+) -> None:
+    @tool(effects=set())
+    def take(x: Any) -> str:
+        """Take anything."""
+        return "taken"
+
+    deep: Any = 1.5
+    for _ in range(900):
+        deep = [deep]
+    outcome = failed(await take.invoke({"x": deep}, ctx))
+    assert outcome.error_kind == "input_invalid"
+    assert "the arguments is nested more than 64 levels deep" in outcome.message
+
+
 async def test_missing_argument_is_input_invalid_naming_the_argument(ctx: ToolContext) -> None:
     outcome = failed(await add.invoke({"a": 1}, ctx))
     assert outcome.error_kind == "input_invalid"

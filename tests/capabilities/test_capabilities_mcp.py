@@ -392,3 +392,13 @@ async def test_a_configured_credential_quoted_back_by_the_server_is_masked_in_th
         outcome = failed(await tools_by_name(ts.tools())["whoami"].invoke({}, ctx))
     assert outcome.message.endswith("token *** has no access")
     assert secret not in outcome.message
+
+
+async def test_an_mcp_result_nested_too_deep_is_a_permanent_tool_error(ctx: ToolContext) -> None:
+    async with MCPToolset(SERVER) as ts:
+        deep = tools_by_name(ts.tools())["deep"]
+        shallow = await deep.invoke({"levels": 3}, ctx)
+        outcome = failed(await deep.invoke({"levels": 100}, ctx))
+    assert shallow == CallCompleted(output='{"top":{"down":{"down":{"down":"bottom"}}}}')
+    assert outcome.error_kind == "permanent"
+    assert "nested more than 64 levels deep" in outcome.message

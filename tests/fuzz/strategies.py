@@ -61,6 +61,36 @@ JSON = st.recursive(
 """Any JSON value (finite numbers), shallow enough to stay fast."""
 
 
+@st.composite
+def _deep(draw: st.DrawFn) -> Any:
+    """A JSON value nested ``levels`` deep in arrays and objects, around an ordinary value."""
+    levels = draw(st.sampled_from([63, 64, 65, 100, 900, 1_200, 5_000]))
+    nested_objects = draw(st.booleans())
+    value: Any = draw(SCALARS)
+    for level in range(levels):
+        value = {"k": value} if nested_objects and level % 2 else [value]
+    return value
+
+
+DEEP = _deep()
+"""JSON nested around and far past the library's limit (64 levels; Python's recursion gives out
+near 1,000): depth is part of every trust boundary's fuzzing."""
+
+DEPTHS = st.sampled_from([62, 63, 64, 65, 100, 900, 1_200, 100_000])
+"""Nesting around the limit, around Python's recursion limit, and far past the parser's."""
+
+
+def _nested_text(levels: int, objects: bool, leaf: str) -> str:
+    if objects:
+        return '{"k":' * levels + leaf + "}" * levels
+    return "[" * levels + leaf + "]" * levels
+
+
+DEEP_TEXT = st.builds(_nested_text, DEPTHS, st.booleans(), st.sampled_from(["1", '"x"', "1.5"]))
+"""JSON text nested that deep in arrays or objects, built as text (``json.dumps`` itself gives
+out near 1,000 levels)."""
+
+
 def objects_with(keys: list[str]) -> st.SearchStrategy[dict[str, Any]]:
     """JSON objects whose keys are mostly ``keys`` (the ones a parser reads), values anything."""
     return st.dictionaries(st.sampled_from(keys) | st.text(max_size=6), JSON, max_size=len(keys))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fuzz.strategies import FUZZ, JSON, TEXT, objects_with
+from fuzz.strategies import DEEP_TEXT, FUZZ, JSON, TEXT, objects_with
 from reverie import Agent
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.testing import ScriptedModel, reply
@@ -40,6 +40,11 @@ CHAT_KEYS = ["model", "messages", "stream", "temperature", "max_tokens", "tools"
 RUN_KEYS = ["agent", "input", "thread_id", "text", "reason"]
 MESSAGE = objects_with(["role", "content", "name", "tool_calls"])
 
+
+def _chat(message: str) -> bytes:
+    return f'{{"model": "assistant", "messages": [{message}]}}'.encode()
+
+
 BODIES = (
     st.binary(max_size=80)
     | JSON.map(lambda v: json.dumps(v).encode())
@@ -50,7 +55,18 @@ BODIES = (
         st.lists(MESSAGE, max_size=3) | JSON,
     ).map(lambda v: json.dumps(v).encode())
     | TEXT.map(str.encode)
+    | DEEP_TEXT.map(str.encode)
+    | DEEP_TEXT.map(lambda deep: _chat(f'{{"role": "user", "content": {deep}}}'))
+    | DEEP_TEXT.map(
+        lambda deep: _chat(
+            '{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", '
+            f'"function": {{"name": "f", "arguments": {json.dumps(deep)}}}}}]}}'
+        )
+    )
+    | DEEP_TEXT.map(lambda deep: f'{{"agent": "assistant", "input": "hi", "x": {deep}}}'.encode())
 )
+"""Any bytes, JSON, near-valid bodies, and bodies nested past the limit (depth is part of the
+fuzzing: the whole body, a message's content, JSON text inside a field)."""
 
 
 @settings(parent=FUZZ, max_examples=80)

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent
 
-from fuzz.strategies import FUZZ, JSON, TEXT, objects_with
+from fuzz.strategies import DEEP_TEXT, FUZZ, JSON, TEXT, objects_with
 from reverie.core.scope import Scope
 from reverie.memory import Empty, MCPMemory, Snippets, Unavailable
 from reverie.serve import background_server
@@ -33,8 +33,17 @@ PAYLOAD = (
     | st.fixed_dictionaries({"results": st.lists(ROW, max_size=5)})
     | JSON
 )
-ANSWER = PAYLOAD.map(json.dumps) | TEXT | st.text(max_size=60)
-"""What the server's search tool sends back, as the text of its one content block."""
+ANSWER = (
+    PAYLOAD.map(json.dumps)
+    | TEXT
+    | st.text(max_size=60)
+    | DEEP_TEXT
+    | DEEP_TEXT.map(
+        lambda deep: f'{{"rows": [{{"tenant": "acme", "user": "ana", "text": "t", "x": {deep}}}]}}'
+    )
+)
+"""What the server's search tool sends back, as the text of its one content block (nested past
+the limit too)."""
 
 
 @pytest.fixture

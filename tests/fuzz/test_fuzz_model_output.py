@@ -14,14 +14,20 @@ from typing import Any
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fuzz.strategies import FUZZ, JSON, TEXT, objects_with
+from fuzz.strategies import DEEP, DEEP_TEXT, FUZZ, JSON, TEXT, objects_with
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import Message, ModelRequest, ResponseComplete
 from reverie.errors import ModelError
 from reverie.models.anthropic import AnthropicModel
 from reverie.models.hermes import parse_hermes
 from reverie.models.openai import OpenAIChatModel, parse_tool_arguments
-from reverie.testing import FakeAnthropicServer, FakeOpenAIServer, ScriptedModel, reply
+from reverie.testing import (
+    FakeAnthropicServer,
+    FakeOpenAIServer,
+    ScriptedModel,
+    call as scripted_call,
+    reply,
+)
 from reverie.testing.fake_openai import FakeRawStream, FakeReply, FakeStep, FakeToolCall
 
 SCOPE = Scope(tenant="acme", user="ana")
@@ -83,6 +89,7 @@ ARGUMENT_TEXT = (
     | objects_with(["a", "b", "c"]).map(json.dumps)
     | st.integers(min_value=1, max_value=3000).map(lambda n: "[" * n + "]" * n)
     | st.sampled_from(['{"a": NaN}', '{"a": Infinity}', '{"a": 1e999}', '{"a": 1', "{}", ""])
+    | DEEP_TEXT.map(lambda deep: f'{{"a": {deep}, "b": 1}}')
 )
 
 
@@ -110,6 +117,25 @@ async def test_any_tool_argument_text_from_the_model_ends_the_run_cleanly(
     # The model is told what was wrong and answers; nothing escapes as a driver bug.
     assert result.status == "completed", result.exit
     assert result.text == "done"
+
+
+@FUZZ
+@given(DEEP, st.booleans())
+async def test_arguments_of_any_depth_from_a_model_end_the_run_cleanly(
+    runtime: Runtime, value: Any, gated: bool
+) -> None:
+    @tool(effects={"write"}, needs_approval=gated)
+    def keep(x: Any) -> str:
+        """Keep a value."""
+        return "kept"
+
+    model = ScriptedModel([scripted_call("keep", x=value), reply("done")])
+    result = await runtime.run(Agent(name="keeper", model=model, tools=[keep]), "go", scope=SCOPE)
+
+    # Within the limit the call runs (or waits on its gate); past it the model is told.
+    assert result.status in ("completed", "blocked"), result.exit
+    if result.status == "completed":
+        assert result.text == "done"
 
 
 # ----------------------------------------------------------------------- provider stream payloads

@@ -124,3 +124,23 @@ def test_reverie_serve_answers_the_openai_sdk_from_a_real_server(
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     usage = [c.usage for c in chunks if c.usage is not None]
     assert usage and usage[-1].prompt_tokens > 0
+
+
+def test_doctor_probe_measures_what_the_real_server_supports(
+    tmp_path: Path, llama: LlamaServer
+) -> None:
+    home = tmp_path / "home"
+    _config(home, llama)
+    done = subprocess.run(
+        [sys.executable, "-m", "reverie.cli.app", "doctor", "--probe"],
+        capture_output=True,
+        text=True,
+        env={**_env(home), "COLUMNS": "400"},
+        timeout=600,
+    )
+    declare = next(line for line in done.stdout.splitlines() if "declare" in line)
+    # llama-cpp-python 0.3.x, as measured: json_object only, no usage in streams, null refused.
+    assert 'structured_output = "json_object"' in declare
+    assert "usage_in_streams = false" in declare
+    assert "null_content = false" in declare
+    assert "/site-packages/" not in done.stdout  # the server's install path is scrubbed

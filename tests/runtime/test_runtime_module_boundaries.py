@@ -17,10 +17,6 @@ MODULE = "reverie.runtime.runtime"
 EXPORTED = {"Runtime", "THREAD_POLICIES"}
 """What ``reverie.runtime`` re-exports from that module (importing it by name is the same)."""
 RUNTIME_NAMES = {"rt", "runtime", "_rt", "_runtime"}
-CONVENIENCES = {"agent.py"}
-"""Modules of the public face, not sub-services, that open a ``Runtime`` themselves, importing
-it when called: ``Agent.run``/``Agent.run_sync`` run one turn on the embedded default runtime
-(the three-line program of the README). They are exempt from the import rule only."""
 DECLARED: set[str] = set()
 """Private members a Protocol of a sub-service declares (none: keep it that way)."""
 
@@ -37,8 +33,6 @@ def _sources(root: Path) -> list[tuple[Path, ast.Module]]:
 def _imports_of_the_runtime(root: Path) -> list[str]:
     found = []
     for path, tree in _sources(root):
-        if path.name in CONVENIENCES:
-            continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 bad = [a.name for a in node.names if a.name == MODULE]

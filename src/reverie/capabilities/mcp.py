@@ -50,8 +50,9 @@ from reverie.capabilities.output import DEFAULT_MAX_OUTPUT_BYTES, cap_output, se
 from reverie.capabilities.schema import find_non_finite
 from reverie.capabilities.tool import TOOL_NAME_PATTERN
 from reverie.core.capability import CallCompleted, CallFailed, CallOutcome, CapabilityDescriptor
+from reverie.core.depth import MAX_DEPTH, check_depth, nesting_depth
 from reverie.core.redact import redact, url_secrets
-from reverie.errors import CapabilityError, MissingExtraError, UsageError
+from reverie.errors import CapabilityError, MissingExtraError, NestedTooDeep, UsageError
 
 try:
     import anyio
@@ -609,6 +610,17 @@ class MCPToolset:
                     local,
                 )
                 continue
+            if nesting_depth(remote.input_schema, stop_after=MAX_DEPTH) > MAX_DEPTH:
+                # Every later walk of the schema (validation, the surface's digest) would recurse
+                # past Python's limit: the tool is left out, as one with an unusable name is.
+                logger.warning(
+                    "MCP server %r: skipping tool %r (its input schema is nested more than %d "
+                    "levels deep)",
+                    self.name,
+                    remote.name,
+                    MAX_DEPTH,
+                )
+                continue
             annotations = remote.annotations
             read_only = bool(annotations is not None and annotations.read_only_hint)
             descriptor = CapabilityDescriptor(
@@ -709,6 +721,11 @@ def _failed_call(where: str, exc: MCPError, timeout_s: float) -> CallFailed:
 
 
 def _classified(where: str, result: mcp_types.CallToolResult, max_bytes: int) -> CallOutcome:
+    try:
+        # The server's structured result is untrusted data: bounded before it is serialised.
+        check_depth(result.structured_content, what=f"{where}: the server's structured result")
+    except NestedTooDeep as exc:
+        return CallFailed(error_kind="permanent", message=str(exc))
     text = cap_output(_render_result(result), max_bytes)
     if not result.is_error:
         return CallCompleted(output=text)

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.json_schema import GenerateJsonSchema, PydanticJsonSchemaWarning
 
 from reverie.capabilities.context import ToolContext
-from reverie.errors import UsageError
+from reverie.core.depth import check_depth
+from reverie.errors import NestedTooDeep, UsageError
 
 __all__ = ["ArgumentsSpec", "Docstring", "InvalidArguments", "find_non_finite", "parse_docstring"]
 
@@ -234,6 +235,12 @@ class ArgumentsSpec:
             raise InvalidArguments(
                 f"arguments must be a JSON object, got {type(arguments).__name__}"
             )
+        try:
+            # Before any recursive walk (the finite check, pydantic's validation): a direct
+            # ``invoke`` bypasses the loop's own bound on a model's arguments.
+            check_depth(arguments, what="the arguments")
+        except NestedTooDeep as exc:
+            raise InvalidArguments(str(exc)) from None
         non_finite = find_non_finite(arguments)
         if non_finite is not None:
             raise InvalidArguments(

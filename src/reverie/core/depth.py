@@ -32,30 +32,45 @@ WALK_DEPTH: Final = 4 * MAX_DEPTH
 envelopes around it, well inside Python's recursion limit)."""
 
 
+_LEAVES: Final = frozenset({str, int, float, bool, type(None)})
+"""Exact types that are never containers (checked before the slower abstract-class check)."""
+
+
 def nesting_depth(value: Any, *, stop_after: int | None = None) -> int:
     """How deeply ``value`` nests mappings, lists and tuples (a scalar is 0, ``[]`` is 1).
 
     Walked without recursion. With ``stop_after``, the walk stops as soon as it is passed and
     returns ``stop_after + 1`` (a check need not measure a hostile value to its bottom).
     """
+    if type(value) is dict:
+        # The common case, arguments of scalars: one pass over the values, no stack.
+        for child in value.values():
+            if type(child) not in _LEAVES and isinstance(child, Mapping | list | tuple):
+                break
+        else:
+            return 1
+    if not _container(value):
+        return 0
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
+    while stack:  # only containers are pushed
         node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children: Any = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
         if depth > deepest:
             deepest = depth
             if stop_after is not None and deepest > stop_after:
                 return deepest
+        children = node.values() if isinstance(node, Mapping) else node
         for child in children:
-            if isinstance(child, Mapping | list | tuple):
+            if type(child) not in _LEAVES and _container(child):
                 stack.append((child, depth + 1))
     return deepest
+
+
+def _container(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict or kind is list or kind is tuple:
+        return True
+    return isinstance(value, Mapping | list | tuple)
 
 
 def check_depth(value: Any, *, what: str, limit: int = MAX_DEPTH) -> None:

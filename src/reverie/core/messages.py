@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypeGuard, get_args
 
 from reverie.core.content import ContentPart
 from reverie.core.depth import MAX_DEPTH, nesting_depth
@@ -196,20 +196,21 @@ def bounded_calls(response: ModelResponse) -> ModelResponse:
     tool answers ``input_invalid`` naming the limit, the model sees it and the run goes on.
     The same object is returned when no call is too deep (the common case).
     """
-    parts = response.parts
-    deep = [
-        i
-        for i, part in enumerate(parts)
-        if isinstance(part, ToolCallPart)
-        and nesting_depth(part.call.arguments, stop_after=MAX_DEPTH) > MAX_DEPTH
-    ]
-    if not deep:
+    if not any([_too_deep(part) for part in response.parts]):
         return response
-    fixed = list(parts)
-    for i in deep:
-        call = fixed[i].call  # type: ignore[union-attr]
-        error = f"the arguments are nested more than {MAX_DEPTH} levels deep"
-        fixed[i] = ToolCallPart(
-            call=ToolCall(id=call.id, name=call.name, arguments={}, arguments_error=error)
-        )
+    error = f"the arguments are nested more than {MAX_DEPTH} levels deep"
+    fixed: list[ResponsePart] = []
+    for part in response.parts:
+        if _too_deep(part):
+            call = part.call
+            bounded = ToolCall(id=call.id, name=call.name, arguments={}, arguments_error=error)
+            part = ToolCallPart(call=bounded)
+        fixed.append(part)
     return replace(response, parts=tuple(fixed))
+
+
+def _too_deep(part: ResponsePart) -> TypeGuard[ToolCallPart]:
+    return (
+        isinstance(part, ToolCallPart)
+        and nesting_depth(part.call.arguments, stop_after=MAX_DEPTH) > MAX_DEPTH
+    )

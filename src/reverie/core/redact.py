@@ -82,7 +82,6 @@ _SECRET_WORDS: Final = frozenset(
         "pwd",
         "secret",
         "secrets",
-        "token",
         "credential",
         "credentials",
         "auth",
@@ -96,6 +95,14 @@ _SECRET_WORDS: Final = frozenset(
 _SECRET_PARTS: Final = ("password", "passwd", "secret", "apikey", "credential")
 """Pieces that make a name secret even run together with other words (``dbpassword``)."""
 _KEY_WORDS: Final = frozenset({"key", "keys"})
+_ABOUT_A_TOKEN: Final = tuple(
+    [word]
+    for word in (
+        *("count", "counts", "limit", "limits", "usage", "type", "kind", "sha", "hash"),
+        *("digest", "id", "ids", "name", "length", "len", "budget", "estimate"),
+    )
+)
+"""Words after ``token`` that make the value a fact about a token, not the token."""
 
 
 def is_secret_name(name: object) -> bool:
@@ -104,19 +111,23 @@ def is_secret_name(name: object) -> bool:
 
     The name is split into words (``snake_case``, ``kebab-case``, ``camelCase``,
     ``UPPER_CASE``). It is secret when a word is one of password, passwd, passphrase, pass,
-    pwd, secret(s), token (``access_token``, ``authToken``), credential(s), auth,
-    authorization, cookie, apikey or sessionid; when a word contains password, passwd, secret,
-    apikey or credential; or when it ends in ``key`` after another word (``api_key``,
-    ``OPENAI_API_KEY``, ``privateKey``, ``ssh_key``). A bare ``key``, ``author``,
-    ``max_tokens`` or ``keyboard`` is not.
+    pwd, secret(s), credential(s), auth, authorization, cookie, apikey or sessionid; when a
+    word contains password, passwd, secret, apikey or credential; when a word is or ends in
+    ``token`` (``access_token``, ``authToken``, ``API_TOKEN_ANA``) and the next word does not
+    make it a fact about a token (``token_count``, ``token_sha``); or when it ends in ``key``
+    after another word (``api_key``, ``OPENAI_API_KEY``, ``privateKey``,
+    ``ssh_key``). A bare ``key``, ``author``, ``token_count``, ``max_tokens`` or ``keyboard``
+    is not.
     """
     words = [w.lower() for w in _WORD.findall(str(name))]
     if not words:
         return False
-    for word in words:
-        if word in _SECRET_WORDS or word.endswith("token"):
+    for index, word in enumerate(words):
+        if word in _SECRET_WORDS or any(part in word for part in _SECRET_PARTS):
             return True
-        if any(part in word for part in _SECRET_PARTS):
+        # A token is a secret (access_token, authToken, API_TOKEN_ANA), unless the next word
+        # says the value is about one (token_count, token_sha); max_tokens is a count.
+        if word.endswith("token") and words[index + 1 : index + 2] not in _ABOUT_A_TOKEN:
             return True
     return len(words) > 1 and words[-1] in _KEY_WORDS
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
+from reverie.core.depth import MAX_DEPTH, nesting_depth
 from reverie.core.messages import Message
 from reverie.core.scope import Scope
 from reverie.errors import CapabilityError, UsageError
@@ -87,7 +88,9 @@ def _row_scope(row: Mapping[str, Any]) -> Scope | None:
 
 
 def _rows_of(result: Any) -> list[Any] | None:
-    """The rows of a search result (structured content, else JSON text), or ``None``."""
+    """The rows of a search result (structured content, else JSON text), or ``None`` when it
+    is malformed (not JSON, no rows, or nested deeper than
+    :data:`~reverie.core.depth.MAX_DEPTH`)."""
     payload: Any = result.structured_content
     if payload is None:
         texts = [getattr(block, "text", None) for block in result.content]
@@ -98,8 +101,10 @@ def _rows_of(result: Any) -> list[Any] | None:
             return None
         try:
             payload = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser
             return None
+    if nesting_depth(payload, stop_after=MAX_DEPTH) > MAX_DEPTH:
+        return None  # untrusted rows nested past the limit: malformed, never walked
     if isinstance(payload, Mapping):
         payload = payload.get("rows", payload.get("results"))
     return payload if isinstance(payload, list) else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,24 @@ if TYPE_CHECKING:
     from reverie.runtime.drift import DriftPolicy
     from reverie.runtime.result import RunResult
     from reverie.runtime.subagents import SubagentTool
+
+
+OneTurn = Callable[
+    ["Agent", "UserContent", "Scope | None", "str | None", "str | None"], Awaitable["RunResult"]
+]
+"""How :meth:`Agent.run` runs one turn on the embedded default runtime."""
+
+_one_turn: OneTurn | None = None
+
+
+def bind_one_turn(runner: OneTurn) -> None:
+    """Set :meth:`Agent.run`'s turn runner; ``reverie.runtime.runtime`` binds it as it loads.
+
+    This module never imports the ``Runtime`` class (the runtime imports agents: no import
+    circle through it); importing ``reverie.runtime`` loads both, so an agent is always bound.
+    """
+    global _one_turn
+    _one_turn = runner
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,16 +174,9 @@ class Agent:
         A run that blocks on a gate returns ``status == "blocked"``; approve it later with
         ``reverie gates approve REF`` or ``Runtime.approve`` (with this agent registered).
         """
-        from reverie.core.scope import Scope
-
-        # Imported when called: the Runtime module imports this one (a convenience of the
-        # public face, exempt from tests/runtime/test_runtime_module_boundaries.py's rule).
-        from reverie.runtime.runtime import Runtime
-
-        async with Runtime.open(store, agents=[self]) as rt:
-            return await rt.run(
-                self, message, scope=Scope.local() if scope is None else scope, thread_id=thread_id
-            )
+        if _one_turn is None:  # pragma: no cover - bound when reverie.runtime is imported
+            raise UsageError("reverie.runtime is not loaded: import reverie first")
+        return await _one_turn(self, message, scope, thread_id, store)
 
     def run_sync(
         self,

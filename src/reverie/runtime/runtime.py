@@ -44,7 +44,7 @@ from reverie.memory.service import RuntimeMemory, memory_service
 from reverie.models.base import Model
 from reverie.runtime import subagents
 from reverie.runtime.after_turn import AfterTurnWork
-from reverie.runtime.agent import Agent
+from reverie.runtime.agent import Agent, bind_one_turn
 from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.cancelling import end_cancelled
@@ -717,5 +717,22 @@ class _Opener:
     def __await__(self) -> Generator[Any, None, Runtime]:
         return self._runtime.__aenter__().__await__()
 
+
+async def _one_turn(
+    agent: Agent,
+    message: UserContent,
+    scope: Scope | None,
+    thread_id: str | None,
+    store: str | None,
+) -> RunResult:
+    """:meth:`Agent.run`: one turn on ``Runtime.open(store)`` in ``scope`` (default
+    :meth:`Scope.local`), the runtime closed after it."""
+    async with Runtime.open(store, agents=[agent]) as rt:
+        return await rt.run(
+            agent, message, scope=Scope.local() if scope is None else scope, thread_id=thread_id
+        )
+
+
+bind_one_turn(_one_turn)
 
 __all__ = ["THREAD_POLICIES", "Runtime", "ThreadPolicy"]

@@ -450,33 +450,34 @@ class _Stream:
 
     async def events(self) -> AsyncIterator[ServerSentEvent]:
         """The SSE events of the response."""
-        done = False
-        try:
-            yield self._chunk({"role": "assistant", "content": ""})
-            async for text in turn_text(self.ctx, self.run_id):
-                if not self.structured:
-                    yield self._chunk({"content": text})
-            result = await self.ctx.rt.unbound.result(self.run_id)
-            done = True
-            if result.status != "completed":
-                error = failure_error(result.exit, self.run_id)
+        with self.ctx.streaming(self.run_id):
+            done = False
+            try:
+                yield self._chunk({"role": "assistant", "content": ""})
+                async for text in turn_text(self.ctx, self.run_id):
+                    if not self.structured:
+                        yield self._chunk({"content": text})
+                result = await self.ctx.rt.unbound.result(self.run_id)
+                done = True
+                if result.status != "completed":
+                    error = failure_error(result.exit, self.run_id)
+                    yield self._error(error)
+                    return
+                if self.structured:
+                    yield self._chunk({"content": result.text or ""})
+                yield self._chunk({}, "stop")
+                if self.include_usage:
+                    yield _sse({**self._base, "choices": [], "usage": _usage(result)})
+                yield ServerSentEvent(data="[DONE]")
+            except ReverieError as exc:
+                done = True
+                error = from_reverie_error(exc)
                 yield self._error(error)
-                return
-            if self.structured:
-                yield self._chunk({"content": result.text or ""})
-            yield self._chunk({}, "stop")
-            if self.include_usage:
-                yield _sse({**self._base, "choices": [], "usage": _usage(result)})
-            yield ServerSentEvent(data="[DONE]")
-        except ReverieError as exc:
-            done = True
-            error = from_reverie_error(exc)
-            yield self._error(error)
-        finally:
-            if not done:
-                # The client went away (or the server is stopping): nobody will read the answer.
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self.ctx.rt.cancel(self.run_id, reason=self.ctx.stop_reason())
+            finally:
+                if not done:
+                    # The client went away (or the server is stopping): nobody will read the answer.
+                    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                        await self.ctx.rt.cancel(self.run_id, reason=self.ctx.stop_reason())
 
 
 async def turn_text(ctx: ServeContext, run_id: str) -> AsyncIterator[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -16,7 +16,7 @@ from reverie.core.scope import Scope
 from reverie.errors import NotFoundError, ReverieError
 from reverie.runtime.agent import Agent
 from reverie.runtime.runtime import Runtime
-from reverie.serve.errors import APIError, Redactor
+from reverie.serve.errors import SHUTDOWN_REASON, APIError, Redactor
 from reverie.store.base import GateRecord, RunRecord
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "DISCONNECT_REASON",
     "SHUTDOWN_REASON",
     "SSE_PING_S",
+    "STREAM_FAREWELL_S",
     "ServeContext",
     "TaskOwner",
 ]
@@ -36,8 +37,9 @@ SSE_PING_S = 15.0
 DEFAULT_SHUTDOWN_GRACE_S = 5.0
 """``[serve] shutdown_grace_s`` when unset."""
 
-SHUTDOWN_REASON = "server shutdown"
-"""The cancel reason of a streamed turn whose stream the server cut when stopping."""
+STREAM_FAREWELL_S = 3.0
+"""After the grace, how long a streamed turn's stream has to send its closing error (its run
+is cancelled first) before the stream is cut regardless."""
 
 DISCONNECT_REASON = "client disconnected"
 """The cancel reason of a streamed turn whose client went away."""
@@ -106,18 +108,48 @@ class ServeContext:
         self.resolving = asyncio.Lock()
         """Held while a gate is checked and its resolution launched: a second resolution of the
         same gate in this server then sees it resolved and gets 409."""
+        self._streamed: set[str] = set()
+        """Runs whose turn is being streamed to a client right now."""
+        self._cutter: asyncio.Task[None] | None = None
+
+    @contextlib.contextmanager
+    def streaming(self, run_id: str) -> Iterator[None]:
+        """Hold ``run_id`` as a streamed turn while its stream is open.
+
+        When the server stops and its streams' grace has passed, every turn still held is
+        cancelled as ``server shutdown``: its stream then ends the way a failed turn's does,
+        with an error the client's SDK raises (chat) or ``response.failed`` (Responses),
+        rather than being cut with no word.
+        """
+        self._streamed.add(run_id)
+        if self._cutter is None:
+            self._cutter = self.tasks.spawn(self._cut_at_shutdown(), name="end streams at shutdown")
+        try:
+            yield
+        finally:
+            self._streamed.discard(run_id)
+
+    async def _cut_at_shutdown(self) -> None:
+        await self.stopping.wait()
+        await anyio.sleep(self.shutdown_grace_s)
+        for run_id in sorted(self._streamed):
+            try:
+                await self.rt.cancel(run_id, reason=SHUTDOWN_REASON)
+            except ReverieError as exc:  # it ended meanwhile: its stream closes by itself
+                log.debug("run %s was not cancelled at shutdown: %s", run_id, exc)
 
     def event_stream(
         self, events: AsyncIterator[ServerSentEvent], *, headers: Mapping[str, str] | None = None
     ) -> EventSourceResponse:
-        """An SSE response that, on shutdown, may go on for the grace before it is cut."""
+        """An SSE response that, on shutdown, may go on for the grace (a streamed turn: then its
+        closing error, :data:`STREAM_FAREWELL_S` more) before it is cut."""
         return EventSourceResponse(
             events,
             headers=dict(headers or {}),
             ping=SSE_PING_S,
             sep="\n",
             shutdown_event=self.stopping,
-            shutdown_grace_period=self.shutdown_grace_s,
+            shutdown_grace_period=self.shutdown_grace_s + STREAM_FAREWELL_S,
         )
 
     def stop_reason(self) -> str:

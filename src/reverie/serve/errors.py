@@ -49,6 +49,7 @@ from reverie.errors import (
 
 __all__ = [
     "SHOULD_RETRY",
+    "SHUTDOWN_REASON",
     "APIError",
     "Redactor",
     "error_body",
@@ -62,6 +63,9 @@ log = logging.getLogger("reverie.serve")
 
 SHOULD_RETRY = "x-should-retry"
 """The response header the openai and anthropic SDKs obey over their own retry rules."""
+
+SHUTDOWN_REASON = "server shutdown"
+"""The cancel reason of a streamed turn the server ended when stopping (after the grace)."""
 
 _GENERIC_500 = "the server failed to handle the request; its log has the details"
 
@@ -226,6 +230,14 @@ def failure_error(exit_: LoopExit, run_id: str) -> APIError:
                 "can wait for POST /v1/gates/{ref}/approve"
             )
         return APIError(status, message, code=exit_.kind, headers=headers)
+    if isinstance(exit_, Cancelled) and exit_.reason == SHUTDOWN_REASON:
+        # Not the client's doing: a server error the SDKs raise, naming why the turn ended.
+        return APIError(
+            503,
+            f"run {run_id} was cancelled: the server is shutting down",
+            code="server_shutdown",
+            headers=headers,
+        )
     if isinstance(exit_, Cancelled):
         return APIError(
             409, f"run {run_id} was cancelled ({exit_.reason})", code="cancelled", headers=headers

@@ -521,39 +521,42 @@ class _Stream:
 
     async def events(self) -> AsyncIterator[ServerSentEvent]:
         """The SSE events of the response."""
-        done = False
-        opened = False
-        try:
-            yield self._event("response.created", response=self.shape.response("in_progress"))
-            yield self._event("response.in_progress", response=self.shape.response("in_progress"))
-            async for text in turn_text(self.ctx, self.shape.run_id):
-                if self.structured:
-                    continue
+        with self.ctx.streaming(self.shape.run_id):
+            done = False
+            opened = False
+            try:
+                yield self._event("response.created", response=self.shape.response("in_progress"))
+                yield self._event(
+                    "response.in_progress", response=self.shape.response("in_progress")
+                )
+                async for text in turn_text(self.ctx, self.shape.run_id):
+                    if self.structured:
+                        continue
+                    if not opened:
+                        opened = True
+                        for event in self._opened():
+                            yield event
+                    yield self._delta(text)
+                result = await self.ctx.rt.unbound.result(self.shape.run_id)
+                done = True
+                if result.status != "completed":
+                    yield self._failed(failure_error(result.exit, self.shape.run_id), result)
+                    return
                 if not opened:
-                    opened = True
                     for event in self._opened():
                         yield event
-                yield self._delta(text)
-            result = await self.ctx.rt.unbound.result(self.shape.run_id)
-            done = True
-            if result.status != "completed":
-                yield self._failed(failure_error(result.exit, self.shape.run_id), result)
-                return
-            if not opened:
-                for event in self._opened():
+                if self.structured or not self._text:
+                    yield self._delta(result.text or "")
+                for event in self._closed():
                     yield event
-            if self.structured or not self._text:
-                yield self._delta(result.text or "")
-            for event in self._closed():
-                yield event
-            yield self._event(
-                "response.completed", response=self.shape.response("completed", result=result)
-            )
-        except ReverieError as exc:
-            done = True
-            yield self._failed(from_reverie_error(exc), None)
-        finally:
-            if not done:
-                # The client went away (or the server is stopping): nobody will read the answer.
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await self.ctx.rt.cancel(self.shape.run_id, reason=self.ctx.stop_reason())
+                yield self._event(
+                    "response.completed", response=self.shape.response("completed", result=result)
+                )
+            except ReverieError as exc:
+                done = True
+                yield self._failed(from_reverie_error(exc), None)
+            finally:
+                if not done:
+                    # The client went away (or the server is stopping): nobody will read the answer.
+                    with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                        await self.ctx.rt.cancel(self.shape.run_id, reason=self.ctx.stop_reason())

@@ -17,7 +17,7 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from reverie.errors import ListenError
-from reverie.serve.context import DEFAULT_SHUTDOWN_GRACE_S
+from reverie.serve.context import DEFAULT_SHUTDOWN_GRACE_S, STREAM_FAREWELL_S
 
 __all__ = ["background_server", "listen", "run_server"]
 
@@ -39,8 +39,9 @@ def _config(app: Any, **options: Any) -> uvicorn.Config:
         app,
         lifespan="on",
         ws="none",
-        # Streams end when their run ends; one still open at shutdown is cut after its grace.
-        timeout_graceful_shutdown=math.ceil(_grace(app) + _SHUTDOWN_MARGIN_S),
+        # Streams end when their run ends; a streamed turn still open after its grace is
+        # cancelled and its stream sends its closing error, before uvicorn gives up on it.
+        timeout_graceful_shutdown=math.ceil(_grace(app) + STREAM_FAREWELL_S + _SHUTDOWN_MARGIN_S),
         **options,
     )
 
