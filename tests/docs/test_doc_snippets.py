@@ -19,9 +19,11 @@ Two markers, an HTML comment on the line before the fence:
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,21 @@ def _run_chain(chain: list[Snippet], namespace: dict[str, Any]) -> None:
     """Run the snippets in order in one namespace, each as a script."""
     for code in [_compiled(part) for part in chain]:
         exec(code, namespace)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A snippet may set a logger's level (docs/loop.md turns reverie.loop to DEBUG); later
+    tests of this process must not inherit it."""
+
+    def loggers() -> list[logging.Logger]:
+        names = list(logging.root.manager.loggerDict)
+        return [logging.getLogger(), *(logging.getLogger(name) for name in names)]
+
+    levels = {logger: logger.level for logger in loggers()}
+    yield
+    for logger in loggers():
+        logger.setLevel(levels.get(logger, logging.NOTSET))
 
 
 def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
