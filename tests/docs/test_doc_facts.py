@@ -41,3 +41,15 @@ def test_the_docs_name_exit_code_75_for_a_busy_thread() -> None:
     for page in sorted(DOCS.rglob("*.md")):
         # Exit code 6 was never one of reverie's (ExitCode lists them all).
         assert not re.search(r"\bexits? 6\b", page.read_text(encoding="utf-8")), page
+
+
+def test_the_users_guide_leaves_storage_internals_and_issue_numbers_to_docs_internals() -> None:
+    internals = ("WAL frame", "wal-index", "B-tree", "SAVEPOINT", "overflow pages")
+    for page in sorted(DOCS.glob("*.md")):
+        if page.name == "deviations.md":  # the design's record, with its reasons
+            continue
+        text = page.read_text(encoding="utf-8")
+        assert [word for word in internals if word in text] == [], page.name
+        assert not re.search(r"\bIssue \d+", text), page.name
+    assert (DOCS / "internals" / "storage.md").exists()
+    assert (DOCS / "internals" / "benchmark-history.md").exists()

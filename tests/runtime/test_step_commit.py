@@ -1,4 +1,4 @@
-"""Step commits: a loop boundary's durable writes are one store operation (docs/durability.md).
+"""Step commits: a boundary's durable writes are one store operation (docs/internals/storage.md).
 
 A run's start, its segment's start and its segment's end are one store operation each too.
 

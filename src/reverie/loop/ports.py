@@ -132,7 +132,7 @@ class CommitReceipt:
 
 
 class CheckpointPort(Protocol):
-    """Step commits: one store operation per loop boundary (docs/durability.md)."""
+    """Step commits: one store operation per loop boundary (docs/internals/storage.md)."""
 
     async def commit(
         self,
