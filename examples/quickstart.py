@@ -29,7 +29,8 @@ async def main() -> None:
     )
     async with Runtime.open() as rt:  # SQLite under $REVERIE_HOME (default ~/.reverie)
         result = await rt.run(agent, "What is 2 + 3?", scope=Scope(tenant="demo", user="me"))
-        print(f"{result.status}: {result.text}  (run {result.run_id}, usage {result.usage})")
+        print(f"{result.status}: {result.text}")
+        print(f"run {result.run_id}: {result.usage}")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,17 @@ def test_scope_requires_tenant_and_user() -> None:
         reverie.Scope(tenant="", user="ana")
 
 
+def test_agent_offers_run_and_run_sync_and_scope_offers_local() -> None:
+    import inspect
+
+    assert inspect.iscoroutinefunction(reverie.Agent.run)
+    assert callable(reverie.Agent.run_sync)
+    for method in (reverie.Agent.run, reverie.Agent.run_sync):
+        assert list(inspect.signature(method).parameters)[:2] == ["self", "message"]
+        assert inspect.signature(method).parameters["scope"].default is None
+    assert reverie.Scope.local("ana") == reverie.Scope(tenant="local", user="ana")
+
+
 def test_an_agent_refuses_a_plain_function_as_a_tool_with_a_clear_error() -> None:
     import pytest
 

@@ -8,6 +8,7 @@ The hierarchy::
     │   └── ModelSpecError            a model spec breaks the grammar (reverie.models.spec)
     ├── UsageError                    the API was called wrongly (unknown agent, bad argument)
     │   ├── ImageTooLarge             a message's images exceed ``Limits.max_image_bytes``
+    │   ├── NestedTooDeep             data nests arrays/objects past ``MAX_DEPTH`` (also ValueError)
     │   ├── UnknownAgentError         a run names an agent this process has not registered
     │   ├── InvalidScopeError         a Scope field is empty or not a string (also ValueError)
     │   └── UnknownFamilyError        a profile names a loop family that is not registered
@@ -39,8 +40,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from reverie.core.redact import mask_urls
-
 ModelErrorKind = Literal[
     "transient",
     "context_overflow",
@@ -56,6 +55,13 @@ ToolErrorKind = Literal[
     "transient", "permanent", "input_invalid", "policy_denied", "unavailable", "internal"
 ]
 """Classes of tool failure (docs/loop.md)."""
+
+
+def _mask_urls(text: str) -> str:
+    # Imported on use: reverie.core.redact imports this module (NestedTooDeep).
+    from reverie.core.redact import mask_urls
+
+    return mask_urls(text)
 
 
 class ReverieError(Exception):
@@ -78,7 +84,7 @@ class ModelSpecError(ConfigError):
         self.reason = reason
         """The rule it breaks, in words."""
         super().__init__(
-            mask_urls(f"invalid model spec {spec!r}: {reason}; accepted forms: {', '.join(forms)}")
+            _mask_urls(f"invalid model spec {spec!r}: {reason}; accepted forms: {', '.join(forms)}")
         )
 
 
@@ -174,6 +180,23 @@ class ImageTooLarge(UsageError):
         """The cap."""
 
 
+class NestedTooDeep(UsageError, ValueError):
+    """Data nests arrays and objects deeper than a walker takes (``reverie.core.depth``).
+
+    Raised at each boundary where untrusted data comes in (tool-call arguments, HTTP bodies, MCP
+    results, memory rows), before anything walks it recursively, so deep input is a typed
+    refusal instead of a ``RecursionError``. The message names what was refused and the limit,
+    never the data.
+    """
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what} is nested more than {limit} levels deep")
+        self.what = what
+        """What was refused, in words (``"the arguments of lookup"``)."""
+        self.limit = limit
+        """The deepest nesting allowed."""
+
+
 class UnknownFamilyError(UsageError):
     """A profile names a loop family id that is not in the registry."""
 
@@ -223,7 +246,7 @@ class ModelError(ReverieError):
 
     def __init__(self, kind: ModelErrorKind, message: str) -> None:
         # Model errors quote endpoints and remote text: a URL's password never survives here.
-        super().__init__(mask_urls(message))
+        super().__init__(_mask_urls(message))
         self.kind: ModelErrorKind = kind
 
 

@@ -230,9 +230,10 @@ def test_the_chat_shows_the_thread_id_it_can_be_continued_with(tmp_path: Path) -
 
     assert result.returncode == 0, result.stderr
     thread_id = _runs(home)[0]["thread_id"]
-    assert f"reverie chat --thread {thread_id}" in result.stdout
+    again = f"reverie chat --model scripted:examples/scripted_hello.json --thread {thread_id}"
+    assert again in result.stdout
     # Once after the first turn started the thread, once more for /thread.
-    assert result.stdout.count(f"reverie chat --thread {thread_id}") == 2
+    assert result.stdout.count(again) == 2
 
 
 def test_the_readme_run_command_works_from_the_repo_root(tmp_path: Path) -> None:

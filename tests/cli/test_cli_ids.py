@@ -207,3 +207,62 @@ def test_a_thread_of_another_scope_is_not_found_by_prefix(cli: Callable[..., Res
 
     assert result.exit_code == 2
     assert "no thread" in result.stderr
+
+
+def _short_column(stdout: str, full: str) -> str:
+    """The ``ID`` cell of the table row that shows ``full``."""
+    row = next(line for line in stdout.splitlines() if full in line)
+    return row.split()[0]
+
+
+def test_eight_characters_copied_from_runs_list_name_the_run(
+    cli: Callable[..., Result], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Made within the same millisecond-ish: their ids share the whole time prefix.
+    ids = [_completed(cli) for _ in range(3)]
+    monkeypatch.setenv("COLUMNS", "80")
+    listed = cli("runs", "list")
+
+    for run_id in ids:
+        short = _short_column(listed.stdout, run_id)
+        assert len(short) == 8
+
+        shown = cli("runs", "show", "--json", short)
+
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.stdout)["run_id"] == run_id
+
+
+def test_the_last_eight_characters_of_an_id_name_it_too(cli: Callable[..., Result]) -> None:
+    first, second = _completed(cli), _completed(cli)
+
+    shown = cli("runs", "show", "--json", second[-8:])
+
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["run_id"] == second
+    assert first != second
+
+
+def test_eight_characters_copied_from_gates_list_approve_the_gate(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    ref, _run_id = _blocked_gate(cli)
+    _blocked_gate(cli)
+    listed = cli("gates", "list")
+
+    approved = cli("gates", "approve", _short_column(listed.stdout, ref))
+
+    assert approved.exit_code == 0, approved.output
+    assert "Done: the email is handled." in approved.stdout
+
+
+def test_a_short_form_of_a_thread_continues_it(cli: Callable[..., Result]) -> None:
+    payload = _run(cli, "--model", f"scripted:{EXAMPLE_SCRIPT}", "What is 2 + 3?")
+    thread = str(payload["thread_id"])
+    _completed(cli)
+
+    again = _run(
+        cli, "--model", f"scripted:{EXAMPLE_SCRIPT}", "--thread", thread.rsplit("_", 1)[-1][:8], "x"
+    )
+
+    assert again["thread_id"] == thread

@@ -191,3 +191,29 @@ def test_runs_resume_continues_a_run_whose_process_died_before_it_ran(
     assert "'assistant'" in without_model.stderr
     assert resumed.exit_code == 0, resumed.output
     assert resumed.stdout.strip() == "Hello! I asked the add tool: 2 + 3 = 5."
+
+
+def test_runs_show_names_the_drift_a_resume_refused(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    blocked = cli("run", "--json", "--agent", "mailer", "email ana")
+    assert blocked.exit_code == 3, blocked.output
+    ref = gate_ref(blocked.stdout)
+    run_id = str(json.loads(blocked.stdout)["run_id"])
+    # The operator changes the agent's instructions while the run waits for its approval.
+    text = mailer_config.read_text(encoding="utf-8")
+    mailer_config.write_text(
+        text.replace('"You send emails."', '"You send emails to anyone."'), encoding="utf-8"
+    )
+
+    approved = cli("gates", "approve", ref)
+    shown = cli("runs", "show", run_id)
+    as_json = json.loads(cli("runs", "show", run_id, "--json").stdout)
+
+    assert approved.exit_code != 0
+    assert "resume_drift" in shown.stdout
+    assert "drift:   resume refused: the instructions changed" in shown.stdout
+    assert as_json["exit"]["kind"] == "resume_drift"
+    assert [(d["action"], d["instructions"]) for d in as_json["exit"]["drift"]] == [
+        ("refuse", True)
+    ]

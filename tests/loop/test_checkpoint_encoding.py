@@ -19,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.exits import ModelUsage
 from reverie.loop.state import (
+    DEFINITION_KEY,
     STATE_SCHEMA_ID,
     BudgetLedger,
     CheckpointEncoder,
@@ -34,7 +35,10 @@ from reverie.testing import ScriptedModel, call, reply
 
 
 def _standard(
-    state: LoopExecutionState, family_digest: str, host_state: dict[str, Any] | None = None
+    state: LoopExecutionState,
+    family_digest: str,
+    host_state: dict[str, Any] | None = None,
+    definition: dict[str, Any] | None = None,
 ) -> bytes:
     """The reference payload: the standard library's encoder over ``state_to_dict``."""
     return json.dumps(
@@ -42,6 +46,7 @@ def _standard(
             "schema_id": STATE_SCHEMA_ID,
             "family_digest": family_digest,
             "state": state_to_dict(state, host_state=host_state),
+            **({} if definition is None else {DEFINITION_KEY: definition}),
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -126,13 +131,19 @@ def test_the_encoding_property_draws_every_field_of_the_checkpointed_state(
 
 
 @settings(max_examples=300, deadline=None)
-@given(state=states, digest=texts, host=st.none() | slots)
+@given(state=states, digest=texts, host=st.none() | slots, definition=st.none() | slots)
 def test_the_checkpoint_payload_is_the_standard_encoding_of_the_state(
-    state: LoopExecutionState, digest: str, host: dict[str, Any] | None
+    state: LoopExecutionState,
+    digest: str,
+    host: dict[str, Any] | None,
+    definition: dict[str, Any] | None,
 ) -> None:
-    expected = _standard(state, digest, host)
-    assert CheckpointEncoder(digest).encode(state, host_state=host) == expected
-    assert encode_checkpoint(state, family_digest=digest, host_state=host) == expected
+    expected = _standard(state, digest, host, definition)
+    assert CheckpointEncoder(digest, definition).encode(state, host_state=host) == expected
+    assert (
+        encode_checkpoint(state, family_digest=digest, host_state=host, definition=definition)
+        == expected
+    )
 
 
 @settings(max_examples=100, deadline=None)
@@ -190,7 +201,7 @@ async def test_a_runs_checkpoints_are_the_standard_encoding_of_their_state() -> 
         data = json.loads(payload)
         state = state_from_dict(data["state"])
         host = data["state"]["slots"].get("host_state")
-        assert payload == _standard(state, data["family_digest"], host)
+        assert payload == _standard(state, data["family_digest"], host, data[DEFINITION_KEY])
 
 
 @settings(max_examples=100, deadline=None)

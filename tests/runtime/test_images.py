@@ -229,6 +229,14 @@ def test_an_image_needs_an_http_url_or_image_bytes() -> None:
         Image(data=png(), media_type="image/jpeg")
 
 
+def test_image_bytes_must_carry_the_signature_of_their_declared_media_type() -> None:
+    with pytest.raises(UsageError, match="do not start with the image/png signature"):
+        Image(data=b"these bytes are not a PNG", media_type="image/png")
+    with pytest.raises(UsageError, match="do not start with the image/webp signature"):
+        Image(data=b"RIFF\x00\x00\x00\x00WAVE", media_type="image/webp")
+    assert Image(data=png(), media_type="image/png").media_type == "image/png"
+
+
 async def test_a_message_part_that_is_not_text_or_an_image_is_a_usage_error() -> None:
     async with FakeOpenAIServer([]) as srv, Runtime.open(":memory:") as rt:
         with pytest.raises(UsageError, match=r"reverie\.Text or reverie\.Image"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from reverie import Agent, Runtime, Scope, tool
@@ -140,6 +142,37 @@ async def test_gate_arguments_redact_secret_looking_values() -> None:
         r = await rt.run(agent, "log in", scope=SCOPE)
         assert r.gate is not None
         assert r.gate.arguments == {"user": "ana", "password": "[redacted]"}
+
+
+async def test_secrets_inside_lists_are_masked_in_the_gate_and_the_call_runs_with_them() -> None:
+    received: list[Any] = []
+
+    @tool(effects={"write"}, needs_approval=True)
+    async def sync_accounts(accounts: list[dict[str, Any]], notes: list[Any]) -> str:
+        """Sync accounts."""
+        received.append((accounts, notes))
+        return "synced"
+
+    accounts = [{"name": "main", "password": "hunter2-main"}, {"name": "spare", "apiKey": "k-9"}]
+    notes = [["plain", {"db": {"secret": "s-1", "host": "h"}}]]
+    model = ScriptedModel([call("sync_accounts", accounts=accounts, notes=notes), reply("done")])
+    agent = Agent(name="syncer", model=model, tools=[sync_accounts])
+    shown = {
+        "accounts": [
+            {"name": "main", "password": "[redacted]"},
+            {"name": "spare", "apiKey": "[redacted]"},
+        ],
+        "notes": [["plain", {"db": {"secret": "[redacted]", "host": "h"}}]],
+    }
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "sync", scope=SCOPE)
+        assert r.gate is not None
+        assert r.gate.arguments == shown
+        [stored] = await rt.gates.list(scope=SCOPE)
+        assert stored.arguments == shown
+        done = await rt.approve(r.gate.ref)
+    assert done.status == "completed"
+    assert received == [(accounts, notes)]  # masking is for display: the call has its values
 
 
 async def test_unbound_family_aborts_approval_gates() -> None:

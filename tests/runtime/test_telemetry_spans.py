@@ -269,6 +269,23 @@ async def test_message_content_and_tool_arguments_are_on_spans_only_when_the_ope
     assert looked == {"key": "k", "api_key": "[redacted]"}
 
 
+async def test_opted_in_span_arguments_mask_secrets_inside_lists(traces: Traces) -> None:
+    @tool(effects={"read"})
+    def audit(accounts: list[dict[str, str]]) -> str:
+        """Audit accounts."""
+        return "ok"
+
+    accounts = [{"name": "main", "password": "hunter2-main"}]
+    model = ScriptedModel([call("audit", accounts=accounts), reply("audited")])
+    agent = Agent(name="auditor", model=model, tools=[audit])
+    async with Runtime.open(":memory:", tracer_provider=traces.provider, trace_content=True) as rt:
+        await rt.run(agent, "audit", scope=SCOPE)
+    span = traces.one("execute_tool audit")
+    shown = str(attr(span, "gen_ai.tool.call.arguments"))
+    assert "hunter2-main" not in shown
+    assert json.loads(shown) == {"accounts": [{"name": "main", "password": "[redacted]"}]}
+
+
 async def test_without_a_tracer_provider_no_span_is_made_and_the_ports_are_not_wrapped() -> None:
     # The API alone (no SDK provider registered globally) means nowhere for spans to go.
     assert Telemetry().tracer() is None

@@ -558,7 +558,10 @@ async def test_a_gated_call_whose_tool_changed_is_denied_after_approval() -> Non
     async with Runtime(store) as rt:
         r = await rt.run(Agent(name="a", model=model, tools=[deploy]), "ship", scope=SCOPE)
         assert r.gate is not None
-    async with Runtime(store, agents=[Agent(name="a", model=model, tools=[deploy_v2])]) as rt:
+    # The agent's drift policy lets the resume go on (by default it refuses): the gated call
+    # is still checked against the tool it was approved for.
+    later = Agent(name="a", model=model, tools=[deploy_v2], on_drift="continue")
+    async with Runtime(store, agents=[later]) as rt:
         done = await rt.approve(r.gate.ref)
         assert ran == []
         assert done.status == "completed"
@@ -582,7 +585,7 @@ async def test_a_gated_call_whose_tool_disappeared_is_denied_after_approval() ->
     async with Runtime(store) as rt:
         r = await rt.run(Agent(name="a", model=model, tools=[deploy]), "ship", scope=SCOPE)
         assert r.gate is not None
-    later = Agent(name="a", model=model, tools=[secret_admin_tool])
+    later = Agent(name="a", model=model, tools=[secret_admin_tool], on_drift="continue")
     async with Runtime(store, agents=[later]) as rt:
         done = await rt.approve(r.gate.ref)
         assert done.status == "completed"

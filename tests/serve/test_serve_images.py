@@ -138,3 +138,28 @@ async def test_a_responses_input_image_reaches_the_model_as_an_image_part() -> N
     assert response.status_code == 200, response.text
     [user] = [m for m in fake.requests[0]["messages"] if m["role"] == "user"]
     assert user["content"][1] == {"type": "image_url", "image_url": {"url": _data_url(image)}}
+
+
+async def test_an_image_whose_bytes_are_not_its_media_type_is_400_and_starts_no_run() -> None:
+    broken = _data_url(b"these bytes are not a PNG at all")  # says data:image/png
+    jpeg_as_png = _data_url(b"\xff\xd8\xff\xe0" + b"\x00" * 32)
+    chat_body = {
+        "model": "eyes",
+        "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": broken}}]}
+        ],
+    }
+    responses_body = {
+        "model": "eyes",
+        "input": [{"role": "user", "content": [{"type": "input_image", "image_url": jpeg_as_png}]}],
+    }
+    async with FakeOpenAIServer(["never"]) as fake, serving(_agent(fake)) as srv:
+        chat = await srv.ana.post("/v1/chat/completions", json=chat_body)
+        responses = await srv.ana.post("/v1/responses", json=responses_body)
+        runs = await srv.rt.runs.list(limit=10)
+    for response in (chat, responses):
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == "invalid_image"
+    assert "image/png" in chat.json()["error"]["message"]
+    assert "image/jpeg bytes" in responses.json()["error"]["message"]
+    assert runs == [] and fake.requests == []  # refused at the door: no run, no model call

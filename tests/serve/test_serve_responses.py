@@ -118,6 +118,31 @@ async def test_only_the_latest_response_of_a_conversation_can_be_continued() -> 
     assert caught.value.response.headers["x-should-retry"] == "false"
 
 
+async def test_a_retried_continuation_with_its_idempotency_key_gets_the_same_response() -> None:
+    agent, model = calculator([], reply("one"), reply("two"), reply("never"))
+    key = {"Idempotency-Key": "continue-1"}
+    async with serving(agent) as srv, srv.openai() as client:
+        first = await client.responses.create(model="calc", input="a")
+        second = await client.responses.create(
+            model="calc", input="b", previous_response_id=first.id, extra_headers=key
+        )
+        retried = await client.responses.create(
+            model="calc", input="b", previous_response_id=first.id, extra_headers=key
+        )
+        other = await srv.ana.post(
+            "/v1/responses",
+            json={"model": "calc", "input": "c", "previous_response_id": first.id},
+            headers={"Idempotency-Key": "continue-2"},
+        )
+        runs = (await srv.ana.get("/v1/runs")).json()["data"]
+
+    assert retried.id == second.id and retried.output_text == "two"
+    assert len(model.requests) == 2 and len(runs) == 2  # the retry ran nothing
+    # Another key is another continuation of a superseded response: still refused.
+    assert other.status_code == 409
+    assert error_of(other)["code"] == "previous_response_superseded"
+
+
 async def test_another_owners_previous_response_id_is_404_as_a_missing_one() -> None:
     agent, _ = calculator([], reply("mine"))
     async with serving(agent) as srv, srv.openai() as ana:

@@ -163,6 +163,34 @@ async def test_a_gate_is_listed_and_approved_over_http_and_the_run_completes() -
     assert [g["status"] for g in resolved] == ["approved"]
 
 
+async def test_the_run_of_an_approve_or_deny_answer_has_the_one_shape_of_a_run() -> None:
+    log: list[str] = []
+    release = asyncio.Event()
+    script = [
+        call("send_email", to="bob@x", body="hi"),
+        call("send_email", to="eve@x", body="hi"),
+        reply("done"),
+    ]
+    async with serving(mailer(log, *script, release=release)) as srv:
+        started = (await srv.ana.post("/v1/runs", json={"agent": "mailer", "input": "mail"})).json()
+        run_id = started["run_id"]
+        await run_events(srv.ana, run_id)
+        [first] = (await srv.ana.get("/v1/gates")).json()["data"]
+        approved = (await srv.ana.post(f"/v1/gates/{first['ref']}/approve")).json()
+        shown = (await srv.ana.get(f"/v1/runs/{run_id}")).json()
+        release.set()
+        await run_events(srv.ana, run_id)
+        [second] = (await srv.ana.get("/v1/gates")).json()["data"]
+        denied = (await srv.ana.post(f"/v1/gates/{second['ref']}/deny", json={})).json()
+        await run_events(srv.ana, run_id)
+        final = (await srv.ana.get(f"/v1/runs/{run_id}")).json()
+    assert set(approved["run"]) == set(shown) == set(denied["run"]) == set(final)
+    assert {"text", "output", "exit", "usage", "gate"} <= set(approved["run"])
+    assert approved["run"]["run_id"] == run_id and approved["run"]["status"] == "running"
+    assert approved["run"]["text"] is None and approved["run"]["gate"] is None
+    assert final["status"] == "completed" and final["text"] == "done"
+
+
 async def test_a_gate_denied_over_http_tells_the_model_and_the_run_goes_on() -> None:
     log: list[str] = []
     agent = mailer(log)

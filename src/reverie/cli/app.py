@@ -25,6 +25,7 @@ import typer
 
 from reverie.cli import gates, memory, restore_interrupts, runs
 from reverie.cli.chat import chat_command
+from reverie.cli.common import ConfigOption, StoreOption
 from reverie.cli.doctor import doctor_command
 from reverie.cli.mcp_memory import mcp_memory_command
 from reverie.cli.run import run_command
@@ -70,12 +71,16 @@ def _root(
             "--version", callback=_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
 ) -> None:
     """A durable runtime for tool-using LLM agents.
 
-    Configuration: $REVERIE_HOME/reverie.toml (REVERIE_HOME defaults to ~/.reverie).
-    Exit codes: 0 completed/ok, 1 failed, 2 configuration or usage problem, 3 blocked on a
-    gate, 130 cancelled; 4 serve cannot listen (its port is in use).
+    Configuration: $REVERIE_HOME/reverie.toml (REVERIE_HOME defaults to ~/.reverie), or
+    --config; --config and --store work before the command too (reverie --config x.toml runs
+    list). Exit codes: 0 completed/ok, 1 failed, 2 configuration or usage problem, 3 blocked
+    on a gate, 4 serve cannot listen (its port is in use), 75 the thread is busy (another run
+    of it is running or blocked: try again later), 130 cancelled.
     """
     restore_interrupts()
 

@@ -45,6 +45,7 @@ from reverie.cli.common import (
     err_console,
     load,
     open_session,
+    replay_flags,
     reported_errors,
     require_credentials,
 )
@@ -156,8 +157,18 @@ class _Chat:
         agent: Agent,
         scope: Scope,
         thread_id: str | None,
+        flags: str = "",
+        store_flags: str = "",
+        gate_flags: str = "",
     ) -> None:
         self.runner = runner
+        self.flags = flags
+        """The options ``reverie chat --thread`` repeats (:func:`replay_flags`), so the printed
+        command works when pasted."""
+        self.store_flags = store_flags
+        """The ``--config``/``--store`` the printed ``reverie gates list`` repeats."""
+        self.gate_flags = gate_flags
+        """What the printed ``reverie gates approve|deny`` repeat (``--model`` too)."""
         self.rt: Runtime = session.rt
         self.agent = agent
         self.scope = scope
@@ -246,8 +257,8 @@ class _Chat:
             self.out.line("[dim]no thread yet: the next message starts one[/]")
         else:
             self.out.line(
-                f"[dim]thread {escape(self.thread_id)} · continue it later with: reverie chat "
-                f"--thread {escape(self.thread_id)}[/]"
+                f"[dim]thread {escape(self.thread_id)} · continue it later with: reverie chat"
+                f"{escape(self.flags)} --thread {escape(self.thread_id)}[/]"
             )
 
     def _turn(self, text: str) -> None:
@@ -269,7 +280,8 @@ class _Chat:
                 self.out.at_line_start = False
                 self.out.line(
                     f"[yellow]gate {escape(gate.ref)} left pending[/] — later: reverie gates "
-                    f"approve {escape(gate.ref)} (or deny {escape(gate.ref)} --reason …)"
+                    f"approve{escape(self.gate_flags)} {escape(gate.ref)} (or deny "
+                    f"{escape(gate.ref)} --reason …)"
                 )
                 return
             except KeyboardInterrupt:
@@ -398,7 +410,7 @@ class _Chat:
 
     async def _arguments(self, thread_id: str, call_id: str) -> Mapping[str, Any] | None:
         """A call's arguments (secret-looking values redacted), from the stored transcript."""
-        from reverie.runtime.host import sanitise_arguments
+        from reverie.core.redact import mask_secrets
 
         if call_id not in self._calls:
             with contextlib.suppress(ReverieError):  # display only: never fail a turn over it
@@ -406,7 +418,7 @@ class _Chat:
                     for call in item.tool_calls:
                         self._calls[call.id] = call.arguments
         arguments = self._calls.get(call_id)
-        return sanitise_arguments(arguments) if arguments is not None else None
+        return mask_secrets(dict(arguments)) if arguments is not None else None
 
     def _report(self, result: RunResult) -> None:
         """How a turn ended, once its events were shown."""
@@ -427,7 +439,10 @@ class _Chat:
         elif result.status == "cancelled":
             self.out.line("[magenta]run cancelled[/]")
         else:  # blocked without a gate: not expected
-            self.out.line(f"[yellow]run {escape(result.run_id)} blocked[/]: reverie gates list")
+            self.out.line(
+                f"[yellow]run {escape(result.run_id)} blocked[/]: reverie gates list"
+                f"{escape(self.store_flags)}"
+            )
 
 
 def _question(gate: Gate) -> str:
@@ -461,7 +476,7 @@ def chat_command(
     cancels the running turn (the run ends cancelled) and keeps the chat; at the prompt it
     quits. Exit code: 0, or 2 for a configuration or usage problem.
     """
-    with observed(log_level, log_format), reported_errors():
+    with observed(log_level, log_format, shows_failures=True), reported_errors():
         code = _chat(
             agent=agent,
             model=model,
@@ -500,7 +515,18 @@ def _chat(
             )
         )
         try:
-            chat = _Chat(runner, session, session.agent(chosen.name), scope, thread)
+            chat = _Chat(
+                runner,
+                session,
+                session.agent(chosen.name),
+                scope,
+                thread,
+                flags=replay_flags(
+                    config, store, model=model, agent=agent, tenant=scope_tenant, user=scope_user
+                ),
+                store_flags=replay_flags(config, store),
+                gate_flags=replay_flags(config, store, model=model),
+            )
             runner.run(chat.check_thread())
             _line_editing()
             return chat.repl()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import getpass
 import os
+import shlex
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from enum import IntEnum
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from reverie.core.scope import DEFAULT_TENANT, default_user
 from reverie.errors import (
     ConfigError,
     GateResolvedError,
@@ -58,6 +59,7 @@ __all__ = [
     "load",
     "open_session",
     "out_console",
+    "replay_flags",
     "reported_errors",
     "require_credentials",
     "unknown_agent",
@@ -93,13 +95,27 @@ class ExitCode(IntEnum):
     """The run was cancelled (also Ctrl-C), as shells report SIGINT."""
 
 
+def _or_before_the_command(
+    ctx: typer.Context, param: typer.CallbackParam, value: str | None
+) -> str | None:
+    """A command's ``--config``/``--store``, else the one given before the command
+    (``reverie --config x.toml runs list``): the root's value of the same name."""
+    root = ctx.find_root()
+    if value is not None or root is ctx or param.name is None:
+        return value
+    given = root.params.get(param.name)
+    return given if isinstance(given, str) else None
+
+
 ConfigOption = Annotated[
     str | None,
     typer.Option(
         "--config",
         "-c",
-        help="Configuration file (default: $REVERIE_HOME/reverie.toml).",
+        help="Configuration file (default: ./reverie.toml if there is one, else "
+        "$REVERIE_HOME/reverie.toml).",
         show_default=False,
+        callback=_or_before_the_command,
     ),
 ]
 StoreOption = Annotated[
@@ -109,6 +125,7 @@ StoreOption = Annotated[
         help="Store URL, e.g. sqlite:///path.db (default: store.url of the config, else "
         "sqlite:///$REVERIE_HOME/reverie.db).",
         show_default=False,
+        callback=_or_before_the_command,
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
@@ -147,11 +164,33 @@ UserOption = Annotated[
 ]
 
 
-def default_user() -> str:
-    """``$USER`` (or the login name), else ``local``."""
-    with contextlib.suppress(Exception):
-        return os.environ.get("USER") or getpass.getuser() or "local"
-    return "local"
+def replay_flags(
+    config: str | None,
+    store: str | None,
+    *,
+    model: str | None = None,
+    agent: str | None = None,
+    tenant: str | None = None,
+    user: str | None = None,
+) -> str:
+    """The options this command was given that a command it prints needs, as
+    `` --agent A --model SPEC --config PATH --store URL`` (the config path made absolute, the
+    scope only when it is not the default), so a printed command works when pasted. Empty
+    without any."""
+    words: list[str] = []
+    if agent is not None:
+        words += ["--agent", agent]
+    if model is not None:
+        words += ["--model", model]
+    if config is not None:
+        words += ["--config", os.path.abspath(os.path.expanduser(config))]
+    if store is not None:
+        words += ["--store", store]
+    if tenant is not None and tenant != DEFAULT_TENANT:
+        words += ["--tenant", tenant]
+    if user is not None:
+        words += ["--user", user]
+    return "".join(" " + shlex.quote(word) for word in words)
 
 
 def out_console() -> Console:
@@ -203,9 +242,13 @@ def require_credentials(agents: Iterable[Agent]) -> None:
 
 
 def load(path: str | None) -> ReverieConfig:
-    """Load the configuration (errors become exit code 2 via :func:`execute`)."""
-    from reverie.config import load_config
+    """Load the configuration: ``path`` (``--config``), else ``./reverie.toml`` when the
+    current directory has one (a project folder such as ``examples/project``), else
+    ``$REVERIE_HOME/reverie.toml``. Errors become exit code 2 via :func:`execute`."""
+    from reverie.config import CONFIG_FILE_NAME, load_config
 
+    if path is None and os.path.isfile(CONFIG_FILE_NAME):
+        path = os.path.abspath(CONFIG_FILE_NAME)
     return load_config(path)
 
 

@@ -28,6 +28,7 @@ from reverie.cli.common import (
     StoreOption,
     err_console,
     execute,
+    load,
     out_console,
 )
 from reverie.cli.render import print_json
@@ -235,10 +236,8 @@ def doctor_command(
     """
 
     async def main() -> int:
-        from reverie.config import load_config
-
         try:
-            cfg = load_config(config)
+            cfg = load(config)
         except ConfigError as exc:
             _report([Check(name="config", status="fail", detail=str(exc))], as_json=as_json)
             err_console().print(f"error: {exc}", markup=False)

@@ -23,6 +23,7 @@ from reverie.cli.common import (
     execute,
     load,
     open_session,
+    replay_flags,
     unknown_agent,
 )
 from reverie.cli.ids import resolve_gate_ref
@@ -120,7 +121,8 @@ def _resolve(
                 err_console().print(
                     f"gate {gate.ref} {decision}; run {run.run_id} resumed", markup=False
                 )
-            return show_result(result, as_json=as_json)
+            flags = replay_flags(config, store, model=model)
+            return show_result(result, as_json=as_json, flags=flags)
 
     execute(main)
 

@@ -1,12 +1,19 @@
-"""Ids as people type them: a whole run id, gate ref or thread id, or any unique prefix of one.
+"""Ids as people type them: a whole run id, gate ref or thread id, its short form, or any
+unique prefix or suffix of one.
+
+Ids start with their creation time (``run_01a24200f058_3eac832d981c02cb``), so ids made the
+same day share a long prefix. The part after the last ``_`` is random: its first
+:data:`SHORT_LENGTH` characters are the id's *short form* (:func:`short_id`, ``3eac832d``),
+which ``runs list`` and ``gates list`` show in their ``ID`` column.
 
 Every command that takes one resolves it here, once, before it acts:
 
 * a whole id is used as it is (when it is in the scope);
-* otherwise the ids that start with the text are looked up, with or without the kind's
-  ``run_``/``gate_``/``thr_`` prefix (threads: those of the scope's runs): one match is used,
-  none is :class:`~reverie.errors.NotFoundError`, several are :class:`AmbiguousIdError`
-  listing them (both exit 2).
+* otherwise the ids the text names are looked up (threads: those of the scope's runs): those
+  that start with it, with or without the kind's ``run_``/``gate_``/``thr_`` prefix, those
+  whose random part starts with it (the short form), and those that end with it. One match
+  is used, none is :class:`~reverie.errors.NotFoundError`, several are
+  :class:`AmbiguousIdError` listing them (both exit 2).
 
 The lookup is limited to a scope when one is given: ``run`` and ``chat`` look threads up in
 their ``--tenant``/``--user`` scope; the ``runs`` and ``gates`` commands pass ``None``, because
@@ -30,7 +37,11 @@ __all__ = [
     "resolve_gate_ref",
     "resolve_run_id",
     "resolve_thread_id",
+    "short_id",
 ]
+
+SHORT_LENGTH: Final = 8
+"""How many characters of an id's random part its short form keeps."""
 
 SCAN_LIMIT: Final = 10_000
 """How many of the newest runs a prefix is matched against (a whole id always works)."""
@@ -59,9 +70,24 @@ def _in_scope(record_scope: Scope, scope: Scope | None) -> bool:
     return scope is None or (record_scope.tenant, record_scope.user) == (scope.tenant, scope.user)
 
 
+def short_id(full: str) -> str:
+    """The short form of an id: the first characters of its random part (after the last
+    ``_``), e.g. ``3eac832d`` for ``run_01a24200f058_3eac832d981c02cb``."""
+    return full.rsplit("_", 1)[-1][:SHORT_LENGTH]
+
+
+def _names(full: str, text: str, kind_prefix: str) -> bool:
+    """Whether ``text`` names the id ``full``: a prefix (with or without the kind's prefix), a
+    prefix of its random part (the short form), or a suffix."""
+    return (
+        full.startswith((text, kind_prefix + text))
+        or full.rsplit("_", 1)[-1].startswith(text)
+        or full.endswith(text)
+    )
+
+
 def _matching(ids: Sequence[str], text: str, kind_prefix: str) -> list[str]:
-    wanted = (text, kind_prefix + text)
-    return [one for one in ids if one.startswith(wanted)]
+    return [one for one in ids if _names(one, text, kind_prefix)]
 
 
 def _scope_note(scope: Scope | None) -> str:
@@ -69,7 +95,8 @@ def _scope_note(scope: Scope | None) -> str:
 
 
 async def resolve_run_id(runs: Runs, text: str, *, scope: Scope | None = None) -> str:
-    """The run id ``text`` names: the whole id, or the one run whose id starts with it.
+    """The run id ``text`` names: the whole id, or the one run it is a prefix, short form or
+    suffix of.
 
     Raises:
         NotFoundError: No run of ``scope`` (any scope when ``None``) matches.
@@ -87,7 +114,8 @@ async def resolve_run_id(runs: Runs, text: str, *, scope: Scope | None = None) -
 
 
 async def resolve_gate_ref(gates: Gates, text: str, *, scope: Scope | None = None) -> str:
-    """The gate ref ``text`` names: the whole ref, or the one gate whose ref starts with it.
+    """The gate ref ``text`` names: the whole ref, or the one gate it is a prefix, short form
+    or suffix of.
 
     Raises:
         NotFoundError: No gate of ``scope`` (any scope when ``None``) matches.
@@ -113,7 +141,7 @@ async def _resolve(
     exact: Callable[[str], Awaitable[tuple[str, Scope]]],
     every: Callable[[], Awaitable[list[str]]],
 ) -> str:
-    """One id lookup: the whole id first, then the unique id ``text`` is a prefix of."""
+    """One id lookup: the whole id first, then the unique id ``text`` names."""
     text = text.strip()
     if not text:
         raise UsageError(f"a {what} id is empty")
@@ -133,8 +161,8 @@ async def _resolve(
 
 
 async def resolve_thread_id(runs: Runs, text: str, *, scope: Scope | None = None) -> str:
-    """The thread id ``text`` names: the whole id, or the one thread of the scope's runs whose
-    id starts with it.
+    """The thread id ``text`` names: the whole id, or the one thread of the scope's runs it is
+    a prefix, short form or suffix of.
 
     Raises:
         NotFoundError: No thread of ``scope`` (any scope when ``None``) matches.

@@ -112,6 +112,7 @@ def _bearer(token: str) -> Callable[[ASGIApp], ASGIApp]:
 def _store_url(store: str | None, config: str | None) -> str:
     if store:
         return store
-    from reverie.config import load_config, store_url
+    from reverie.cli.common import load
+    from reverie.config import store_url
 
-    return store_url(load_config(config))
+    return store_url(load(config))

@@ -46,6 +46,7 @@ from reverie.cli.common import (
     load,
     open_session,
     out_console,
+    replay_flags,
 )
 from reverie.cli.render import _iso, _short, _status, _time, print_json
 from reverie.core.scope import Scope
@@ -172,7 +173,8 @@ def edit(
                 _discard(draft)
                 out_console().print(f"{path}: no changes (version {doc.version})", markup=False)
                 return ExitCode.OK
-            return await _save(session, scope, path, text, doc.version, draft)
+            again = replay_flags(config, store, tenant=tenant, user=user)
+            return await _save(session, scope, path, text, doc.version, draft, again)
 
     execute(main)
 
@@ -190,7 +192,7 @@ def _draft(path: str, text: str) -> Path:
 
 
 async def _save(
-    session: Session, scope: Scope, path: str, text: str, version: int, draft: Path
+    session: Session, scope: Scope, path: str, text: str, version: int, draft: Path, again: str
 ) -> int:
     try:
         saved = await session.rt.memory.write(scope, path, text, expected_version=version)
@@ -199,8 +201,8 @@ async def _save(
         err_console().print(
             f"[bold red]error:[/] {escape(path)} changed while you were editing it (you started "
             f"from version {version}; it is now at version {now}). Your edit was NOT saved; it "
-            f"is kept in {escape(str(draft))}. Run `reverie memory edit {escape(path)}` again "
-            "and merge it."
+            f"is kept in {escape(str(draft))}. Run `reverie memory edit{escape(again)} "
+            f"{escape(path)}` again and merge it."
         )
         return ExitCode.FAILED
     _discard(draft)

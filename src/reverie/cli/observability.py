@@ -176,15 +176,28 @@ def configure_tracing(environ: dict[str, str] | None = None) -> Any:
     return provider
 
 
+def _not_a_model_failure(record: logging.LogRecord) -> bool:
+    from reverie.runtime.telemetry import MODEL_FAILURE_LOG
+
+    return record.msg != MODEL_FAILURE_LOG
+
+
 @contextlib.contextmanager
-def observed(level: str | None, fmt: str, *, default: str = "warning") -> Iterator[None]:
+def observed(
+    level: str | None, fmt: str, *, default: str = "warning", shows_failures: bool = False
+) -> Iterator[None]:
     """Logging (and OTLP tracing when configured) for the command run inside the block.
 
-    Spans still buffered when the block ends are flushed to the collector.
+    Spans still buffered when the block ends are flushed to the collector. A command that
+    ``shows_failures`` (``run``, ``chat``: they print how each run ended) leaves out the
+    "model call failed" warning at the default level, so a failure (a rejected key, say) is
+    printed once; ``--log-level`` set explicitly keeps it.
     """
     logger = logging.getLogger("reverie")
     before = (logger.level, logger.propagate)
     handler = configure_logging(level, fmt, default=default)
+    if shows_failures and level is None:
+        handler.addFilter(_not_a_model_failure)
     provider = configure_tracing()
     try:
         yield

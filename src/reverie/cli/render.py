@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from reverie.cli.common import ExitCode, err_console, out_console
+from reverie.cli.ids import short_id
 from reverie.core.exits import exit_to_dict
 from reverie.core.timestamps import iso_utc
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from reverie.store.base import GateRecord, RunRecord, TranscriptItem
 
 __all__ = [
+    "agent_shown",
     "exit_code_for",
     "gate_payload",
     "print_json",
@@ -114,12 +116,16 @@ def result_payload(result: RunResult) -> dict[str, Any]:
     }
 
 
-def show_result(result: RunResult, *, as_json: bool, streamed: bool = False) -> ExitCode:
+def show_result(
+    result: RunResult, *, as_json: bool, streamed: bool = False, flags: str = ""
+) -> ExitCode:
     """Print a run's outcome and return the exit code it maps to.
 
     Completed: the reply on stdout (unless ``streamed`` already wrote it), a one-line summary
     on stderr (so ``$(reverie run …)`` is just the reply). Blocked: the gate and the commands
-    that resolve it. Failed or cancelled: the reason on stderr.
+    that resolve it, with ``flags`` (:func:`~reverie.cli.common.replay_flags`: the
+    ``--config``/``--store`` this command was given, so they work when pasted). Failed or
+    cancelled: the reason on stderr.
     """
     code = exit_code_for(result)
     if as_json:
@@ -147,8 +153,14 @@ def show_result(result: RunResult, *, as_json: bool, streamed: bool = False) -> 
             f"(gate [bold]{escape(gate.ref)}[/], run {escape(result.run_id)})."
         )
         out.print(f"  arguments: {escape(_args(gate.arguments))}")
-        out.print(f"  approve:   reverie gates approve {escape(gate.ref)}")
-        out.print(f'  deny:      reverie gates deny {escape(gate.ref)} --reason "..."')
+        # Never wrapped: a command cut in two does not work when pasted.
+        out.print(
+            f"  approve:   reverie gates approve{escape(flags)} {escape(gate.ref)}", soft_wrap=True
+        )
+        out.print(
+            f'  deny:      reverie gates deny{escape(flags)} {escape(gate.ref)} --reason "..."',
+            soft_wrap=True,
+        )
     elif result.status == "failed":
         data = exit_to_dict(result.exit)
         err.print(
@@ -164,13 +176,23 @@ def show_result(result: RunResult, *, as_json: bool, streamed: bool = False) -> 
 
 
 # ---------------------------------------------------------------------------------- runs
+def agent_shown(run: RunRecord) -> str:
+    """The agent a person knows the run by: the served agent of an unbound turn (a chat
+    completion of ``reverie serve``; its record's own name is the ephemeral ``unbound:…``),
+    else the run's agent, as the HTTP API's run views show it."""
+    from reverie.runtime.unbound import SERVED_AGENT_META  # the runtime loads on first use
+
+    served = run.meta.get(SERVED_AGENT_META)
+    return served if isinstance(served, str) and served else run.agent_name
+
+
 def run_payload(run: RunRecord) -> dict[str, Any]:
     """A run row as JSON."""
     return {
         "run_id": run.run_id,
         "thread_id": run.thread_id,
         "status": run.status,
-        "agent": run.agent_name,
+        "agent": agent_shown(run),
         "tenant": run.scope.tenant,
         "user": run.scope.user,
         "profile": run.profile,
@@ -179,6 +201,19 @@ def run_payload(run: RunRecord) -> dict[str, Any]:
         "exit": dict(run.exit) if run.exit is not None else None,
         "parent_run_id": run.meta.get("parent_run_id"),
     }
+
+
+def _drifts(run: RunRecord) -> list[str]:
+    """What the run's resumes found changed in its agent, one line each (docs/durability.md)."""
+    recorded = dict(run.exit or {}).get("drift")
+    if not isinstance(recorded, list):
+        return []
+    return [
+        f"{'resume refused' if d.get('action') != 'continue' else 'resumed anyway'}: "
+        f"{d.get('summary', '')}"
+        for d in recorded
+        if isinstance(d, Mapping)
+    ]
 
 
 def _exit_summary(run: RunRecord) -> str:
@@ -252,12 +287,13 @@ def show_runs(runs: Sequence[RunRecord]) -> None:
         out.print("No runs.")
         return
     columns = [
+        _Column("ID", [short_id(r.run_id) for r in runs]),
         # A child run (a subagent call started it) is marked, to be found under its parent.
         _Column(
             "RUN", [("↳ " if "parent_run_id" in r.meta else "") + escape(r.run_id) for r in runs]
         ),
         _Column("STATUS", [_status(r.status) for r in runs]),
-        _Column("AGENT", [escape(r.agent_name) for r in runs], drop=2),
+        _Column("AGENT", [escape(agent_shown(r)) for r in runs], drop=2),
         _Column("SCOPE", [escape(f"{r.scope.tenant}/{r.scope.user}") for r in runs], drop=0),
         _Column("UPDATED", [_time(r.updated_at or r.created_at) for r in runs], drop=1),
         _Column("EXIT", [escape(_short(_exit_summary(r), 60)) for r in runs], drop=3, wrap=True),
@@ -286,8 +322,10 @@ def show_run(
     *,
     as_json: bool,
     tree: RunNode | None = None,
+    flags: str = "",
 ) -> None:
-    """A run's status, exit, usage, subagent runs (``tree``) and transcript."""
+    """A run's status, exit, usage, subagent runs (``tree``) and transcript; the approve
+    command of a pending gate repeats ``flags`` (:func:`~reverie.cli.common.replay_flags`)."""
     from reverie.cli.run_tree import parent_call, tree_lines, tree_payload
 
     if as_json:
@@ -301,7 +339,7 @@ def show_run(
     out = out_console()
     out.print(f"[bold]Run[/] {escape(run.run_id)}")
     out.print(f"  status:  {_status(run.status)}")
-    out.print(f"  agent:   {escape(run.agent_name)}")
+    out.print(f"  agent:   {escape(agent_shown(run))}")
     out.print(f"  scope:   {escape(run.scope.tenant)}/{escape(run.scope.user)}")
     out.print(f"  thread:  {escape(run.thread_id)}")
     link = parent_call(run)
@@ -310,6 +348,8 @@ def show_run(
     out.print(f"  created: {_time(run.created_at)}   updated: {_time(run.updated_at)}")
     if run.exit is not None:
         out.print(f"  exit:    {escape(_exit_summary(run))}")
+        for drift in _drifts(run):
+            out.print(f"  drift:   {escape(drift)}")
         usage = dict(run.exit).get("usage")
         if isinstance(usage, Mapping):
             out.print(
@@ -321,7 +361,8 @@ def show_run(
     if gate is not None and gate.status == "pending":
         out.print(
             f"  gate:    {escape(gate.ref)} ({escape(gate.tool)} {escape(_args(gate.arguments))})"
-            f" — reverie gates approve {escape(gate.ref)}"
+            f" — reverie gates approve{escape(flags)} {escape(gate.ref)}",
+            soft_wrap=True,
         )
     if tree is not None and tree.children:
         out.print()
@@ -384,6 +425,7 @@ def show_gates(gates: Sequence[GateRecord]) -> None:
         out.print("No gates.")
         return
     columns = [
+        _Column("ID", [short_id(g.ref) for g in gates]),
         _Column("GATE", [escape(g.ref) for g in gates]),
         _Column("STATUS", [_status(g.status) for g in gates]),
         _Column("TOOL", [escape(g.tool) for g in gates], drop=4),

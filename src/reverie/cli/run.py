@@ -29,6 +29,7 @@ from reverie.cli.common import (
     fail,
     load,
     open_session,
+    replay_flags,
     require_credentials,
 )
 from reverie.cli.ids import resolve_thread_id
@@ -174,7 +175,8 @@ def run_command(
                 thread_policy=thread_policy,
             )
             result = await wait_for(session, handle, stream=stream)
-            return show_result(result, as_json=as_json, streamed=stream)
+            flags = replay_flags(config, store, model=model)
+            return show_result(result, as_json=as_json, streamed=stream, flags=flags)
 
-    with observed(log_level, log_format, default="warning"):
+    with observed(log_level, log_format, default="warning", shows_failures=True):
         execute(main)

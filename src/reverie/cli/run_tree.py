@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
+from reverie.cli.render import agent_shown
+
 if TYPE_CHECKING:
     from reverie.runtime.queries import Runs
     from reverie.store.base import RunRecord
@@ -46,7 +48,7 @@ def tree_payload(node: RunNode) -> list[dict[str, Any]]:
         {
             "run_id": c.run.run_id,
             "status": c.run.status,
-            "agent": c.run.agent_name,
+            "agent": agent_shown(c.run),
             "parent_call": c.run.meta.get("parent_call"),
             "children": tree_payload(c),
         }
@@ -58,7 +60,8 @@ def tree_lines(node: RunNode, status: Any, *, indent: int = 1) -> list[str]:
     """Rich-markup lines: the run, then each child indented under its parent."""
     pad = "  " * indent
     lines = [
-        f"{pad}{escape(node.run.run_id)}  {status(node.run.status)}  {escape(node.run.agent_name)}"
+        f"{pad}{escape(node.run.run_id)}  {status(node.run.status)}  "
+        f"{escape(agent_shown(node.run))}"
     ]
     for child in node.children:
         lines += tree_lines(child, status, indent=indent + 1)

@@ -18,6 +18,7 @@ from reverie.cli.common import (
     load,
     open_session,
     out_console,
+    replay_flags,
     unknown_agent,
 )
 from reverie.cli.ids import resolve_run_id
@@ -130,7 +131,7 @@ def show(
             from reverie.cli.run_tree import load_tree
 
             tree = await load_tree(runs, run)
-        show_run(run, items, gate, as_json=as_json, tree=tree)
+        show_run(run, items, gate, as_json=as_json, tree=tree, flags=replay_flags(config, store))
         return ExitCode.OK
 
     execute(main)
@@ -162,14 +163,19 @@ def resume(
                     err_console().print(
                         f"run {run.run_id} has already ended ({run.status})", markup=False
                     )
-                return show_result(await session.rt.get_result(run.run_id), as_json=as_json)
+                return show_result(
+                    await session.rt.get_result(run.run_id),
+                    as_json=as_json,
+                    flags=replay_flags(config, store, model=model),
+                )
             for agent in agents_with_model(cfg, run.agent_name, model):
                 await session.add_agent(agent)
             try:
                 result = await session.rt.resume(run.run_id)
             except UnknownAgentError as exc:
                 unknown_agent(exc, cfg)
-            return show_result(result, as_json=as_json)
+            flags = replay_flags(config, store, model=model)
+            return show_result(result, as_json=as_json, flags=flags)
 
     execute(main)
 

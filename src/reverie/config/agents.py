@@ -98,6 +98,7 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
                     tools=tools,
                     limits=section.limits.to_limits(),
                     on_limit=section.on_limit,
+                    on_drift=section.on_drift,
                     output_type=output_type,
                     compaction=_compaction(config, f"{key}.compaction", section.compaction),
                 )

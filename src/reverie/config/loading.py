@@ -108,7 +108,7 @@ def _check(config: ReverieConfig) -> None:
             raise config_error(
                 source,
                 dotted(["agents", name, "limits", "max_usd"]),
-                f"no price is known for model {unpriced[0]!r}, so spend cannot be counted",
+                f"no price is known for model '{unpriced[0]}', so spend cannot be counted",
                 f'add [prices."{unpriced[0]}"] with input_per_mtok and output_per_mtok, '
                 "or remove max_usd",
             )

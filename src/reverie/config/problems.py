@@ -6,6 +6,7 @@ leak into a log.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Final
@@ -72,6 +73,7 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.max_response_bytes": "set an integer of at least 1 (default 4194304)",
     "agents.*.limits.max_image_bytes": "set a non-negative integer (default 5242880)",
     "agents.*.on_limit": 'set on_limit = "finalize" or on_limit = "fail"',
+    "agents.*.on_drift": 'set on_drift = "refuse" or on_drift = "continue"',
     "agents.*.output_type": 'set output_type = "package.module:attribute" (a model class)',
     "agents.*.compaction": "write compaction = { trigger_tokens = 100000, keep_last_turns = 4 }",
     "agents.*.compaction.enabled": "set enabled = true or enabled = false",
@@ -155,12 +157,18 @@ def problem_of(err: ErrorDetails) -> str:
     if err["type"] == "extra_forbidden":
         return "unknown key"
     msg = str(err["msg"])
+    # pydantic puts "Value error, " before what a validator raised: the reader wants the what.
+    for noise in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(noise)
     return msg[:1].lower() + msg[1:]
 
 
 def from_validation(source: str, exc: ValidationError) -> ConfigError:
-    # The first problem only: one precise message beats a wall of them. No input values.
-    err = exc.errors(include_url=False, include_input=False)[0]
+    # The first problem only: one precise message beats a wall of them. No input values. An
+    # unknown key comes first: a misspelt key (``modle``) also makes the real one "missing",
+    # and the reader must learn which line to fix.
+    errors = exc.errors(include_url=False, include_input=False)
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [p for p in err["loc"] if isinstance(p, str | int)]
     key = dotted(loc) or "(top level)"
     pattern = _pattern(loc)
@@ -171,6 +179,9 @@ def from_validation(source: str, exc: ValidationError) -> ConfigError:
         accepted = ", ".join(schema.model_fields) if schema else ""
         table = dotted(loc[:-1]) or "the top level"
         fix = f"remove it or check its spelling; {table} takes {accepted}"
+        near = difflib.get_close_matches(str(loc[-1]), list(schema.model_fields) if schema else [])
+        if near and loc:
+            fix = f"did you mean {near[0]}? Rename it, or remove it; {table} takes {accepted}"
     else:
         fix = _FIXES.get(pattern, "see docs/configuration.md for the accepted keys and values")
         if pattern == "agents.*.model" and err["type"] == "missing":

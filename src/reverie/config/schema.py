@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from reverie.config.paths import CONFIG_FILE_NAME
 from reverie.core.limits import Limits
-from reverie.core.vocabulary import OnLimit, ThreadPolicy
+from reverie.core.vocabulary import DriftAction, OnLimit, ThreadPolicy
 from reverie.models.pricing import PriceTable
 from reverie.models.registry import EndpointConfig
 
@@ -124,6 +124,8 @@ class AgentConfig(Section):
     """``"package.module:attribute"`` references, imported when the file is loaded."""
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     on_limit: OnLimit = "finalize"
+    on_drift: DriftAction = "refuse"
+    """What a resume does when the agent changed since the run's checkpoint (docs/durability.md)."""
     mcp_servers: list[str] = Field(default_factory=list)
     """Names of ``[mcp.servers.NAME]`` whose tools this agent gets (after its own)."""
     output_type: str | None = None

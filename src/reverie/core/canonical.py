@@ -14,44 +14,58 @@ from typing import Any
 
 import rfc8785
 
+from reverie.core.depth import WALK_DEPTH
+
 
 class NotCanonicalizable(ValueError):
-    """A value cannot be expressed as canonical JSON (NaN, infinity, non-JSON types)."""
+    """A value cannot be expressed as canonical JSON (NaN, infinity, non-JSON types, or nesting
+    deeper than :data:`~reverie.core.depth.WALK_DEPTH`)."""
+
+
+def _too_deep() -> NotCanonicalizable:
+    return NotCanonicalizable(f"the value is nested more than {WALK_DEPTH} levels deep")
 
 
 def check_json_value(value: Any) -> None:
-    """Raise :class:`NotCanonicalizable` if ``value`` holds NaN, an infinity or a non-str key.
+    """Raise :class:`NotCanonicalizable` if ``value`` holds NaN, an infinity, a non-str key or
+    nests deeper than :data:`~reverie.core.depth.WALK_DEPTH`.
 
     Cheaper than :func:`canonical_json` when only validity matters (no encoding).
     """
-    _check_finite(value)
+    _check_finite(value, 0)
 
 
-def _check_finite(value: Any) -> None:
+def _check_finite(value: Any, depth: int) -> None:
+    # Bounded, so the recursion here (and the RFC 8785 encoder's after it) cannot run out.
     if isinstance(value, float) and not math.isfinite(value):
         raise NotCanonicalizable(f"{value!r} is not representable in JSON")
     if isinstance(value, dict):
+        if depth >= WALK_DEPTH:
+            raise _too_deep()
         for key, item in value.items():
             if not isinstance(key, str):
                 raise NotCanonicalizable(f"object key {key!r} is not a string")
-            _check_finite(item)
+            _check_finite(item, depth + 1)
     elif isinstance(value, list | tuple):
+        if depth >= WALK_DEPTH:
+            raise _too_deep()
         for item in value:
-            _check_finite(item)
+            _check_finite(item, depth + 1)
 
 
 def canonical_json(value: Any) -> bytes:
     """Serialise ``value`` as RFC 8785 canonical JSON bytes.
 
     Raises:
-        NotCanonicalizable: ``value`` holds NaN, an infinity or a non-JSON type.
+        NotCanonicalizable: ``value`` holds NaN, an infinity or a non-JSON type, or nests
+            deeper than :data:`~reverie.core.depth.WALK_DEPTH`.
     """
-    if _plain(value):
+    if _plain(value, 0):
         try:
             return _PLAIN_JSON(value).encode()
         except UnicodeEncodeError:
             pass  # a lone surrogate: the RFC 8785 encoder below says why it is refused
-    _check_finite(value)
+    _check_finite(value, 0)
     try:
         return rfc8785.dumps(value)
     except Exception as exc:  # rfc8785 raises several types for unsupported values
@@ -103,22 +117,31 @@ _SAFE_INT = 2**53 - 1
 """RFC 8785 numbers are IEEE doubles: past this an integer is not written as-is."""
 
 
-def _plain(value: Any) -> bool:
+def _plain(value: Any, depth: int) -> bool:
     """Whether ``value`` holds only exact ``str``/``bool``/``None``/safe ``int`` leaves and
     ``dict`` (ASCII keys), ``list`` and ``tuple`` containers (anything else takes the RFC 8785
-    encoder: floats, subclasses, non-ASCII keys, large integers)."""
+    encoder: floats, subclasses, non-ASCII keys, large integers).
+
+    Raises:
+        NotCanonicalizable: it nests deeper than :data:`~reverie.core.depth.WALK_DEPTH` (one
+            frame or two per level, so the walk stays well inside Python's recursion limit).
+    """
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
         return bool(-_SAFE_INT <= value <= _SAFE_INT)
     if kind is dict:
+        if depth >= WALK_DEPTH:
+            raise _too_deep()
         for key, item in value.items():
-            if type(key) is not str or not key.isascii() or not _plain(item):
+            if type(key) is not str or not key.isascii() or not _plain(item, depth + 1):
                 return False
         return True
     if kind is list or kind is tuple:
-        return all(_plain(item) for item in value)
+        if depth >= WALK_DEPTH:
+            raise _too_deep()
+        return all(_plain(item, depth + 1) for item in value)
     return False
 
 

@@ -78,7 +78,8 @@ class Image:
     Raises:
         UsageError: neither or both of ``url`` and ``data``; a URL that is not ``http(s)`` or is
             longer than :data:`MAX_IMAGE_URL_CHARS`; bytes that are not PNG, JPEG, GIF or WebP
-            (or a ``media_type`` that is not one of those, or not the one the bytes are).
+            by their signature (magic number), or a ``media_type`` that is not one of those or
+            not the one the bytes are.
     """
 
     url: str | None = None
@@ -87,7 +88,7 @@ class Image:
     """The image itself (left out of the repr: it can be megabytes)."""
     media_type: str | None = None
     """``image/png``, ``image/jpeg``, ``image/gif`` or ``image/webp``; default sniffed from
-    ``data``. Ignored for a URL."""
+    ``data``, and when given it must be what the bytes are. Ignored for a URL."""
 
     def __post_init__(self) -> None:
         if (self.url is None) == (self.data is None):
@@ -100,20 +101,25 @@ class Image:
         data = bytes(self.data)
         object.__setattr__(self, "data", data)
         sniffed = sniff_media_type(data)
-        media_type = self.media_type or sniffed
-        if sniffed is not None and media_type != sniffed:
+        declared = self.media_type
+        if sniffed is not None and declared is not None and declared != sniffed:
             # The providers check the bytes against the type: refuse now, not at the API.
-            raise UsageError(f"Image(data=...) holds {sniffed} bytes, not {media_type}")
-        if media_type is None:
+            raise UsageError(f"Image(data=...) holds {sniffed} bytes, not {declared}")
+        if declared is not None and declared not in IMAGE_MEDIA_TYPES:
             raise UsageError(
-                "Image(data=...) is not a PNG, JPEG, GIF or WebP image (pass media_type= if "
-                "it is one)"
-            )
-        if media_type not in IMAGE_MEDIA_TYPES:
-            raise UsageError(
-                f"Image media_type {media_type!r} is not supported; use one of "
+                f"Image media_type {declared!r} is not supported; use one of "
                 f"{', '.join(IMAGE_MEDIA_TYPES)}"
             )
+        if sniffed is None:
+            # Every accepted format opens with its signature (magic number): bytes without one
+            # are not an image of that format, whatever they are said to be.
+            if declared is not None:
+                raise UsageError(
+                    f"Image(data=...) is said to be {declared}, but its bytes do not start "
+                    f"with the {declared} signature: they are not such an image"
+                )
+            raise UsageError("Image(data=...) is not a PNG, JPEG, GIF or WebP image")
+        media_type = sniffed
         object.__setattr__(self, "media_type", media_type)
 
     @property
@@ -172,7 +178,8 @@ def parse_data_url(url: str) -> Image:
     """An image from a URL: ``data:image/…;base64,…`` is decoded into bytes, else kept as a URL.
 
     Raises:
-        UsageError: a malformed data URL, or an unsupported scheme or format.
+        UsageError: a malformed data URL, an unsupported scheme or format, or data whose bytes
+            are not the format the URL names (checked by their signature).
     """
     if not url.startswith("data:"):
         return Image(url=url)
@@ -184,6 +191,12 @@ def parse_data_url(url: str) -> Image:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise UsageError("an image data URL does not hold valid base64") from None
+    sniffed = sniff_media_type(data)
+    if media_type and media_type in IMAGE_MEDIA_TYPES and sniffed != media_type:
+        # Checked against the bytes' signature here, at the door: a provider would refuse it
+        # after a model call was paid for.
+        actual = f"{sniffed} bytes" if sniffed else "not a PNG, JPEG, GIF or WebP image"
+        raise UsageError(f"the data URL says {media_type}, but its data is {actual}")
     return Image(data=data, media_type=media_type or None)
 
 

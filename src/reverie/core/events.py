@@ -153,6 +153,44 @@ class LimitReached:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeDrifted:
+    """A resume found the agent changed since the run's checkpoint (docs/durability.md)."""
+
+    kind: Literal["resume_drift"] = "resume_drift"
+    run_id: str
+    action: str
+    """``refuse`` (the run ends ``Failed(resume_drift)``) or ``continue`` (it goes on)."""
+    instructions: bool = False
+    """The instructions changed."""
+    tools_added: tuple[str, ...] = ()
+    tools_removed: tuple[str, ...] = ()
+    tools_changed: tuple[str, ...] = ()
+    family_before: str | None = None
+    """``<id>@<digest>`` of the loop family the agent selected at the checkpoint, when it
+    changed; ``None`` otherwise."""
+    family_now: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallsDenied:
+    """Calls of one wave were denied (by a hook, a person, a policy, or because the model
+    called a tool hidden from it). One per wave that had a denial; none otherwise."""
+
+    kind: Literal["calls_denied"] = "calls_denied"
+    run_id: str
+    iteration: int
+    calls: int
+    """Calls the wave's response made."""
+    denied: int
+    """How many of them were denied."""
+    tools: tuple[str, ...] = ()
+    """The denied calls' tool names, in the model's order."""
+    hidden: tuple[str, ...] = ()
+    """Of those, the tools the capability strategy had hidden from the model (a security
+    event: the model called a tool it was not offered)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunFinished:
     """The run reached a terminal state or blocked."""
 
@@ -175,6 +213,8 @@ RunEvent = (
     | CheckpointEvent
     | HookFailedEvent
     | LimitReached
+    | ResumeDrifted
+    | CallsDenied
     | RunFinished
 )
 """Every event a run emits; discriminate on ``kind``."""
@@ -264,8 +304,9 @@ def event_from_dict(data: Mapping[str, Any]) -> RunEvent | None:
         return None
     known = {f.name for f in dataclasses.fields(cls)}
     fields = {k: v for k, v in data.items() if k in known}
-    if isinstance(fields.get("tool_calls"), list):
-        fields["tool_calls"] = tuple(fields["tool_calls"])  # JSON has no tuples
+    for name, value in fields.items():
+        if isinstance(value, list):
+            fields[name] = tuple(value)  # JSON has no tuples (every list field is one)
     try:
         event: RunEvent = cls(**fields)
     except TypeError:

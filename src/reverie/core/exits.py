@@ -29,11 +29,13 @@ FailureKind = Literal[
     "resume_limit",
     "not_resumable",
     "images_unsupported",
+    "resume_drift",
 ]
 """Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected;
 ``not_resumable``: an unbound run another process cannot rebuild (its model or tools existed
 only in the process that submitted it); ``images_unsupported``: the model refused the images of
-the conversation (it has no vision, or speaks a text-only protocol)."""
+the conversation (it has no vision, or speaks a text-only protocol); ``resume_drift``: a resume
+refused because the agent's instructions, tools or loop family changed since the checkpoint."""
 FAILURE_KINDS: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
 
 HostStopReason = Literal["no_progress", "max_iterations", "host"]
@@ -93,6 +95,24 @@ class Usage:
     by_model: Mapping[str, ModelUsage] = field(default_factory=dict)
     """The model figures split by model name, in the order the models were first called (a
     run with fallback models calls more than one); the totals above are their sums."""
+
+    def __str__(self) -> str:
+        """One readable line: ``2 model calls, 1 tool call, 310 tokens (250 in, 60 out),
+        $0.0004`` (the dollars only when priced)."""
+
+        def count(n: int, what: str) -> str:
+            return f"{n} {what}{'' if n == 1 else 's'}"
+
+        tokens = self.input_tokens + self.output_tokens
+        text = (
+            f"{count(self.model_calls, 'model call')}, "
+            f"{count(self.capability_calls, 'tool call')}, {count(tokens, 'token')}"
+        )
+        if tokens:
+            text += f" ({self.input_tokens} in, {self.output_tokens} out)"
+        if self.usd:
+            text += f", ${self.usd:.4f}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (``by_model`` only when a model was called)."""

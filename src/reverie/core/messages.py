@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from reverie.core.content import ContentPart
-from reverie.core.fastcopy import fast_frozen
+from reverie.core.depth import MAX_DEPTH, nesting_depth
+from reverie.core.fastcopy import fast_frozen, replace
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -174,3 +175,33 @@ class ResponseComplete:
 
 ModelEvent = TextDelta | ResponseComplete
 """What ``Model.stream`` yields: any number of deltas, then exactly one ``ResponseComplete``."""
+
+
+def bounded_calls(response: ModelResponse) -> ModelResponse:
+    """``response`` with each tool call whose arguments nest deeper than
+    :data:`~reverie.core.depth.MAX_DEPTH` made a call with an ``arguments_error`` (and no
+    arguments).
+
+    A model's arguments are untrusted data: past the limit, every later walk of them (call
+    signatures, schema validation, masking, the transcript's JSON) would end in
+    ``RecursionError``. So the call becomes the same kind of call malformed JSON makes: the
+    tool answers ``input_invalid`` naming the limit, the model sees it and the run goes on.
+    The same object is returned when no call is too deep (the common case).
+    """
+    parts = response.parts
+    deep = [
+        i
+        for i, part in enumerate(parts)
+        if isinstance(part, ToolCallPart)
+        and nesting_depth(part.call.arguments, stop_after=MAX_DEPTH) > MAX_DEPTH
+    ]
+    if not deep:
+        return response
+    fixed = list(parts)
+    for i in deep:
+        call = fixed[i].call  # type: ignore[union-attr]
+        error = f"the arguments are nested more than {MAX_DEPTH} levels deep"
+        fixed[i] = ToolCallPart(
+            call=ToolCall(id=call.id, name=call.name, arguments={}, arguments_error=error)
+        )
+    return replace(response, parts=tuple(fixed))

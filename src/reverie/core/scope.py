@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import getpass
+import os
 from dataclasses import dataclass
 
 from reverie.errors import InvalidScopeError
+
+DEFAULT_TENANT = "local"
+"""The tenant of :meth:`Scope.local`: what the CLI and ``Agent.run`` use when none is given."""
+
+
+def default_user() -> str:
+    """``$USER`` (or the login name), else ``local``."""
+    with contextlib.suppress(Exception):
+        return os.environ.get("USER") or getpass.getuser() or "local"
+    return "local"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,6 +49,17 @@ class Scope:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise InvalidScopeError(f"Scope {name} must be a non-empty string or None (unset)")
+
+    @classmethod
+    def local(cls, user: str | None = None) -> Scope:
+        """The single-user scope: tenant ``local``, user ``user`` (default: ``$USER``, else the
+        login name, else ``local``).
+
+        What ``reverie run``/``chat`` use without ``--tenant``/``--user``, and what
+        ``Agent.run``/``Agent.run_sync`` use without ``scope=``, so a script and the CLI see the
+        same runs and memory. Multi-tenant hosts pass their own scope on every call.
+        """
+        return cls(tenant=DEFAULT_TENANT, user=default_user() if user is None else user)
 
     def key(self) -> str:
         """A stable string for indexing rows by scope."""

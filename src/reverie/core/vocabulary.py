@@ -89,6 +89,11 @@ OnLimit = Literal["finalize", "fail"]
 """What a run does when a limit or safety net fires: a graceful summary, or a failure."""
 ON_LIMITS: Final[tuple[OnLimit, ...]] = get_args(OnLimit)
 
+DriftAction = Literal["refuse", "continue"]
+"""What a resume does when the agent's instructions, tools or loop family changed since the
+run's checkpoint: end the run ``Failed(resume_drift)``, or go on and record the change."""
+DRIFT_ACTIONS: Final[tuple[DriftAction, ...]] = get_args(DriftAction)
+
 
 def is_unbound_profile(profile: str) -> TypeGuard[UnboundProfile]:
     """Whether a run of ``profile`` is an unbound turn (not a run of a named agent)."""

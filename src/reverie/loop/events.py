@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from reverie.core.capability import CallFailed, CallOutcome
 from reverie.core.events import (
     AssistantMessage,
+    CallsDenied,
     GateOpened,
     InputDelivered,
     LimitReached,
@@ -67,6 +68,22 @@ def emit_model_fallback(host: LoopHost, from_model: str, to_model: str, error_ki
     host.events.emit(
         ModelFallback(
             run_id=host.run_id, from_model=from_model, to_model=to_model, error_kind=error_kind
+        )
+    )
+
+
+def emit_denials(
+    host: LoopHost, iteration: int, calls: int, denied: list[str], hidden: list[str]
+) -> None:
+    """A wave had denied calls (``denied``: their tool names, in the model's order)."""
+    host.events.emit(
+        CallsDenied(
+            run_id=host.run_id,
+            iteration=iteration,
+            calls=calls,
+            denied=len(denied),
+            tools=tuple(denied),
+            hidden=tuple(hidden),
         )
     )
 

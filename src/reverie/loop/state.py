@@ -28,6 +28,11 @@ STATE_SCHEMA_ID = "reverie.loop.state/2"
 
 WavePolicy = Literal["parallel", "sequential"]
 
+DEFINITION_KEY = "definition"
+"""The checkpoint payload's key for the run's definition (digests of the agent's instructions,
+tools and loop family, written by the host; compared on resume). Optional: a payload without
+it resumes as before."""
+
 
 def pushed(ring: tuple[str, ...], values: tuple[str, ...]) -> tuple[str, ...]:
     """``ring`` with ``values`` pushed on, keeping the last ``RING`` (for one state copy when
@@ -324,11 +329,13 @@ def encode_checkpoint(
     *,
     family_digest: str,
     host_state: Mapping[str, Any] | None = None,
+    definition: Mapping[str, Any] | None = None,
 ) -> bytes:
     """Checkpoint payload: deterministic JSON of the state, the schema id and the family digest.
 
     ``host_state`` (if given) is written in place of the state's own (the host adds its part
-    at each commit without copying the state for it).
+    at each commit without copying the state for it). ``definition`` (if given) is written
+    under :data:`DEFINITION_KEY`.
 
     Sorted keys, no whitespace, no NaN: byte-identical for equal states. Not RFC 8785 (which is
     reserved for hashes, where cross-implementation identity matters): the pure-Python RFC 8785
@@ -336,7 +343,7 @@ def encode_checkpoint(
     The bytes are those of the standard encoder over :func:`state_to_dict` (a run's commits
     use a :class:`CheckpointEncoder`, which makes the same bytes faster).
     """
-    return CheckpointEncoder(family_digest).encode(state, host_state=host_state)
+    return CheckpointEncoder(family_digest, definition).encode(state, host_state=host_state)
 
 
 _CHECKPOINT_JSON = json.JSONEncoder(
@@ -507,9 +514,11 @@ class CheckpointEncoder:
 
     __slots__ = ("_assistant", "_head", "_kinds", "_results", "_signatures", "_surface", "_texts")
 
-    def __init__(self, family_digest: str) -> None:
+    def __init__(self, family_digest: str, definition: Mapping[str, Any] | None = None) -> None:
+        # The run's definition never changes within a segment: encoded once, here.
+        defined = "" if definition is None else f'"{DEFINITION_KEY}":{_generic(definition)},'
         self._head = (
-            f'{{"family_digest":{_optional_string(family_digest)},'
+            f'{{{defined}"family_digest":{_optional_string(family_digest)},'
             f'"schema_id":{_string(STATE_SCHEMA_ID)},"state":{{"assistant_refs":'
         )
         # ``(tuple, its encoded form)`` of the previous checkpoint, one per reference field.

@@ -26,7 +26,7 @@ from reverie.core.limits import Limits
 from reverie.core.messages import ToolCall
 from reverie.core.transcript import NewItem
 from reverie.loop.control import cancellable_sleep, race_cancellation
-from reverie.loop.events import emit_tool_finished, emit_tool_started
+from reverie.loop.events import emit_denials, emit_tool_finished, emit_tool_started
 from reverie.loop.family import LoopFamily
 from reverie.loop.ports import LoopHost
 from reverie.loop.signatures import wave_signatures
@@ -184,6 +184,16 @@ def unknown_tool(name: str, surface: Surface) -> CallFailed:
     )
 
 
+def hidden_tool(name: str, surface: Surface) -> CallDenied:
+    """The answer to a call of a tool the capability strategy hid from the model: a denial
+    (and a security event: the model called a tool it was not offered). Only the visible tools
+    are listed."""
+    available = ", ".join(sorted(surface.names())) or "none"
+    return CallDenied(
+        reason=f"the tool {name!r} is not available to you; available tools: {available}"
+    )
+
+
 def _ring_kind(outcome: CallOutcome) -> str:
     match outcome:
         case CallCompleted():
@@ -205,6 +215,8 @@ class WaveRunner:
         self.max_parallel = max(1, max_parallel)
         self._abort: tuple[str, str] | None = None
         self._replay = True
+        self._hidden: list[str] = []
+        """Tools the wave's calls named that the capability strategy hid from the model."""
 
     async def run(
         self,
@@ -216,6 +228,7 @@ class WaveRunner:
         wave = s.pending_wave
         assert wave is not None
         self._abort = None  # a runner runs the waves of one segment, one after the other
+        self._hidden = []
         self._replay = calls is None
         if calls is None:
             (item,) = await self.host.transcript.get([wave.assistant_ref])
@@ -270,6 +283,10 @@ class WaveRunner:
 
         # Commit the results in the model's order; the provider's id is only echoed back.
         ordered = [outcomes.get(i) or CallCancelled() for i in range(len(calls))]
+        denied = [c.name for c, o in zip(calls, ordered, strict=True) if type(o) is CallDenied]
+        if denied:
+            # Evidence of the wave's denials (none emitted for a wave without one).
+            emit_denials(self.host, s.iteration, len(calls), denied, self._hidden)
         rows = await self.host.transcript.append(
             [
                 _new_item(
@@ -344,8 +361,15 @@ class WaveRunner:
             emit_tool_started(self.host, call.id, call.name, attempt)
             if descriptor is None:
                 # Unknown, or hidden by the capability strategy: the model is told which tools
-                # it can use, which are only the visible ones (a hidden tool is never named).
-                outcome: CallOutcome = unknown_tool(call.name, surface)
+                # it can use, which are only the visible ones. A call to a hidden tool is a
+                # denial (the strategy's policy), never a plain input error.
+                outcome: CallOutcome
+                if self.host.capabilities.surface().get(call.name) is not None:
+                    outcome = hidden_tool(call.name, surface)
+                    if attempt == 0:
+                        self._hidden.append(call.name)
+                else:
+                    outcome = unknown_tool(call.name, surface)
                 if self._replay and attempt == 0:
                     # A gated call whose tool has gone since: the port answers with a denial.
                     gone = await self.host.capabilities.invoke(
@@ -365,6 +389,15 @@ class WaveRunner:
             else:
                 return outcome
             decision = self.family.recovery.on_tool_error(error_kind, attempt)
+            if isinstance(decision, Retry) and isinstance(outcome, CallDenied):
+                # A denial is final: running the call again would ask the policy until it
+                # gives way, so a retry of a denied call ends the run (docs/loop.md).
+                self._abort = (
+                    "policy_denied",
+                    f"{call.name} was denied and the recovery strategy asked to retry it; "
+                    "a denied call is never run again",
+                )
+                return outcome
             if isinstance(decision, Retry):
                 self.host.token.check()  # before each retry
                 await cancellable_sleep(decision.backoff_s, self.host.token)

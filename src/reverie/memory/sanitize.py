@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from reverie.core.redact import REDACTED as REDACTED, is_secret_name
+
 __all__ = [
     "REDACTED",
     "TRUNCATION_MARKER",
@@ -21,9 +23,6 @@ __all__ = [
     "utf8_len",
 ]
 
-REDACTED: Final = "[redacted]"
-"""What a credential is replaced with."""
-
 TRUNCATION_MARKER: Final = " […truncated]"
 """Appended to a snippet cut to its byte budget."""
 
@@ -33,11 +32,27 @@ _CONTROL = re.compile(
     "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
 )
 
-_KEY_NAMES = (
-    r"pass(?:word|wd|phrase)?|pwd|secret|client[_-]?secret|api[_-]?key|apikey|access[_-]?key"
-    r"|secret[_-]?key|private[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token"
-    r"|session[_-]?id|credentials?|authorization"
-)
+_NAME_SEPARATOR = re.compile(r"\b([A-Za-z][A-Za-z0-9_.-]*)[\"']?\s*[:=]\s*")
+"""``name=``, ``name: `` or ``"name": `` (a value follows)."""
+_VALUE = re.compile(r"([\"']?)[^\s\"',;&]+\1")
+
+
+def _mask_named_values(text: str) -> str:
+    """``name=value`` (``name: value``, ``"name": "value"``) with the value masked when the
+    name is secret: the rule is :func:`reverie.core.redact.is_secret_name`, the one for data and
+    the environment too."""
+    out: list[str] = []
+    done = 0
+    for found in _NAME_SEPARATOR.finditer(text):
+        if found.start() < done or not is_secret_name(found[1]):
+            continue  # an ordinary name (its value may itself be "password=…": looked at next)
+        value = _VALUE.match(text, found.end())
+        if value is None:
+            continue
+        out += (text[done : found.end()], REDACTED)
+        done = value.end()
+    return "".join(out) + text[done:] if out else text
+
 
 _PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     # PEM private keys, whole block.
@@ -54,13 +69,6 @@ _PATTERNS: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
     (
         re.compile(r"\b([Bb]asic)\s+(?=[A-Za-z0-9+/]*?(?:[0-9+/=]|[a-z][A-Z]))[A-Za-z0-9+/]{8,}=*"),
         rf"\1 {REDACTED}",
-    ),
-    # key=value / key: value / "key": "value" for secret-looking key names.
-    (
-        re.compile(
-            rf"(?i)(\b(?:{_KEY_NAMES})\b[\"']?\s*[:=]\s*)([\"']?)[^\s\"',;&]+\2",
-        ),
-        rf"\1{REDACTED}",
     ),
     # user:password@ in URLs.
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/:@]+:[^\s/@]+@"), rf"\1{REDACTED}@"),
@@ -84,7 +92,9 @@ def redact_credentials(text: str) -> str:
     """Replace API keys, bearer tokens, ``password=…`` values and private keys by ``[redacted]``."""
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
-    return text
+    # key=value / key: value / "key": "value" for secret names (after the URL and bearer rules,
+    # whose own text contains ":").
+    return _mask_named_values(text)
 
 
 def utf8_len(text: str) -> int:

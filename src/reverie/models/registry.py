@@ -18,6 +18,7 @@ with that provider, and its ``api_key_env`` — when set — replaces the defaul
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -129,7 +130,10 @@ def _build(text: str, spec: ModelSpec, endpoints: Mapping[str, EndpointConfig]) 
         )
     endpoint = endpoints.get(spec.provider)
     if spec.provider not in BUILTIN_PROVIDERS and endpoint is None:
-        raise _invalid(text, endpoints, f"unknown provider {spec.provider!r}")
+        known = [*BUILTIN_PROVIDERS, *RESERVED_PROVIDERS, *endpoints]
+        near = difflib.get_close_matches(spec.provider, known, n=1)
+        hint = f" (did you mean '{near[0]}:{spec.model}'?)" if near else ""
+        raise _invalid(text, endpoints, f"unknown provider {spec.provider!r}{hint}")
     key_env = api_key_env(spec, endpoints)
     if spec.provider == "anthropic":
         from reverie.models.anthropic import AnthropicModel  # optional extra: imported on use

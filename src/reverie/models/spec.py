@@ -126,6 +126,8 @@ def _parse(text: str) -> ModelSpec:
     if not spec:
         raise _error(text, "a model spec must not be empty")
     if not sep:
+        if spec in (*BUILTIN_PROVIDERS, *RESERVED_PROVIDERS):
+            raise _error(text, f"{spec!r} names a provider but no model (e.g. '{spec}:<model>')")
         raise _error(text, f"no provider prefix (did you mean 'openai:{spec}'?)")
     if not prefix:
         raise _error(text, "no provider before ':'")

@@ -7,14 +7,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.limits import Limits
-from reverie.core.vocabulary import ON_LIMITS, OnLimit
+from reverie.core.vocabulary import DRIFT_ACTIONS, ON_LIMITS, OnLimit
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
 from reverie.loop.finish import STRUCTURED_RESULT_TOOL
 from reverie.runtime.compaction import Compaction
 
 if TYPE_CHECKING:
+    from reverie.core.content import UserContent
+    from reverie.core.scope import Scope
     from reverie.models.base import Model
+    from reverie.runtime.drift import DriftPolicy
+    from reverie.runtime.result import RunResult
     from reverie.runtime.subagents import SubagentTool
 
 
@@ -45,6 +49,12 @@ class Agent:
     compaction: Compaction | None = None
     """Replace older turns of a long conversation by a summary (docs/compaction.md); off when
     ``None``."""
+    on_drift: DriftPolicy = "refuse"
+    """What a resume does when this agent's instructions, tools or loop family changed since
+    the run's checkpoint (docs/durability.md#drift-on-resume): ``"refuse"`` (the run fails
+    ``resume_drift``, naming what changed), ``"continue"`` (the run goes on; the drift is
+    recorded), or a callable given the :class:`~reverie.runtime.drift.ResumeDrift` that
+    answers one of the two (sync or async)."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -64,6 +74,11 @@ class Agent:
                     f"Agent {self.name!r}: {entry!r} is not a model; pass a spec such as "
                     "'openai:gpt-4.1-mini' or a Model instance"
                 )
+        if not callable(self.on_drift) and self.on_drift not in DRIFT_ACTIONS:
+            raise UsageError(
+                f"Agent {self.name!r}: on_drift must be 'refuse', 'continue' or a callable "
+                "given the drift"
+            )
         if self.compaction is not None and not isinstance(self.compaction, Compaction):
             raise UsageError(f"Agent {self.name!r}: compaction must be a Compaction or None")
         seen: set[str] = set()
@@ -95,6 +110,71 @@ class Agent:
         if isinstance(self.model, tuple):
             return self.model
         return (self.model,)  # type: ignore[return-value]
+
+    async def run(
+        self,
+        message: UserContent,
+        *,
+        scope: Scope | None = None,
+        thread_id: str | None = None,
+        store: str | None = None,
+    ) -> RunResult:
+        """Run one turn of this agent on the embedded default runtime and wait for its result.
+
+        The shortest program::
+
+            from reverie import Agent
+
+            agent = Agent(name="assistant", model="openai:gpt-4.1-mini")
+            print(agent.run_sync("Hello!").text)
+
+        It opens ``Runtime.open(store)`` (default: SQLite under ``$REVERIE_HOME``, the CLI's
+        store, so ``reverie runs list`` shows the run), runs the turn, and closes the runtime.
+        A program that runs many turns, resolves gates or serves several owners opens a
+        :class:`~reverie.Runtime` itself and calls ``rt.run``.
+
+        Args:
+            message: Text, or ``reverie.Text``/``reverie.Image`` parts.
+            scope: Who the run acts for; default :meth:`Scope.local` (tenant ``local``, user
+                ``$USER``), as ``reverie run`` without ``--tenant``/``--user``. Multi-tenant
+                code passes the owner's scope on every call.
+            thread_id: Continue this conversation (``result.thread_id`` of an earlier turn).
+            store: A store URL (default: ``sqlite:///$REVERIE_HOME/reverie.db``).
+
+        A run that blocks on a gate returns ``status == "blocked"``; approve it later with
+        ``reverie gates approve REF`` or ``Runtime.approve`` (with this agent registered).
+        """
+        from reverie.core.scope import Scope
+        from reverie.runtime.runtime import Runtime
+
+        async with Runtime.open(store, agents=[self]) as rt:
+            return await rt.run(
+                self, message, scope=Scope.local() if scope is None else scope, thread_id=thread_id
+            )
+
+    def run_sync(
+        self,
+        message: UserContent,
+        *,
+        scope: Scope | None = None,
+        thread_id: str | None = None,
+        store: str | None = None,
+    ) -> RunResult:
+        """:meth:`run` for code without an event loop (a script, a notebook cell without one).
+
+        Raises:
+            UsageError: called from inside a running event loop (``await agent.run(...)``
+                there instead).
+        """
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(message, scope=scope, thread_id=thread_id, store=store))
+        raise UsageError(
+            "Agent.run_sync was called inside a running event loop; use await agent.run(...)"
+        )
 
     def as_tool(
         self,

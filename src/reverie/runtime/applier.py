@@ -26,6 +26,7 @@ from reverie.core.exits import (
 from reverie.errors import NotFoundError
 from reverie.hooks import AfterTurnContext, HookDispatcher
 from reverie.runtime.after_turn import AfterTurnWork
+from reverie.runtime.drift import DRIFTS_KEY, ResumeDrift
 from reverie.runtime.events import EventBus
 from reverie.runtime.result import Gate, RunResult
 from reverie.runtime.settle import settle_open_calls
@@ -138,12 +139,14 @@ class ExitApplier:
         bus: EventBus | None = None,
         hooks: HookDispatcher | None = None,
         known: KnownRows | None = None,
+        drifts: Sequence[Mapping[str, Any]] = (),
     ) -> RunResult:
         """Validate, write the status, announce it, fire ``after_turn``; return the result.
 
         With a ``fence`` the status, the seal of a terminal run's inputs and the release of
         the lease are one store operation (``Store.end_segment``): the caller's lease is
-        given up once this returns. ``known``: see :meth:`validate`.
+        given up once this returns. ``known``: see :meth:`validate`. ``drifts``: what the
+        run's resumes found changed in its agent (runtime/drift.py), recorded with the exit.
         """
         exit_ = await self.validate(run, exit_, known=known)
         status: RunStatus = exit_.status
@@ -155,6 +158,8 @@ class ExitApplier:
             await self.before_terminal(run, exit_)
         # No input may arrive after the end (those that raced us are refused, not lost).
         recorded = exit_to_dict(exit_)
+        if drifts:
+            recorded[DRIFTS_KEY] = [dict(d) for d in drifts]
         if fence is not None:
             record = await self.store.end_segment(run.run_id, status, fence=fence, exit=recorded)
         else:
@@ -270,7 +275,11 @@ class ExitApplier:
             g = await self.store.get_gate(exit_.gate_ref)
             gate = Gate(ref=g.ref, kind=g.kind, tool=g.tool, arguments=dict(g.arguments))
         usage = exit_.usage
+        recorded_drifts = dict(run.exit).get(DRIFTS_KEY)
         return RunResult(
+            drift=tuple(ResumeDrift.from_dict(d) for d in recorded_drifts if isinstance(d, Mapping))
+            if isinstance(recorded_drifts, list)
+            else (),
             status=exit_.status,
             text=text,
             exit=exit_,

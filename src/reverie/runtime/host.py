@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
@@ -36,7 +35,9 @@ from reverie.core.messages import (
     TextDelta,
     ToolCall,
     ToolSpec,
+    bounded_calls,
 )
+from reverie.core.redact import mask_secrets
 from reverie.core.scope import Scope
 from reverie.core.transcript import InputRecord, NewItem, TranscriptItem
 from reverie.errors import ModelError, ModelOutputTooLarge, TranscriptConflict
@@ -66,22 +67,6 @@ if TYPE_CHECKING:
     from reverie.models.pricing import PriceTable
 
 log = logging.getLogger("reverie.runtime")
-
-_SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|auth|credential|private)", re.I)
-
-
-def sanitise_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Arguments as shown to a person approving a gate: secret-looking values redacted."""
-    out: dict[str, Any] = {}
-    for key, value in arguments.items():
-        if _SECRET_KEY.search(str(key)):
-            out[key] = "[redacted]"
-        elif isinstance(value, Mapping):
-            out[key] = sanitise_arguments(value)
-        else:
-            out[key] = value
-    return out
-
 
 _SURFACES: OrderedDict[tuple[int, ...], Surface] = OrderedDict()
 """Surfaces by their descriptors' identities: every run of an agent has the same tools."""
@@ -134,6 +119,8 @@ class RunContext:
     bus: EventBus
     token: CancelToken
     family_digest: str
+    definition: Mapping[str, Any] | None = None
+    """The run's definition (runtime/drift.py), written into every checkpoint."""
     poisoned: set[str] = field(default_factory=set)
     gated: dict[str, str] = field(default_factory=dict)
     """Call key → digest of the tool descriptor a gate was opened against (checkpointed)."""
@@ -292,6 +279,9 @@ class StreamingModel:
                         await aclose()
             if final is None:
                 raise ModelError("internal", f"model {model.name} ended without a response")
+            # Arguments nested too deep become an arguments error the model is told about,
+            # before anything walks them (signatures, validation, the transcript).
+            final = bounded_calls(final)
             if not self.ctx.hooked("after_model"):
                 return final
             result = await self.ctx.hooks.observe(
@@ -383,7 +373,8 @@ class ToolPort:
             run_id=self.ctx.run_id,
             call_id=key,
             tool=call.name,
-            arguments=sanitise_arguments(call.arguments),
+            # As a person approving sees them: secret-named values masked, at any depth.
+            arguments=mask_secrets(dict(call.arguments)),
             kind=gated.gate_kind,
             scope=self.ctx.scope,
             created_at=time.time(),
@@ -424,7 +415,8 @@ class StoreCheckpoints:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self._encoder = CheckpointEncoder(ctx.family_digest)  # a run's digest never changes
+        # A segment's family digest and definition never change: encoded once.
+        self._encoder = CheckpointEncoder(ctx.family_digest, ctx.definition)
 
     async def commit(
         self,

@@ -8,6 +8,7 @@ from typing import Any
 
 from reverie.core.exits import LoopExit, Usage
 from reverie.core.vocabulary import ExitStatus
+from reverie.runtime.drift import ResumeDrift
 
 RunResultStatus = ExitStatus
 
@@ -38,6 +39,10 @@ class RunResult:
     """Set when ``status == "blocked"``."""
     output: Any | None = None
     """The validated JSON of a structured run (``exit.kind == "structured"``); else ``None``."""
+    drift: tuple[ResumeDrift, ...] = ()
+    """What the run's resumes found changed in its agent since a checkpoint, oldest first:
+    each says what changed and whether the resume went on (``continue``) or ended the run
+    (``refuse``, then ``exit.kind == "resume_drift"``). Empty when nothing changed."""
 
     @property
     def ok(self) -> bool:

@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 from reverie.core.exits import Cancelled, Completed, Failed, LoopExit, Usage
 from reverie.core.fastcopy import replace
 from reverie.core.limits import Limits
 from reverie.errors import CorruptCheckpointError
 from reverie.loop.family import LoopFamily
-from reverie.loop.state import STATE_SCHEMA_ID, LoopExecutionState, state_from_dict
+from reverie.loop.state import (
+    DEFINITION_KEY,
+    STATE_SCHEMA_ID,
+    LoopExecutionState,
+    state_from_dict,
+)
+from reverie.runtime.drift import RunDefinition
 from reverie.store.base import CheckpointRecord, RunRecord, Store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Loaded:
+    """What a segment continues from: the state (or the exit it ends with at once) and the
+    definition its checkpoint recorded (``None``: a new run, or a checkpoint from before
+    definitions were recorded)."""
+
+    state: LoopExecutionState | LoopExit
+    definition: RunDefinition | None = None
 
 
 async def load_state(
@@ -20,7 +38,7 @@ async def load_state(
     *,
     checkpoint: CheckpointRecord | None,
     head_seq: int,
-) -> LoopExecutionState | LoopExit:
+) -> Loaded:
     """The state to continue from, or the exit a resume must end with.
 
     ``checkpoint`` and ``head_seq`` are what :meth:`Store.begin_segment` read.
@@ -31,7 +49,7 @@ async def load_state(
         # Never checkpointed: the thread ends with the run's opening rows (a segment writes
         # its first rows with its first checkpoint, and a thread has one active run), so the
         # head is where the run starts, whatever the thread's length.
-        return LoopExecutionState(transcript_seq=head_seq)
+        return Loaded(state=LoopExecutionState(transcript_seq=head_seq))
     try:
         payload = json.loads(cp.payload)
         schema_id = payload["schema_id"]
@@ -39,6 +57,22 @@ async def load_state(
         raw_state = payload["state"]
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptCheckpointError(run.run_id, type(exc).__name__) from exc
+    return Loaded(
+        state=await _continue_from(store, run, family, cp, schema_id, digest, raw_state, head_seq),
+        definition=RunDefinition.from_dict(payload.get(DEFINITION_KEY)),
+    )
+
+
+async def _continue_from(
+    store: Store,
+    run: RunRecord,
+    family: LoopFamily,
+    cp: CheckpointRecord,
+    schema_id: object,
+    digest: object,
+    raw_state: Any,
+    head_seq: int,
+) -> LoopExecutionState | LoopExit:
     if schema_id != STATE_SCHEMA_ID:
         return Failed(
             kind="checkpoint_unavailable",

@@ -12,15 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reverie.core.events import RunStarted
+from reverie.core.events import ResumeDrifted, RunStarted
 from reverie.core.exits import Failed
+from reverie.core.fastcopy import replace
 from reverie.core.transcript import NewItem
 from reverie.core.vocabulary import is_unbound_profile
-from reverie.errors import LeaseLost, TranscriptConflict
+from reverie.errors import LeaseLost, TranscriptConflict, UnknownFamilyError, UsageError
 from reverie.hooks import HookDispatcher, HookRegistry
 from reverie.loop.control import CancelToken
 from reverie.loop.executor import LoopConfig, run_loop
@@ -33,6 +34,7 @@ from reverie.runtime.agents import AgentDirectory
 from reverie.runtime.applier import ExitApplier
 from reverie.runtime.cancelling import end_cancelled
 from reverie.runtime.compaction import run_policy
+from reverie.runtime.drift import DRIFTS_KEY, ResumeDrift, decide, definition_of, drift_between
 from reverie.runtime.event_hooks import EventHookTap
 from reverie.runtime.event_log import EventRecorder
 from reverie.runtime.events import EventBus
@@ -46,9 +48,10 @@ from reverie.runtime.host import (
     StoreTranscript,
     StreamingModel,
     ToolPort,
+    surface_of,
 )
 from reverie.runtime.leases import Leases
-from reverie.runtime.output import typed_model, typed_tools
+from reverie.runtime.output import family_for, typed_model, typed_tools
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import crash_resume, load_state
 from reverie.runtime.telemetry import Telemetry
@@ -316,23 +319,10 @@ class SegmentRunner:
             loaded = await load_state(
                 self._store, run, family, checkpoint=start.checkpoint, head_seq=start.head_seq
             )
-            if not isinstance(loaded, LoopExecutionState):
-                ended = await self._applier.apply(run, loaded, fence=fence, bus=active.bus)
+            if not isinstance(loaded.state, LoopExecutionState):
+                ended = await self._applier.apply(run, loaded.state, fence=fence, bus=active.bus)
                 return ended
-            state = loaded
-            if crashed:
-                limited = crash_resume(state, agent.limits)
-                if not isinstance(limited, LoopExecutionState):
-                    ended = await self._applier.apply(run, limited, fence=fence, bus=active.bus)
-                    return ended
-                state = limited
-                # Durable at once: a worker that dies again before its next checkpoint must
-                # still have used up this resume.
-                if start.checkpoint is not None:
-                    payload = encode_checkpoint(state, family_digest=family.identity.digest)
-                    await self._store.save_checkpoint(
-                        run_id, start.checkpoint.kind, payload, fence=fence
-                    )
+            state = loaded.state
             ctx = RunContext(
                 run_id=run_id,
                 thread_id=run.thread_id,
@@ -346,6 +336,52 @@ class SegmentRunner:
                 poisoned=tap.poisoned,
                 gated=dict(state.host_state.get("gated_tools", {})),
             )
+            tools = self._tools_of(agent, run, ctx)
+            definition = definition_of(
+                agent.instructions, surface_of(tools), self._selected_family(agent, run)
+            )
+            ctx.definition = definition.to_dict()
+            drifts: list[Mapping[str, Any]] = list(state.host_state.get(DRIFTS_KEY, ()))
+            if loaded.definition is not None:
+                drift = drift_between(loaded.definition, definition)
+                if drift is not None:
+                    drift = await decide(agent.on_drift, drift, run_id=run_id)
+                    drifts.append(drift.to_dict())
+                    self._announce_drift(run_id, drift, active.bus)
+                    if drift.action == "refuse":
+                        ended = await self._applier.apply(
+                            run,
+                            Failed(
+                                kind="resume_drift",
+                                safe_summary="the agent changed since the run's checkpoint: "
+                                f"{drift.describe()} (Agent.on_drift refused the resume)",
+                                usage=state.budget.usage(),
+                            ),
+                            fence=fence,
+                            bus=active.bus,
+                            drifts=drifts,
+                        )
+                        return ended
+                    # Carried by every later checkpoint (the host's slot), so each later exit
+                    # of the run still records it.
+                    state = replace(state, host_state={**state.host_state, DRIFTS_KEY: drifts})
+            if crashed:
+                limited = crash_resume(state, agent.limits)
+                if not isinstance(limited, LoopExecutionState):
+                    ended = await self._applier.apply(
+                        run, limited, fence=fence, bus=active.bus, drifts=drifts
+                    )
+                    return ended
+                state = limited
+                # Durable at once: a worker that dies again before its next checkpoint must
+                # still have used up this resume.
+                if start.checkpoint is not None:
+                    payload = encode_checkpoint(
+                        state, family_digest=family.identity.digest, definition=ctx.definition
+                    )
+                    await self._store.save_checkpoint(
+                        run_id, start.checkpoint.kind, payload, fence=fence
+                    )
             # Rows the resume just superseded (this run's, past its checkpoint) are not read.
             rows = [r for r in start.items if r.run_id != run_id or r.seq <= state.transcript_seq]
             ctx.segment.prime(start.head_seq, rows, complete=len(start.items) < MIN_CAPACITY)
@@ -357,7 +393,7 @@ class SegmentRunner:
                 token=active.token,
                 prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
                 model=StreamingModel(ctx, models, self._prices),
-                capabilities=ToolPort(ctx, self._tools_of(agent, run, ctx)),
+                capabilities=ToolPort(ctx, tools),
                 transcript=StoreTranscript(ctx),
                 checkpoints=StoreCheckpoints(ctx),
                 inputs=StoreInputs(ctx, primed=start.inputs),
@@ -386,6 +422,7 @@ class SegmentRunner:
                 bus=active.bus,
                 hooks=dispatcher,
                 known=ctx.segment.committed,
+                drifts=drifts,
             )
             return segment.finished(ended)
         finally:
@@ -414,6 +451,38 @@ class SegmentRunner:
             if not released:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._leases.release(run.run_id, fence))
+
+    def _selected_family(self, agent: Agent, run: RunRecord) -> str:
+        """``<id>@<digest>`` of the family the agent selects for the run now (an unbound
+        run's is its profile's); a family it names that cannot be used is marked so."""
+        family_id = run.family_id
+        if not is_unbound_profile(run.profile):
+            try:
+                family_id = family_for(agent, self._families)
+            except (UsageError, UnknownFamilyError):
+                return f"{agent.family}@unusable"
+        return f"{family_id}@{self._families.get(family_id).identity.digest[:16]}"
+
+    @staticmethod
+    def _announce_drift(run_id: str, drift: ResumeDrift, bus: EventBus) -> None:
+        log.warning(
+            "run %s: the agent changed since the checkpoint (%s); resume %s",
+            run_id,
+            drift.describe(),
+            "refused" if drift.action == "refuse" else "continued",
+        )
+        bus.emit(
+            ResumeDrifted(
+                run_id=run_id,
+                action=drift.action,
+                instructions=drift.instructions,
+                tools_added=drift.tools_added,
+                tools_removed=drift.tools_removed,
+                tools_changed=drift.tools_changed,
+                family_before=drift.family_before,
+                family_now=drift.family_now,
+            )
+        )
 
     def _run_memory(self, run: RunRecord) -> RunMemory | None:
         # Unbound turns (curation passes, HTTP turns) get only the context their caller gives.

@@ -42,6 +42,7 @@ from reverie.core.capability import (
     Surface,
 )
 from reverie.core.events import (
+    CallsDenied,
     LimitReached,
     ModelFallback,
     ModelRequested,
@@ -50,6 +51,7 @@ from reverie.core.events import (
 )
 from reverie.core.exits import Blocked, Failed
 from reverie.core.messages import ModelResponse, ToolCall
+from reverie.core.redact import mask_secrets
 from reverie.core.vocabulary import is_unbound_profile
 from reverie.errors import LeaseLost
 from reverie.loop.control import CancelToken
@@ -472,8 +474,6 @@ class _ObservedTools:
     ) -> CallOutcome:
         from opentelemetry.trace import SpanKind
 
-        from reverie.runtime.host import sanitise_arguments
-
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,
@@ -486,7 +486,7 @@ class _ObservedTools:
         if self._segment._telemetry.trace_content:
             # Even when opted in, values of secret-looking keys stay masked.
             attributes["gen_ai.tool.call.arguments"] = _clip(
-                json.dumps(sanitise_arguments(call.arguments), ensure_ascii=False, default=str)
+                json.dumps(mask_secrets(dict(call.arguments)), ensure_ascii=False, default=str)
             )
         span = self._tracer.start_span(
             f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
@@ -579,7 +579,9 @@ def log_event(event: RunEvent) -> None:
     log.debug("run %s: %s %s", event.run_id, event.kind, detail)
 
 
-_WARNED_KINDS = frozenset({"model_request", "tool_started", "limit_reached", "model_fallback"})
+_WARNED_KINDS = frozenset(
+    {"model_request", "tool_started", "limit_reached", "model_fallback", "calls_denied"}
+)
 """The kinds :func:`log_event` may warn of (requests and tool starts only when retried)."""
 
 
@@ -592,6 +594,13 @@ def _warn(event: RunEvent) -> None:
         )
     elif isinstance(event, LimitReached):
         log.warning("run %s: limit reached: %s (%s)", event.run_id, event.reason, event.action)
+    elif isinstance(event, CallsDenied) and event.hidden:
+        # A security event: the model called a tool the capability strategy hid from it.
+        log.warning(
+            "run %s: the model called %s, hidden from it (denied; security event)",
+            event.run_id,
+            ", ".join(event.hidden),
+        )
     elif isinstance(event, ModelFallback):
         log.warning(
             "run %s: model %s failed (%s); falling back to model %s",
@@ -602,13 +611,26 @@ def _warn(event: RunEvent) -> None:
         )
 
 
+MODEL_FAILURE_LOG = "run %s: model %s call failed (%s)"
+"""The WARNING a failed model call logs (a command that prints the run's failure itself, such
+as ``reverie run``, leaves it out: :func:`reverie.cli.observability.observed`)."""
+
+
 def log_model_failure(run_id: str, model: str, exc: BaseException) -> None:
     """Log a failed model call at WARNING (the error itself at DEBUG); a cancellation is not
     a failure and is not logged."""
     if isinstance(exc, asyncio.CancelledError):
         return
-    log.warning("run %s: model %s call failed (%s)", run_id, model, _error_type(exc))
+    log.warning(MODEL_FAILURE_LOG, run_id, model, _error_type(exc))
     log.debug("run %s: model error: %s", run_id, exc)
 
 
-__all__ = ["TRACE_STATE_KEY", "PassSpan", "Segment", "Telemetry", "log_event", "log_model_failure"]
+__all__ = [
+    "MODEL_FAILURE_LOG",
+    "TRACE_STATE_KEY",
+    "PassSpan",
+    "Segment",
+    "Telemetry",
+    "log_event",
+    "log_model_failure",
+]

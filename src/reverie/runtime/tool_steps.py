@@ -194,7 +194,11 @@ async def before_hooks(
     )
     ctx.record_hook_failures(verdict.failures, verdict.newly_poisoned)
     if verdict.decision == "deny":
-        return CallDenied(reason=verdict.reason_for_model or "denied by policy")
+        # Journaled now: a resumed wave answers the call from the journal (a hook's denial
+        # stands, it is not asked again), and the denial outlives a crash.
+        return await record(
+            ctx, key, CallDenied(reason=verdict.reason_for_model or "denied by policy")
+        )
     if not approved and verdict.decision == "pause_auth":
         ctx.gated[key] = descriptor_digest(descriptor)
         return CallGated(gate_kind="auth", reason=verdict.reason or "authorisation needed")

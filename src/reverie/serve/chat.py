@@ -41,6 +41,7 @@ from reverie.serve.bodies import parse_body
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, error_body, failure_error, from_reverie_error
 from reverie.serve.idempotency import idempotency_of
+from reverie.serve.limits import check_depth
 
 __all__ = ["ChatCompletionBody", "ChatRoutes", "to_turn", "turn_text"]
 
@@ -186,8 +187,17 @@ def _image(value: object, param: str) -> Image:
 def _arguments(call: ToolCallBody, param: str) -> dict[str, Any]:
     try:
         value = json.loads(call.function.arguments or "{}")
+    except RecursionError:
+        # JSON text inside the body: the body's own depth check never saw into it.
+        raise APIError(
+            400,
+            f"{param}: function.arguments is nested too deeply",
+            code="invalid_json",
+            param=param,
+        ) from None
     except json.JSONDecodeError:
         value = None
+    check_depth(value, what=f"{param}.function.arguments", param=param)
     if not isinstance(value, dict):
         raise APIError(
             400,

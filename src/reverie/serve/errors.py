@@ -8,9 +8,10 @@ Every error response, on every route, has the body OpenAI clients already parse:
 are safe by construction: they come from :class:`APIError` raised here, from the safe messages
 of reverie's typed errors, or from a run's ``safe_summary`` — never from a stack trace, a
 credential or memory content. Unexpected exceptions are logged on the server and answered with
-a generic 500. As a second line of defence, :class:`Redactor` masks every value the process
-holds that looks like a secret (bearer tokens, ``*_KEY``/``*_TOKEN``/… environment variables)
-in each message before it leaves.
+a generic 500. As a second line of defence, every error body on every route (a 404 quoting the
+path too) passes through the app's :class:`Redactor`, which masks every value the process holds
+that looks like a secret (the bearer tokens, and the values of secret-named environment
+variables by :func:`reverie.core.redact.is_secret_name`) and URL userinfo before it leaves.
 
 Every error response says whether a client should retry it (``x-should-retry``, which the
 openai and anthropic SDKs obey): ``false`` unless trying the same request again later can
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from reverie.core.exits import Cancelled, Failed, FailureKind, LoopExit
-from reverie.core.redact import mask_urls
+from reverie.core.redact import environ_secrets, redact
 from reverie.errors import (
     ConfigError,
     ConflictError,
@@ -90,30 +90,22 @@ class APIError(Exception):
         self.headers = {SHOULD_RETRY: "true" if retryable else "false", **(headers or {})}
 
 
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-_MIN_SECRET_CHARS = 8
-"""Shorter values are not masked: they would mangle ordinary words."""
-
-
 class Redactor:
-    """Masks known secret values (and URL userinfo) in text that is about to leave the server."""
+    """Masks known secret values (and URL userinfo) in text that is about to leave the server.
+
+    The secrets are the ones given (the bearer tokens) and the process's secret-named
+    environment variables (:func:`reverie.core.redact.environ_secrets`); the masking is
+    :func:`reverie.core.redact.redact`'s.
+    """
 
     def __init__(
         self, secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None
     ) -> None:
         env = os.environ if environ is None else environ
-        found = {v for k, v in env.items() if _SECRET_NAME.search(k)}
-        found.update(secrets)
-        # Longest first, so a secret that contains another is masked whole.
-        self._secrets = sorted(
-            (v for v in found if len(v) >= _MIN_SECRET_CHARS), key=len, reverse=True
-        )
+        self._secrets = frozenset((*secrets, *environ_secrets(env)))
 
     def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, "***")
-        return mask_urls(text)  # and any URL's userinfo
+        return redact(text, self._secrets)
 
 
 def error_body(
@@ -206,6 +198,8 @@ _FAILURE_STATUS: Mapping[FailureKind, int] = {
     "tool_error": 500,
     "driver_bug": 500,
     "checkpoint_unavailable": 500,
+    # The agent changed under a run waiting to resume (its drift policy refused it).
+    "resume_drift": 409,
 }
 """HTTP status for each ``Failed.kind`` when a request waited for its run."""
 
@@ -231,8 +225,8 @@ def failure_error(exit_: LoopExit, run_id: str) -> APIError:
 
 # ---------------------------------------------------------------------------------- handlers
 def _redactor(request: Request) -> Redactor | None:
-    redact = getattr(request.app.state, "redact", None)
-    return redact if isinstance(redact, Redactor) else None
+    found = getattr(request.app.state, "redact", None)
+    return found if isinstance(found, Redactor) else None
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -255,12 +249,14 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         code = "method_not_allowed"
     else:
         message, code = str(exc.detail), None
-    return error_response(APIError(exc.status_code, message, code=code, headers=exc.headers))
+    # The path is the client's, and a client may put its token there: redacted like the rest.
+    error = APIError(exc.status_code, message, code=code, headers=exc.headers)
+    return error_response(error, _redactor(request))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     # Starlette logs the traceback (server side) after this answer; the client gets no trace.
-    return error_response(APIError(500, _GENERIC_500, code="internal_error"))
+    return error_response(APIError(500, _GENERIC_500, code="internal_error"), _redactor(request))
 
 
 def exception_handlers() -> dict[Any, Any]:

@@ -3,8 +3,9 @@
 :class:`BodyLimit` answers **413** for a request whose ``Content-Length`` is above the limit
 before any of the body is read, and stops a body sent without a length (chunked) as soon as the
 bytes received pass the limit. :func:`check_depth` refuses JSON nested deeper than
-:data:`MAX_JSON_DEPTH`, which no request of this API needs and which would otherwise exhaust
-the recursion of the validators (a 500).
+:data:`MAX_JSON_DEPTH` (the library's one limit for untrusted data,
+:data:`reverie.core.depth.MAX_DEPTH`), which no request of this API needs and which would
+otherwise exhaust the recursion of the validators (a 500).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope as ASGIScope, Send
 
+from reverie.core.depth import MAX_DEPTH, check_depth as check_nesting
+from reverie.errors import NestedTooDeep
 from reverie.serve.errors import APIError, error_response
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "MAX_JSON_DEPTH", "BodyLimit", "check_depth"]
@@ -21,8 +24,8 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "MAX_JSON_DEPTH", "BodyLimit", "check_depth
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 """``[serve] max_body_bytes`` when unset: 4 MiB, far above any conversation a turn needs."""
 
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of arrays and objects a request body may have."""
+MAX_JSON_DEPTH = MAX_DEPTH
+"""Deepest nesting of arrays and objects a request body (or JSON text inside one) may have."""
 
 
 def _too_large(limit: int) -> APIError:
@@ -70,20 +73,18 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
-def check_depth(value: Any) -> None:
+def check_depth(value: Any, *, what: str = "the request body", param: str | None = None) -> None:
     """Refuse JSON nested deeper than :data:`MAX_JSON_DEPTH` (walked without recursion).
+
+    Args:
+        value: The parsed JSON.
+        what: What it is, for the message.
+        param: The field it came from, if not the whole body.
 
     Raises:
         APIError: 400 ``invalid_json``.
     """
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise APIError(
-                400,
-                f"the request body is nested more than {MAX_JSON_DEPTH} levels deep",
-                code="invalid_json",
-            )
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    try:
+        check_nesting(value, what=what, limit=MAX_JSON_DEPTH)
+    except NestedTooDeep as exc:
+        raise APIError(400, str(exc), code="invalid_json", param=param) from None

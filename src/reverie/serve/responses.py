@@ -46,7 +46,7 @@ from reverie.serve.bodies import parse_body
 from reverie.serve.chat import ResponseFormatType, turn_text
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError, failure_error, from_reverie_error
-from reverie.serve.idempotency import idempotency_of
+from reverie.serve.idempotency import Idempotency, idempotency_of
 from reverie.serve.views import settled
 from reverie.store.base import TERMINAL_STATUSES, RunRecord
 
@@ -330,8 +330,14 @@ class ResponseRoutes:
             )
         return run
 
-    async def _thread_to_continue(self, owner: Scope, previous: str | None) -> str | None:
-        """The thread ``previous_response_id`` continues (``None``: a new conversation)."""
+    async def _thread_to_continue(
+        self, owner: Scope, previous: str | None, keyed: Idempotency | None
+    ) -> str | None:
+        """The thread ``previous_response_id`` continues (``None``: a new conversation).
+
+        A retry of a keyed request that already continued ``previous`` is not a second
+        continuation: its key names the response that did, which the submit then returns.
+        """
         if previous is None:
             return None
         param = "previous_response_id"
@@ -345,7 +351,7 @@ class ResponseRoutes:
                 retryable=True,
             )
         tail = await self.ctx.rt.runs.thread_items(run.thread_id, last=1)
-        if tail and tail[-1].run_id != run.run_id:
+        if tail and tail[-1].run_id != run.run_id and not await self._continued_by(run, keyed):
             raise APIError(
                 409,
                 f"a later response already continued the conversation of {previous}; continue "
@@ -355,6 +361,20 @@ class ResponseRoutes:
             )
         return run.thread_id
 
+    async def _continued_by(self, previous: RunRecord, keyed: Idempotency | None) -> bool:
+        """Whether the response that continued ``previous`` was started under ``keyed``'s key
+        (its first later row on the thread belongs to that response's run)."""
+        if keyed is None:
+            return False
+        rt = self.ctx.rt
+        items = await rt.runs.thread_items(previous.thread_id)
+        last = max((i.seq for i in items if i.run_id == previous.run_id), default=-1)
+        following = next((i.run_id for i in items if i.seq > last), None)
+        if following is None:
+            return False
+        follower = await rt.runs.get(following)
+        return follower.idempotency_key == keyed.key and follower.scope == previous.scope
+
     async def create(self, request: Request) -> Response:
         """``POST /v1/responses``: run one unbound turn; answer or stream its response."""
         owner = owner_of(request)
@@ -362,7 +382,8 @@ class ResponseRoutes:
         agent = self.ctx.agent(body.model, param="model")
         turn = to_turn(body, agent)
         keyed = idempotency_of(request, body, route="responses")
-        thread_id = await self._thread_to_continue(owner, body.previous_response_id)
+        # The key is looked up before the supersede check: a retry gets its own response back.
+        thread_id = await self._thread_to_continue(owner, body.previous_response_id, keyed)
         rt = self.ctx.rt
         try:
             run_id = await rt.unbound.submit(

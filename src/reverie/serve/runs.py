@@ -34,8 +34,7 @@ from reverie.serve.views import (
     finished_event,
     gate_view,
     listing,
-    run_detail,
-    run_summary,
+    run_view,
     settled,
 )
 from reverie.store.base import TERMINAL_STATUSES, GateStatus
@@ -131,12 +130,12 @@ class RunRoutes:
             )
         runs = await self.ctx.rt.runs.list(scope=owner, statuses=statuses or None, limit=limit)
         # Each item is the run as GET /v1/runs/{id} shows it (text, exit, usage, gate).
-        return JSONResponse(listing([await run_detail(self.ctx.rt, r) for r in runs]))
+        return JSONResponse(listing([await run_view(self.ctx.rt, r) for r in runs]))
 
     async def get(self, request: Request) -> Response:
         """``GET /v1/runs/{id}``: status, text, output, exit, usage, gate."""
         run = await self.ctx.owned_run(owner_of(request), request.path_params["run_id"])
-        return JSONResponse(await run_detail(self.ctx.rt, run))
+        return JSONResponse(await run_view(self.ctx.rt, run))
 
     async def events(self, request: Request) -> Response:
         """``GET /v1/runs/{id}/events``: SSE of typed run events until it ends or blocks.
@@ -268,7 +267,8 @@ class RunRoutes:
             if failure is not None:
                 raise failure  # a typed error: the handlers map it (GateResolvedError → 409)
         run = await rt.runs.get(gate.run_id)
-        return JSONResponse({"gate": gate_view(await rt.gates.get(ref)), "run": run_summary(run)})
+        gate_now = gate_view(await rt.gates.get(ref))
+        return JSONResponse({"gate": gate_now, "run": await run_view(rt, run)})
 
 
 async def _launched(rt: Runtime, run_id: str, task: asyncio.Task[RunResult]) -> None:

@@ -22,8 +22,7 @@ __all__ = [
     "finished_event",
     "gate_view",
     "listing",
-    "run_detail",
-    "run_summary",
+    "run_view",
     "settled",
 ]
 
@@ -38,9 +37,16 @@ def listing(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"object": "list", "data": items}
 
 
-def run_summary(run: RunRecord) -> dict[str, Any]:
-    """What ``GET /v1/runs`` lists for a run."""
-    return {
+async def run_view(rt: Runtime, run: RunRecord) -> dict[str, Any]:
+    """A run as every route shows it: ``GET /v1/runs/{id}``, each item of ``GET /v1/runs``, and
+    the ``run`` of a gate's approve or deny answer — one shape, so a client parses one object.
+
+    ``text``, ``output``, ``exit``, ``usage``, ``gate`` and ``drift`` are always there: ``null``
+    until the run settles (a queued or running run's stored exit, if any, belongs to an earlier
+    segment, e.g. the block it was resumed from). ``drift`` lists what the run's resumes found
+    changed in its agent, each with the ``action`` taken.
+    """
+    out: dict[str, Any] = {
         "object": "run",
         "run_id": run.run_id,
         "thread_id": run.thread_id,
@@ -50,17 +56,13 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         "status": run.status,
         "created_at": iso_utc(run.created_at),
         "updated_at": iso_utc(run.updated_at),
+        "text": None,
+        "output": None,
+        "exit": None,
+        "usage": None,
+        "gate": None,
+        "drift": None,
     }
-
-
-async def run_detail(rt: Runtime, run: RunRecord) -> dict[str, Any]:
-    """``GET /v1/runs/{id}``: the summary, plus text, output, exit, usage and gate once settled.
-
-    A queued or running run has ``null`` for those: its stored exit (if any) belongs to an
-    earlier segment, e.g. the block it was resumed from.
-    """
-    out = run_summary(run)
-    out.update(text=None, output=None, exit=None, usage=None, gate=None)
     if settled(run):
         result = await rt.get_result(run.run_id)
         out.update(
@@ -69,6 +71,7 @@ async def run_detail(rt: Runtime, run: RunRecord) -> dict[str, Any]:
             exit=exit_to_dict(result.exit),
             usage=result.usage.to_dict(),
             gate=_result_gate(result.gate),
+            drift=[d.to_dict() for d in result.drift],
         )
     return out
 

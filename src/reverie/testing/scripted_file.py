@@ -13,6 +13,13 @@ The file holds a list of steps, one per model call of a turn::
       {"error": "transient", "message": "scripted outage"}
     ]
 
+A ``{"result": {...}}`` step ends a typed turn: it calls ``structured_result`` with that object.
+
+A memory curation pass (docs/memory.md) is a turn of its own, recognised by its opening
+message. It is answered by the file's ``"curation"`` steps when the file is an object
+``{"steps": [...], "curation": [...]}``, else by one step that reports the document was left
+as it was — so ``reverie memory curate --now`` shows a pass offline with any script.
+
 Which step answers a request is decided by the request, not by a counter: step *n* answers the
 model call that follows *n* assistant messages since the turn's last user message. That keeps a
 script deterministic across processes — a run blocked on a gate in one ``reverie`` process and
@@ -32,6 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.errors import ConfigError, ModelError, ModelErrorKind
+from reverie.loop.finish import STRUCTURED_RESULT_TOOL
+from reverie.memory.curation import PASS_OPENING
 from reverie.models.spec import ModelSpec
 from reverie.testing.scripted import ScriptedModel, ScriptFunction, calls, error, reply
 
@@ -42,8 +51,15 @@ SCRIPTED_PREFIX: Final = "scripted:"
 
 _STEP_FORMS: Final = (
     '{"reply": "text"}, {"call": "tool", "arguments": {...}}, '
-    '{"calls": [["tool", {...}], ...]} or {"error": "transient"}'
+    '{"calls": [["tool", {...}], ...]}, {"result": {...}} or {"error": "transient"}'
 )
+_FORM_KEYS: Final = ("reply", "call", "calls", "error", "result")
+
+DEFAULT_CURATION_REPORT: Final = {
+    "changed": False,
+    "summary": "The scripted model read MEMORY.md and left it as it was.",
+}
+"""What a script without ``"curation"`` steps reports for a curation pass."""
 
 
 class _Step(BaseModel):
@@ -60,13 +76,16 @@ class _Step(BaseModel):
     error: ModelErrorKind | None = None
     message: str | None = None
     """The message of a scripted ``error``."""
+    result: dict[str, Any] | None = None
+    """The arguments of a ``structured_result`` call (a typed turn's, or a pass's, report)."""
 
     @model_validator(mode="after")
     def _one_form(self) -> _Step:
-        forms = [k for k in ("reply", "call", "calls", "error") if getattr(self, k) is not None]
+        forms = [k for k in _FORM_KEYS if getattr(self, k) is not None]
         if len(forms) != 1:
             raise ValueError(
-                f"a step needs exactly one of reply, call, calls, error (found {len(forms)})"
+                f"a step needs exactly one of reply, call, calls, error, result "
+                f"(found {len(forms)})"
             )
         if self.arguments and self.call is None:
             raise ValueError("'arguments' belongs to a 'call' step")
@@ -84,6 +103,8 @@ class _Step(BaseModel):
             return calls((self.call, self.arguments))
         if self.calls is not None:
             return calls(*self.calls, text=self.text)
+        if self.result is not None:
+            return calls((STRUCTURED_RESULT_TOOL, self.result))
         assert self.error is not None  # guaranteed by _one_form
         return error(self.error, self.message)
 
@@ -101,7 +122,8 @@ def _parse_steps(data: object, *, source: str) -> list[_Step]:
     """
     if not isinstance(data, list) or not data:
         raise ConfigError(
-            f"{source}: a scripted model file must be a non-empty JSON list of steps. "
+            f"{source}: a scripted model file must be a non-empty JSON list of steps (or "
+            '{"steps": [...], "curation": [...]}). '
             f"Fix: write [step, ...] where each step is one of {_STEP_FORMS}"
         )
     steps: list[_Step] = []
@@ -118,6 +140,9 @@ def _parse_steps(data: object, *, source: str) -> list[_Step]:
             ) from None
         steps.append(step)
     return steps
+
+
+_DEFAULT_CURATION: Final = (_Step(result=dict(DEFAULT_CURATION_REPORT)),)
 
 
 def step_index(request: ModelRequest) -> int:
@@ -174,12 +199,29 @@ def load_scripted_model(
             f"{source}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg}). "
             "Fix: correct the syntax"
         ) from None
-    steps = _parse_steps(data, source=source)
-    return ScriptedModel(_by_turn_position(steps, source), name=path.name)
+    if isinstance(data, dict) and set(data) <= {"steps", "curation"} and "steps" in data:
+        steps = _parse_steps(data["steps"], source=source)
+        curation = (
+            _parse_steps(data["curation"], source=f"{source}: curation")
+            if "curation" in data
+            else _DEFAULT_CURATION
+        )
+    else:
+        steps, curation = _parse_steps(data, source=source), _DEFAULT_CURATION
+    return ScriptedModel(_by_turn_position(steps, curation, source), name=path.name)
 
 
-def _by_turn_position(steps: Sequence[_Step], source: str) -> ScriptFunction:
+def _is_curation_pass(request: ModelRequest) -> bool:
+    """Whether ``request`` belongs to a memory curation pass (its opening user message)."""
+    first = next((m for m in request.messages if m.role == "user"), None)
+    return first is not None and first.content == PASS_OPENING
+
+
+def _by_turn_position(
+    turn_steps: Sequence[_Step], curation_steps: Sequence[_Step], source: str
+) -> ScriptFunction:
     def answer(request: ModelRequest) -> ModelResponse:
+        steps = curation_steps if _is_curation_pass(request) else turn_steps
         index = step_index(request)
         if index >= len(steps):
             raise ModelError(
