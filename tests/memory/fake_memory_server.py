@@ -23,7 +23,7 @@ configuration must give), whose rows and records say so.
 
 ``memory_add_session`` fails in ``crash``/``error`` modes and records to a file named by the
 ``FAKE_MEMORY_LOG`` environment variable otherwise. The echo reports a digest of
-``FAKE_MEMORY_TOKEN`` (the credential, when the client passed it) as ``token_sha``.
+``FAKE_MEMORY_TOKEN`` (the credential, when the client passed it) as ``given_sha``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ async def memory_search(
             "project": project,
             "query": query,
             "limit": limit,
-            "token_sha": hashlib.sha256(token.encode()).hexdigest()[:16] if token else None,
+            "given_sha": hashlib.sha256(token.encode()).hexdigest()[:16] if token else None,
             "pid": os.getpid(),
         }
         return {"rows": [_row("echo " + json.dumps(echo), tenant, user, **me)]}

@@ -226,7 +226,7 @@ async def test_the_credential_reaches_a_stdio_server_and_is_never_logged(
     result = await search(provider)
     assert isinstance(result, Snippets)
     digest = hashlib.sha256(secret.encode()).hexdigest()[:16]
-    assert f'"token_sha": "{digest}"' in result.items[0].text
+    assert f'"given_sha": "{digest}"' in result.items[0].text
     assert secret not in caplog.text and secret not in repr(provider)
 
 
