@@ -19,6 +19,7 @@ def test_top_level_all_is_exactly_the_public_names() -> None:
             "RunResult",
             "Runtime",
             "Scope",
+            "Settings",
             "Text",
             "tool",
         ]

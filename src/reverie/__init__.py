@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from reverie.core.content import Image, Text
     from reverie.core.limits import Limits
     from reverie.core.scope import Scope
+    from reverie.core.settings import Settings
     from reverie.runtime import Agent, Compaction, Gate, RunHandle, RunResult, Runtime
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "RunResult",
     "Runtime",
     "Scope",
+    "Settings",
     "Text",
     "tool",
 ]
@@ -46,6 +48,7 @@ _HOMES = {
     "RunResult": "reverie.runtime",
     "Runtime": "reverie.runtime",
     "Scope": "reverie.core.scope",
+    "Settings": "reverie.core.settings",
     "Text": "reverie.core.content",
     "tool": "reverie.capabilities",
 }

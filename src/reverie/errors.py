@@ -38,7 +38,10 @@ underlying cause, when there is one, is kept in ``__cause__``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from reverie.core.messages import TokenUsage
 
 ModelErrorKind = Literal[
     "transient",
@@ -47,9 +50,12 @@ ModelErrorKind = Literal[
     "unavailable",
     "internal",
     "images_unsupported",
+    "authentication",
 ]
 """Classes of model failure (docs/loop.md). ``images_unsupported``: the model (or its text
-protocol) cannot take the images of the request (docs/images.md); never retried."""
+protocol) cannot take the images of the request (docs/images.md); never retried.
+``authentication``: the endpoint refused the key (HTTP 401/403); never retried, but a fallback
+model (another endpoint, another key) is tried."""
 
 ToolErrorKind = Literal[
     "transient", "permanent", "input_invalid", "policy_denied", "unavailable", "internal"
@@ -244,10 +250,15 @@ class CorruptCheckpointError(StoreError):
 class ModelError(ReverieError):
     """A model call failed. ``kind`` classifies it for the recovery strategy."""
 
-    def __init__(self, kind: ModelErrorKind, message: str) -> None:
+    def __init__(
+        self, kind: ModelErrorKind, message: str, *, usage: TokenUsage | None = None
+    ) -> None:
         # Model errors quote endpoints and remote text: a URL's password never survives here.
         super().__init__(_mask_urls(message))
         self.kind: ModelErrorKind = kind
+        self.usage: TokenUsage | None = usage
+        """What the failed call consumed before it failed (a stream cut or dropped midway),
+        when known: the run's budgets count it like an answer's usage."""
 
 
 class ModelOutputTooLarge(ReverieError):

@@ -148,3 +148,50 @@ model = "local:fake-model"
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert failed and failed[0]["name"] == "agent helper endpoint"
     assert "sk-fake-secret" not in result.output
+
+
+def test_doctor_probe_reports_what_a_llama_cpp_python_like_endpoint_supports(
+    cli: Callable[..., Result],
+    write_config: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typing import Any
+
+    from reverie.testing import FakeOpenAIServer, call
+    from reverie.testing.fake_openai import FakeStep
+
+    def script(body: dict[str, Any]) -> FakeStep:
+        if isinstance(body.get("tool_choice"), dict):
+            return call("echo", word="hi")
+        return '{"answer": "OK"}' if body.get("response_format") else "OK"
+
+    monkeypatch.setenv("FAKE_KEY", "sk-fake-secret")
+    quirks = {
+        "null_content": False,
+        "usage_in_streams": False,
+        "structured_output": "json_object",
+        "streaming_tool_calls": False,
+    }
+    with FakeOpenAIServer(script, **quirks) as srv:
+        write_config(
+            f"""
+[models.local]
+base_url = "{srv.base_url}"
+api_key_env = "FAKE_KEY"
+
+[agents.helper]
+model = "local:fake-model"
+"""
+        )
+        result = cli("doctor", "--probe", "--json")
+    assert result.exit_code == 0, result.output
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    probe = "probe local:fake-model"
+    assert checks[f"{probe}: plain reply"]["status"] == "ok"
+    assert checks[f"{probe}: streamed tools"]["detail"] == "HTTP 200, then nothing"
+    assert checks[f"{probe}: null content"]["status"] == "warn"
+    assert checks[f"{probe}: declare"]["detail"] == (
+        'structured_output = "json_object", usage_in_streams = false, null_content = false, '
+        "parallel_tool_calls = true, streaming_tool_calls = false"
+    )
+    assert "sk-fake-secret" not in result.output

@@ -250,12 +250,12 @@ def test_memory_curate_now_runs_one_pass_waits_and_prints_its_report(
 
 
 def test_memory_curate_now_with_a_model_that_fails_the_contract_exits_1(
-    cli: Callable[..., Result],
-    memory_config: Path,
-    write_script: Callable[..., Path],
-    url: str,
+    cli: Callable[..., Result], memory_config: Path, tmp_path: Path, url: str
 ) -> None:
-    script = write_script([{"reply": "all tidy!"}, {"reply": "really, all tidy"}], "chatty.json")
+    # A pass answered by chat, never by the report its contract asks for.
+    script = tmp_path / "chatty.json"
+    chatty = [{"reply": "all tidy!"}, {"reply": "really, all tidy"}]
+    script.write_text(json.dumps({"steps": chatty, "curation": chatty}), encoding="utf-8")
     seed(url, DUPLICATES)
 
     result = cli("memory", "curate", "--now", "--model", f"scripted:{script}", "--json")

@@ -68,7 +68,11 @@ slots = st.dictionaries(texts, json_values, max_size=3)
 # An unusual type where a number is expected goes through the standard encoder's own path.
 numbers = ints | st.booleans()
 USAGE_FIELDS: dict[str, Any] = dict(
-    model_calls=ints, input_tokens=ints, output_tokens=ints, usd=floats | ints
+    model_calls=ints,
+    input_tokens=ints,
+    output_tokens=ints,
+    usd=floats | ints,
+    estimated=st.booleans(),
 )
 usages = st.builds(ModelUsage, **USAGE_FIELDS)
 LEDGER_FIELDS: dict[str, Any] = dict(

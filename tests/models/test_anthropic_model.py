@@ -23,6 +23,7 @@ from reverie.models.anthropic import AnthropicModel
 from reverie.models.base import complete
 from reverie.testing.fake_anthropic import FakeAnthropicServer
 from reverie.testing.fake_openai import (
+    FakeCutStream,
     FakeError,
     FakeHang,
     FakeMalformed,
@@ -128,11 +129,11 @@ async def test_server_errors_and_overload_are_transient(anthropic_key: str, stat
     assert len(srv.requests) == 1
 
 
-async def test_401_is_unavailable_and_names_the_env_var_but_never_the_key(
+async def test_401_is_an_authentication_failure_naming_the_env_var_but_never_the_key(
     anthropic_key: str,
 ) -> None:
     error, srv = await fail([FakeError(401)])  # the fake echoes the key in its message
-    assert error.kind == "unavailable"
+    assert error.kind == "authentication"
     assert "ANTHROPIC_API_KEY" in str(error)
     assert anthropic_key not in str(error)
     sent = srv.headers[0].get("x-api-key") or srv.headers[0]["authorization"]
@@ -253,3 +254,33 @@ async def test_tools_none_omits_tools(anthropic_key: str) -> None:
     assert "tools" not in srv.requests[0]
     assert "tool_choice" not in srv.requests[0]
     assert srv.requests[0]["max_tokens"] == 4096
+
+
+# -------------------------------------------------------------- streams that never end (§20)
+async def test_a_connection_dropped_mid_stream_is_transient_and_keeps_the_usage_so_far(
+    anthropic_key: str,
+) -> None:
+    error, _ = await fail([FakeCutStream(text="Hello there", drop=True)])
+    assert error.kind == "transient"
+    assert "dropped mid-stream" in str(error)
+    assert error.usage is not None and error.usage.input_tokens > 0  # message_start's count
+
+
+async def test_a_stream_cut_before_its_stop_reason_is_a_transient_error_not_a_reply(
+    anthropic_key: str,
+) -> None:
+    error, _ = await fail([FakeCutStream(text="Hello there")])
+    assert error.kind == "transient"
+    assert "no stop_reason" in str(error)
+
+
+async def test_a_base_url_ending_in_v1_reaches_the_messages_route_once(
+    anthropic_key: str,
+) -> None:
+    async with (
+        FakeAnthropicServer(["Hello!"]) as srv,
+        AnthropicModel("claude-test", base_url=f"{srv.base_url}/v1/") as model,
+    ):
+        response = await complete(model, HI)
+    assert response.text == "Hello!"
+    assert len(srv.requests) == 1

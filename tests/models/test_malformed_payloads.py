@@ -104,14 +104,17 @@ async def test_choices_null_in_a_usage_chunk_reads_as_no_choices() -> None:
     assert (done.response.usage.input_tokens, done.response.usage.output_tokens) == (3, 1)
 
 
-async def test_a_run_whose_stream_has_choices_null_fails_as_invalid_model_output() -> None:
-    async with FakeOpenAIServer([FakeRawStream([chunk(choices=None)])]) as srv:
+async def test_a_run_whose_stream_has_choices_null_and_no_finish_reason_is_a_model_error() -> None:
+    # Not an empty reply (DESIGN §20): a stream without a finish_reason did not end properly.
+    cut = FakeRawStream([chunk(choices=None)])
+    async with FakeOpenAIServer([cut, cut, cut]) as srv:
         agent = Agent(name="a", model=OpenAIChatModel("m", base_url=srv.base_url, api_key="k"))
         async with Runtime.open(":memory:") as rt:
             result = await rt.run(agent, "hi", scope=SCOPE)
 
     assert result.status == "failed"
-    assert result.exit.kind == "invalid_model_output"  # type: ignore[union-attr]
+    assert result.exit.kind == "model_error"  # type: ignore[union-attr]
+    assert "no finish_reason" in result.exit.safe_summary  # type: ignore[union-attr]
 
 
 async def test_a_run_whose_stream_is_malformed_fails_as_model_error_not_driver_bug() -> None:

@@ -135,10 +135,12 @@ async def test_500_is_transient_without_a_retry(openai_key: str) -> None:
     assert len(srv.requests) == 1
 
 
-async def test_401_is_unavailable_and_names_the_env_var_but_never_the_key(openai_key: str) -> None:
+async def test_401_is_an_authentication_failure_naming_the_env_var_but_never_the_key(
+    openai_key: str,
+) -> None:
     # The fake server echoes the key it received in its 401 message, as real servers partly do.
     error, srv = await fail([FakeError(401)])
-    assert error.kind == "unavailable"
+    assert error.kind == "authentication"
     assert "OPENAI_API_KEY" in str(error)
     assert openai_key not in str(error)
     assert openai_key not in repr(error)
@@ -148,7 +150,7 @@ async def test_401_is_unavailable_and_names_the_env_var_but_never_the_key(openai
 async def test_401_names_a_custom_key_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_LLM_KEY", "custom-secret-value-42")
     error, _ = await fail([FakeError(401)], api_key_env="MY_LLM_KEY")
-    assert error.kind == "unavailable"
+    assert error.kind == "authentication"
     assert "MY_LLM_KEY" in str(error)
     assert "custom-secret-value-42" not in str(error)
 
@@ -264,7 +266,7 @@ async def test_request_maps_messages_tools_choice_schema_and_settings(openai_key
         ),
         tools=(ADD,),
         tool_choice="add",
-        output_schema={"title": "Sum result", "type": "object"},
+        output_schema={"title": "Sum result", "type": "object", "properties": {"sum": {}}},
         settings=ModelSettings(temperature=0.2, max_tokens=50, extra={"seed": 7}),
     )
     _, srv = await run(["3"], request)
@@ -274,7 +276,7 @@ async def test_request_maps_messages_tools_choice_schema_and_settings(openai_key
         {"role": "user", "content": "add 1 and 2"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",  # a compatible endpoint: never null (declared null_content)
             "tool_calls": [
                 {
                     "id": "call_1",
@@ -298,7 +300,10 @@ async def test_request_maps_messages_tools_choice_schema_and_settings(openai_key
     assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "Sum_result", "schema": {"title": "Sum result", "type": "object"}},
+        "json_schema": {
+            "name": "Sum_result",
+            "schema": {"title": "Sum result", "type": "object", "properties": {"sum": {}}},
+        },
     }
     assert body["temperature"] == 0.2
     assert body["max_tokens"] == 50  # a compatible server: max_tokens, not max_completion_tokens

@@ -18,12 +18,16 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
+
+from reverie.core.messages import ModelEvent, ModelRequest
+from reverie.models.base import Model
 
 MODEL_NAME = "smollm2"
 """The name the server is asked for (llama-cpp-python serves one model whatever the name)."""
@@ -145,3 +149,20 @@ def llama_server(workdir: Path, *, n_ctx: int = 2048) -> Iterator[LlamaServer]:
         yield server
     finally:
         server.stop()
+
+
+class ForceFirstTool:
+    """The real adapter, asked to call ``tool`` on a request that carries no tool result yet."""
+
+    def __init__(self, inner: Model, tool_name: str) -> None:
+        self.inner = inner
+        self.tool_name = tool_name
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if request.tools and not any(m.role == "tool" for m in request.messages):
+            request = replace(request, tool_choice=self.tool_name)
+        return self.inner.stream(request)

@@ -9,15 +9,10 @@ null (HTTP 500, "7 validation errors"), which is what a tool call without text u
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import replace
-
 import pytest
 
-from real_model.llama_support import LlamaServer
+from real_model.llama_support import ForceFirstTool, LlamaServer
 from reverie import Agent, Limits, Runtime, Scope, tool
-from reverie.core.messages import ModelEvent, ModelRequest
-from reverie.models.base import Model
 from reverie.models.registry import resolve_model
 
 pytestmark = pytest.mark.real_model
@@ -31,23 +26,6 @@ def add(a: int, b: int) -> int:
     """Add two integers."""
     ADDED.append((a, b))
     return a + b
-
-
-class ForceFirstTool:
-    """The real adapter, asked to call ``tool`` on a request that carries no tool result yet."""
-
-    def __init__(self, inner: Model, tool_name: str) -> None:
-        self.inner = inner
-        self.tool_name = tool_name
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        if request.tools and not any(m.role == "tool" for m in request.messages):
-            request = replace(request, tool_choice=self.tool_name)
-        return self.inner.stream(request)
 
 
 async def test_a_tool_round_trip_completes_against_a_real_server(llama: LlamaServer) -> None:

@@ -216,7 +216,7 @@ async def test_the_fallback_request_to_openai_is_made_from_the_same_transcript(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     anthropic_script = [
         FakeReply(tool_calls=(FakeToolCall("add", {"a": 2, "b": 3}, id="toolu_1"),)),
-        FakeError(401),  # a bad key is `unavailable`: the next model at once
+        FakeError(401),  # a bad key is `authentication`: the next model at once
     ]
     async with (
         FakeAnthropicServer(anthropic_script) as ant,

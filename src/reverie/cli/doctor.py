@@ -6,7 +6,9 @@ printed); each ``[mcp.servers.NAME]`` starts (or is reached) and lists its tools
 a warning for an ``optional`` server, else a failure; with ``--offline`` a ``url`` server is
 not contacted); the ``[[hooks]]`` import; then, unless ``--offline`` or something already
 failed, each agent's model endpoint is asked to list its models (proving it answers and accepts
-the key; a scripted model has no endpoint and is skipped). Exit 0 when every check passes
+the key; a scripted model has no endpoint and is skipped). With ``--probe``, each
+OpenAI-compatible endpoint is also asked once what it supports (:mod:`reverie.models.probe`)
+and the ``[models.NAME]`` keys that describe it are printed. Exit 0 when every check passes
 (warnings allowed), 1 when one fails, 2 when the configuration itself is broken.
 """
 
@@ -146,6 +148,40 @@ async def _endpoint_checks(config: ReverieConfig) -> list[Check]:
     return checks
 
 
+async def _probe_checks(config: ReverieConfig) -> list[Check]:
+    """Ask each OpenAI-compatible endpoint once what it supports; a line per feature and the
+    keys that declare it (support is information: a missing feature is a warning)."""
+    from reverie.config import build_agents
+    from reverie.models.openai import OpenAIChatModel
+    from reverie.models.probe import probe_endpoint
+
+    checks: list[Check] = []
+    seen: set[str] = set()
+    for model in (m for a in build_agents(config) for m in a.models):
+        if not isinstance(model, OpenAIChatModel) or model.name in seen:
+            continue
+        seen.add(model.name)
+        try:
+            findings, suggested = await probe_endpoint(model)
+        except ModelError as exc:
+            checks.append(Check(name=f"probe {model.name}", status="fail", detail=str(exc)))
+            continue
+        for finding in findings:
+            checks.append(
+                Check(
+                    name=f"probe {model.name}: {finding.feature}",
+                    status="ok" if finding.supported else "warn",
+                    detail=finding.detail,
+                )
+            )
+        keys = ", ".join(
+            f"{k} = {str(v).lower() if isinstance(v, bool) else repr(v)}"
+            for k, v in suggested.items()
+        ).replace("'", '"')
+        checks.append(Check(name=f"probe {model.name}: declare", status="ok", detail=keys))
+    return checks
+
+
 async def _mcp_checks(config: ReverieConfig, *, offline: bool) -> list[Check]:
     """Start (or reach) each configured MCP server and list its tools; stop it again."""
     from reverie.config import mcp_server_settings, mcp_servers
@@ -227,6 +263,14 @@ def doctor_command(
     offline: Annotated[
         bool, typer.Option("--offline", help="Do not contact the model endpoints.")
     ] = False,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe",
+            help="Also ask each OpenAI-compatible endpoint once what it supports (a few small "
+            "requests) and print the [models.NAME] keys that declare it.",
+        ),
+    ] = False,
 ) -> None:
     """Check the configuration, the store, each agent's model, key and endpoint, each MCP
     server (it starts and lists its tools), and the hooks.
@@ -249,6 +293,8 @@ def doctor_command(
         checks.extend(await _mcp_checks(cfg, offline=offline))
         if not offline and not any(c.status == "fail" for c in checks):
             checks.extend(await _endpoint_checks(cfg))
+            if probe and not any(c.status == "fail" for c in checks):
+                checks.extend(await _probe_checks(cfg))
         hook_check = _hook_check(cfg)
         if hook_check is not None:
             checks.append(hook_check)

@@ -101,10 +101,15 @@ def build_agents(config: ReverieConfig) -> list[Agent]:
                     on_drift=section.on_drift,
                     output_type=output_type,
                     compaction=_compaction(config, f"{key}.compaction", section.compaction),
+                    settings=section.settings.to_settings() if section.settings else None,
                 )
             )
         except UsageError as exc:
-            where = f"{key}.output_type" if "output_type" in str(exc) else key
+            where = key
+            if "output_type" in str(exc):
+                where = f"{key}.output_type"
+            elif "Settings." in str(exc):
+                where = f"{key}.settings"
             raise config_error(
                 config.source, where, str(exc), "see docs/configuration.md for agents"
             ) from None

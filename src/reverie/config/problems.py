@@ -68,6 +68,7 @@ _FIXES: Final[Mapping[str, str]] = {
     "agents.*.limits.max_capability_calls": "set a non-negative integer, or remove it",
     "agents.*.limits.max_calls_per_batch": "set an integer of at least 1 (default 32)",
     "agents.*.limits.wall_clock_s": "set a positive number of seconds, or remove it",
+    "agents.*.limits.finalizer_grace_s": "set a non-negative number of seconds (default 10)",
     "agents.*.limits.max_usd": "set a non-negative number of US dollars, or remove it",
     "agents.*.limits.max_tokens": "set a non-negative integer, or remove it",
     "agents.*.limits.max_response_bytes": "set an integer of at least 1 (default 4194304)",

@@ -9,9 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from reverie.config.paths import CONFIG_FILE_NAME
 from reverie.core.limits import Limits
+from reverie.core.settings import Settings
 from reverie.core.vocabulary import DriftAction, OnLimit, ThreadPolicy
+from reverie.models.compat import ServerKind, StructuredOutput
 from reverie.models.pricing import PriceTable
 from reverie.models.registry import EndpointConfig
+from reverie.models.spec import BUILTIN_PROVIDERS
 
 __all__ = [
     "ENV_NAME",
@@ -23,6 +26,7 @@ __all__ = [
     "ReverieConfig",
     "RuntimeSection",
     "Section",
+    "SettingsConfig",
     "StoreConfig",
     "TelemetryConfig",
 ]
@@ -68,6 +72,7 @@ class LimitsConfig(Section):
     max_capability_calls: int | None = Field(default=None, ge=0)
     max_calls_per_batch: int | None = Field(default=None, ge=1)
     wall_clock_s: float | None = Field(default=None, gt=0)
+    finalizer_grace_s: float | None = Field(default=None, ge=0)
     max_usd: float | None = Field(default=None, ge=0)
     max_tokens: int | None = Field(default=None, ge=0)
     max_response_bytes: int | None = Field(default=None, ge=1)
@@ -91,6 +96,21 @@ class CompactionConfig(Section):
     """A model spec for the summaries (default: the agent's model)."""
     max_summary_tokens: int | None = Field(default=None, ge=1)
     chars_per_token: float | None = Field(default=None, gt=0)
+
+
+class SettingsConfig(Section):
+    """``settings`` of an agent: the fields of :class:`reverie.Settings`; unset keeps the
+    provider's default."""
+
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    stop: list[str] = Field(default_factory=list, max_length=4)
+    seed: int | None = None
+    top_p: float | None = Field(default=None, gt=0, le=1)
+
+    def to_settings(self) -> Settings:
+        """The :class:`Settings` these keys describe."""
+        return Settings(**self.model_dump(exclude_none=True))
 
 
 class AgentConfig(Section):
@@ -133,14 +153,35 @@ class AgentConfig(Section):
     the agent's runs end with a validated value (docs/output.md)."""
     compaction: CompactionConfig | None = None
     """Context compaction; off without the table (or with ``enabled = false``)."""
+    settings: SettingsConfig | None = None
+    """How the model samples: temperature, max_output_tokens, stop, seed, top_p."""
 
 
 class EndpointSection(Section):
-    """``[models.NAME]``: an OpenAI-compatible endpoint, used as ``NAME:<model>``."""
+    """``[models.NAME]``: an OpenAI-compatible endpoint, used as ``NAME:<model>``, and what it
+    supports (docs/configuration.md; :mod:`reverie.models.compat`)."""
 
-    base_url: str = Field(pattern=r"^https?://\S+$")
+    base_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """The API root (``…/v1``; for ``anthropic`` with or without it). Required for a name
+    other than ``openai``, ``ollama`` and ``anthropic``."""
     api_key_env: str | None = Field(default=None, pattern=ENV_NAME)
     """The *name* of the environment variable holding the key; ``None`` for no key."""
+    server: ServerKind | None = None
+    """The kind of server, whose defaults the keys below override."""
+    structured_output: StructuredOutput | None = None
+    """How typed output is asked for: ``json_schema``, ``json_object``, ``tool``, ``none``."""
+    usage_in_streams: bool | None = None
+    """The server reports usage in streamed replies (else reverie estimates it)."""
+    null_content: bool | None = None
+    """The server takes ``"content": null`` beside tool calls (else ``""`` is sent)."""
+    parallel_tool_calls: bool | None = None
+    """The server takes the ``parallel_tool_calls`` request field."""
+    streaming_tool_calls: bool | None = None
+    """The server streams replies to requests with tools (else they are asked whole)."""
+    timeout_s: float | None = Field(default=None, gt=0)
+    """Read/write timeout of each request, in seconds (default 60)."""
+    connect_timeout_s: float | None = Field(default=None, gt=0)
+    """Connect timeout of each request, in seconds (default 10)."""
 
 
 class PriceConfig(Section):
@@ -158,6 +199,16 @@ class ReverieConfig(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     models: dict[str, EndpointSection] = Field(default_factory=dict)
+
+    @field_validator("models", mode="after")
+    @classmethod
+    def _endpoints_have_urls(cls, value: dict[str, EndpointSection]) -> dict[str, EndpointSection]:
+        # openai, ollama and anthropic have a URL of their own; any other endpoint needs one.
+        for name, endpoint in value.items():
+            if endpoint.base_url is None and name not in BUILTIN_PROVIDERS:
+                raise ValueError(f"[models.{name}] needs base_url (its server's API root)")
+        return value
+
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     hooks: list[dict[str, Any]] = Field(default_factory=list)
     """``[[hooks]]`` tables, validated here and registered as ``trusted`` by
@@ -205,7 +256,7 @@ class ReverieConfig(Section):
     def endpoints(self) -> dict[str, EndpointConfig]:
         """``[models.NAME]`` as the model registry takes them."""
         return {
-            name: EndpointConfig(base_url=e.base_url, api_key_env=e.api_key_env)
+            name: EndpointConfig(**e.model_dump(exclude_none=True))
             for name, e in self.models.items()
         }
 

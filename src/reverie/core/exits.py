@@ -62,15 +62,21 @@ class ModelUsage:
     output_tokens: int = 0
     usd: float = 0.0
     """Priced with this model's own price."""
+    estimated: bool = False
+    """Some of these tokens are reverie's local estimate: the endpoint reported no usage for a
+    call (docs/budgets.md)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
+        """JSON-able form (``estimated`` only when set)."""
+        out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "usd": self.usd,
         }
+        if self.estimated:
+            out["estimated"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelUsage:
@@ -80,6 +86,7 @@ class ModelUsage:
             input_tokens=int(data.get("input_tokens", 0)),
             output_tokens=int(data.get("output_tokens", 0)),
             usd=float(data.get("usd", 0.0)),
+            estimated=data.get("estimated") is True,
         )
 
 
@@ -95,6 +102,9 @@ class Usage:
     by_model: Mapping[str, ModelUsage] = field(default_factory=dict)
     """The model figures split by model name, in the order the models were first called (a
     run with fallback models calls more than one); the totals above are their sums."""
+    estimated: bool = False
+    """Some token counts (and so ``usd``) are reverie's conservative local estimate: an
+    endpoint reported no usage for a call. Never 0 in its place (docs/budgets.md)."""
 
     def __str__(self) -> str:
         """One readable line: ``2 model calls, 1 tool call, 310 tokens (250 in, 60 out),
@@ -115,7 +125,8 @@ class Usage:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``by_model`` only when a model was called)."""
+        """JSON-able form (``by_model`` only when a model was called, ``estimated`` only when
+        set)."""
         out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
@@ -123,6 +134,8 @@ class Usage:
             "capability_calls": self.capability_calls,
             "usd": self.usd,
         }
+        if self.estimated:
+            out["estimated"] = True
         if self.by_model:
             out["by_model"] = {name: u.to_dict() for name, u in self.by_model.items()}
         return out
@@ -137,6 +150,7 @@ class Usage:
             output_tokens=int(data.get("output_tokens", 0)),
             capability_calls=int(data.get("capability_calls", 0)),
             usd=float(data.get("usd", 0.0)),
+            estimated=data.get("estimated") is True,
             by_model={str(k): ModelUsage.from_dict(v) for k, v in by_model.items()}
             if isinstance(by_model, Mapping)
             else {},

@@ -24,6 +24,10 @@ class Limits:
     """Fan-out of one response; calls past it get an error result."""
     wall_clock_s: float | None = None
     """Active running time (time blocked on a gate does not count)."""
+    finalizer_grace_s: float = 10.0
+    """After the wall clock runs out, how long the finalizer's one model call may take (never
+    more than ``wall_clock_s`` itself): a run with a wall clock ends within ``wall_clock_s``
+    plus this grace, whatever the model does."""
     max_usd: float | None = None
     """Spend, from the configured price table; a limit without a known price is a config error."""
     max_tokens: int | None = None
@@ -55,10 +59,17 @@ class Limits:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise UsageError(f"Limits.{name} must not be negative")
-        for name in ("wall_clock_s", "max_usd"):
+        for name in ("wall_clock_s", "max_usd", "finalizer_grace_s"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise UsageError(f"Limits.{name} must not be negative")
+
+    @property
+    def finalizer_grace(self) -> float | None:
+        """The finalizer's grace past the wall clock (``None``: no wall clock, no bound)."""
+        if self.wall_clock_s is None:
+            return None
+        return min(self.finalizer_grace_s, self.wall_clock_s)
 
     def narrow(self, other: Limits | None) -> Limits:
         """The tighter of ``self`` and ``other`` for every budget."""
@@ -82,6 +93,7 @@ class Limits:
             max_capability_calls=tighter_int(self.max_capability_calls, other.max_capability_calls),
             max_calls_per_batch=min(self.max_calls_per_batch, other.max_calls_per_batch),
             wall_clock_s=tighter(self.wall_clock_s, other.wall_clock_s),
+            finalizer_grace_s=min(self.finalizer_grace_s, other.finalizer_grace_s),
             max_usd=tighter(self.max_usd, other.max_usd),
             max_tokens=tighter_int(self.max_tokens, other.max_tokens),
             max_resumes=min(self.max_resumes, other.max_resumes),

@@ -82,7 +82,12 @@ class ModelSettings:
 
     temperature: float | None = None
     max_tokens: int | None = None
+    """Cap on the reply's tokens (``max_tokens``/``max_completion_tokens`` on the wire)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()
+    """Sequences that end the reply (OpenAI ``stop``, Anthropic ``stop_sequences``)."""
+    seed: int | None = None
+    top_p: float | None = None
 
 
 ToolChoiceMode = Literal["auto", "none", "required"]
@@ -131,6 +136,9 @@ class TokenUsage:
 
     input_tokens: int = 0
     output_tokens: int = 0
+    estimated: bool = False
+    """The endpoint reported no usage: the counts are reverie's conservative local estimate
+    (:mod:`reverie.models.estimate`), never 0."""
 
 
 @fast_frozen

@@ -11,6 +11,8 @@ Pure functions of their input:
   key, an environment variable); :func:`mask_secrets` is the one walker that applies it to data,
   descending into every mapping, list and tuple (gate arguments, spans, the console);
   :func:`environ_secrets` applies it to the environment.
+- :func:`scrub` makes a remote server's text a bounded one-line summary without filesystem
+  paths (upstream servers quote their install paths and whole validation dumps).
 """
 
 from __future__ import annotations
@@ -215,3 +217,19 @@ __all__ = [
     "split_userinfo",
     "url_secrets",
 ]
+
+
+_PATH = re.compile(
+    r"(?<![\w:/.])(?:/[\w.@+~-]+){2,}/?"  # /usr/lib/python3/site-packages/...
+    r"|\b[A-Za-z]:\\(?:[\w.@+~ -]+\\)*[\w.@+~-]*"  # C:\Users\...
+)
+"""A filesystem path in a server's text (a URL's path is not one: it follows its host)."""
+
+PATH_MASK = "<path>"
+"""What a scrubbed path reads as."""
+
+
+def scrub(text: str, limit: int) -> str:
+    """``text`` on one line, filesystem paths replaced by ``<path>``, at most ``limit`` chars."""
+    text = _PATH.sub(PATH_MASK, " ".join(text.split()))
+    return text if len(text) <= limit else text[: limit - 1] + "…"

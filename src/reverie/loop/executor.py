@@ -31,7 +31,7 @@ from reverie.core.exits import (
 )
 from reverie.core.fastcopy import maker, replace
 from reverie.core.limits import Limits
-from reverie.core.messages import ModelResponse, ToolCall
+from reverie.core.messages import ModelResponse, TokenUsage, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
 from reverie.core.vocabulary import OnLimit
 from reverie.errors import ModelError, ModelOutputTooLarge
@@ -141,19 +141,36 @@ class _Executor:
                 state = await self._tick(state)
         except _Exit as done:
             if isinstance(done.exit, Failed):
+                if await self._cancel_pending(done.state):
+                    # Cancellation has precedence over a failure (a limit reached meanwhile),
+                    # wherever it was sent from: another process's arrives as an input.
+                    return await self._cancelled(self.host.token.reason)
                 # No checkpoint for a failure, but what the run said and heard is kept: the
                 # staged rows and journal records are written before the status is.
                 await self.host.checkpoints.commit(None, done.state)
             return done.exit, done.state
         except Cancelled as c:
-            # Cancellation is a clean exit: checkpoint what we have, then Cancelled. The Final
-            # checkpoint says it was a cancellation, so a crash before the status write resumes
-            # as Cancelled (never as a completion of whatever assistant row came last).
-            ended = Completion(kind="cancelled", refs=(), reason=c.reason)
-            final, _ = await self._commit(
-                "Final", replace(self._last_state, completion=ended), guard=False
-            )
-            return CancelledExit(reason=c.reason, usage=final.budget.usage()), final
+            return await self._cancelled(c.reason)
+
+    async def _cancelled(self, reason: str) -> tuple[LoopExit, LoopExecutionState]:
+        # Cancellation is a clean exit: checkpoint what we have, then Cancelled. The Final
+        # checkpoint says it was a cancellation, so a crash before the status write resumes
+        # as Cancelled (never as a completion of whatever assistant row came last).
+        ended = Completion(kind="cancelled", refs=(), reason=reason)
+        final, _ = await self._commit(
+            "Final", replace(self._last_state, completion=ended), guard=False
+        )
+        return CancelledExit(reason=reason, usage=final.budget.usage()), final
+
+    async def _cancel_pending(self, s: LoopExecutionState) -> bool:
+        """Whether a cancel was sent, here (the token) or from anywhere (an input not yet
+        polled: a wave that settles later sends no commit whose receipt would tell)."""
+        if not self.host.token.cancelled:
+            for rec in await self._poll(s):
+                if rec.kind == "cancel":
+                    self.host.token.cancel(str(rec.payload.get("reason") or "cancelled"))
+                    break
+        return self.host.token.cancelled
 
     def _active_s(self, state: LoopExecutionState) -> float:
         return state.budget.active_s + (time.monotonic() - self._segment_start)
@@ -226,11 +243,6 @@ class _Executor:
             and s.graceful_stop is None
             and s.pending_wave is None
         ):
-            if self.config.on_limit == "fail":
-                # A pending cancellation (the token, or a cancel input) wins over the cap.
-                self._boundary()
-                s = await self._take_control(s)
-                self._boundary()
             self._limit_reached(s, "max_iterations")
             if self.config.on_limit == "fail":
                 raise self._fail(
@@ -470,8 +482,13 @@ class _Executor:
             return s.request_stop(reason)
         raise self._fail(s, kind, summary)
 
-    def _charge_model_call(self, s: LoopExecutionState) -> LoopExecutionState:
-        """Charge before sending: a call that would exceed a budget is never made."""
+    def _charge_model_call(
+        self, s: LoopExecutionState, name: str | None = None
+    ) -> LoopExecutionState:
+        """Charge before sending: a call that would exceed a budget is never made.
+
+        ``name``: the model the call goes to (default: the one the model strategy selects).
+        """
         lim, b = self.limits, s.budget
         if lim.max_model_calls is not None and b.model_calls >= lim.max_model_calls:
             raise self._fail(
@@ -481,7 +498,7 @@ class _Executor:
             raise self._fail(s, "budget_usd", f"spend limit of ${lim.max_usd:.4f} reached")
         if lim.max_tokens is not None and b.input_tokens + b.output_tokens >= lim.max_tokens:
             raise self._fail(s, "token_limit", f"token limit of {lim.max_tokens} reached")
-        return replace(s, budget=b.charged(self._model_name(s)))
+        return replace(s, budget=b.charged(self._model_name(s) if name is None else name))
 
     def _model_name(self, s: LoopExecutionState) -> str:
         """The name of the model the model strategy selects."""
@@ -520,10 +537,10 @@ class _Executor:
         attempt = 0
         overflowed = False
         while True:
-            s = self._charge_model_call(s)
-            self._last_state = s
             index = self._selected(s) if model_index is None else model_index
             name = model_label(self.host.model.names, index)
+            s = self._charge_model_call(s, name)  # under the model that is asked
+            self._last_state = s
             emit_model_request(self.host, s.iteration, tools, attempt, name)
             # The wall clock bounds the call in flight, not only the boundaries around it.
             wall = self.limits.wall_clock_s
@@ -545,6 +562,11 @@ class _Executor:
             except ModelOutputTooLarge as exc:
                 raise self._fail(s, "invalid_model_output", str(exc)) from None
             except ModelError as exc:
+                if exc.usage is not None:
+                    # A call that failed midway (a cut stream) still consumed tokens: count
+                    # them, so a budget binds a run whose calls keep failing.
+                    s = self._charge_failed_usage(s, name, index, exc.usage)
+                    self._last_state = s
                 if exc.kind == "context_overflow" and rebuild is not None and not overflowed:
                     # Compact once and retry; the summary row is checkpointed before the retry.
                     overflowed = True
@@ -562,6 +584,14 @@ class _Executor:
                     await cancellable_sleep(decision.backoff_s, self.host.token)
                     attempt += 1
                     continue
+                if model_index is not None:
+                    # A model chosen for this call (compaction's summary model), not the
+                    # strategy's: its failure is its own and never moves the agent's chain.
+                    raise self._fail(
+                        s,
+                        _failure_kind(decision),
+                        f"the summary model {name} failed ({exc.kind}): {exc}",
+                    ) from exc
                 # Recovery gave up on this model: the model strategy may select the next one
                 # (recorded in its slot, so a resume stays on it), with fresh retries.
                 failed = self.family.model.failed_kinds(s)
@@ -572,26 +602,41 @@ class _Executor:
                     self._boundary()
                     attempt = 0
                     continue
-                kind: FailureKind = (
-                    "model_error"
-                    if not isinstance(decision, Abort)
-                    else _as_failure_kind(decision.failure_kind)
-                )
                 summary = model_failure_summary(self.host.model.names, failed, exc)
-                raise self._fail(s, kind, summary) from exc
+                raise self._fail(s, _failure_kind(decision), summary) from exc
             self._boundary()
             usd = self.host.model.cost(response, model_index=index)
             u = response.usage
             s = replace(
                 s,
                 budget=s.budget.answered(
-                    name, input_tokens=u.input_tokens, output_tokens=u.output_tokens, usd=usd
+                    name,
+                    input_tokens=u.input_tokens,
+                    output_tokens=u.output_tokens,
+                    usd=usd,
+                    estimated=u.estimated,
                 ),
             )
             self._last_state = s
             if self._meter is not None:
                 self._meter.observe(bundle.request, bundle.rows, response.usage.input_tokens)
             return response, s
+
+    def _charge_failed_usage(
+        self, s: LoopExecutionState, name: str, index: int, usage: TokenUsage
+    ) -> LoopExecutionState:
+        """``s`` with the usage of a failed call charged to model ``name``."""
+        usd = self.host.model.cost(ModelResponse(parts=(), usage=usage), model_index=index)
+        return replace(
+            s,
+            budget=s.budget.answered(
+                name,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                usd=usd,
+                estimated=usage.estimated,
+            ),
+        )
 
     async def _compact(
         self,
@@ -841,13 +886,14 @@ class _Executor:
                 ),
             )
         self._boundary()
+        deadline_s = self._finalizer_deadline(s)
         try:
             s = self._charge_model_call(s)  # budget errors pass through unchanged
             self._last_state = s
             index = self._selected(s)
             emit_model_request(self.host, s.iteration, 0, 0, self._model_name(s))
             response = self._capped(
-                await self._ask(bundle, index, deadline_s=cfg.finalizer_timeout_s, emit_text=False)
+                await self._ask(bundle, index, deadline_s=deadline_s, emit_text=False)
             )
         except ModelError as exc:
             raise self._fail(
@@ -857,8 +903,7 @@ class _Executor:
             raise self._fail(
                 s,
                 kind,
-                f"{reason}: the final summary call did not finish within "
-                f"{cfg.finalizer_timeout_s}s",
+                f"{reason}: the final summary call did not finish within {deadline_s:.3g}s",
             ) from None
         except ModelOutputTooLarge as exc:
             raise self._fail(s, kind, f"{reason}: the final summary was rejected: {exc}") from None
@@ -870,6 +915,7 @@ class _Executor:
                 input_tokens=response.usage.input_tokens,
                 output_tokens=response.usage.output_tokens,
                 usd=self.host.model.cost(response, model_index=index),
+                estimated=response.usage.estimated,
             ),
         )
         rejected = reject_reason(response.text, bool(response.tool_calls))
@@ -893,6 +939,16 @@ class _Executor:
             ),
             s,
         )
+
+    def _finalizer_deadline(self, s: LoopExecutionState) -> float:
+        """The finalizer call's deadline: its own, but under a wall clock no more than what is
+        left of it plus the grace (DESIGN §20: the wall clock bounds the whole run; a model cut
+        by the wall clock leaves exactly the grace)."""
+        own = self.config.finalizer_timeout_s
+        grace, wall = self.limits.finalizer_grace, self.limits.wall_clock_s
+        if grace is None or wall is None:
+            return own
+        return min(own, grace + max(0.0, wall - self._active_s(s)))
 
 
 def response_bytes(response: ModelResponse) -> int:
@@ -922,6 +978,13 @@ async def _within(work: Awaitable[T], seconds: float) -> T:
         if deadline.expired():
             raise _DeadlinePassed from None
         raise
+
+
+def _failure_kind(decision: object) -> FailureKind:
+    """A run's failure kind when recovery gave up on a model call with ``decision``."""
+    if isinstance(decision, Abort):
+        return _as_failure_kind(decision.failure_kind)
+    return "model_error"
 
 
 def _detail(decision: Abort) -> str:

@@ -69,9 +69,16 @@ class BudgetLedger:
         )
 
     def answered(
-        self, model: str, *, input_tokens: int, output_tokens: int, usd: float
+        self,
+        model: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        usd: float,
+        estimated: bool = False,
     ) -> BudgetLedger:
-        """The ledger with the tokens and price of an answer from ``model``."""
+        """The ledger with the tokens and price of an answer from ``model`` (``estimated``:
+        the tokens are a local estimate, marked on the model's entry)."""
         mine = self.by_model.get(model) or _NO_USAGE
         return replace(
             self,
@@ -85,6 +92,7 @@ class BudgetLedger:
                     input_tokens=mine.input_tokens + input_tokens,
                     output_tokens=mine.output_tokens + output_tokens,
                     usd=mine.usd + usd,
+                    estimated=mine.estimated or estimated,
                 ),
             },
         )
@@ -98,6 +106,7 @@ class BudgetLedger:
             capability_calls=self.capability_calls,
             usd=self.usd,
             by_model=dict(self.by_model),
+            estimated=any(u.estimated for u in self.by_model.values()),
         )
 
 
@@ -187,6 +196,7 @@ class LoopExecutionState:
                 input_tokens=b.input_tokens + sum(u.input_tokens for u in spent),
                 output_tokens=b.output_tokens + sum(u.output_tokens for u in spent),
                 usd=b.usd + sum(u.usd for u in spent),
+                by_model=_merged_by_model(b.by_model, spent),
             ),
         )
 
@@ -195,6 +205,25 @@ class LoopExecutionState:
         if self.graceful_stop is not None:
             return self
         return replace(self, graceful_stop=reason)
+
+
+def _merged_by_model(
+    mine: Mapping[str, ModelUsage], nested: Sequence[Usage]
+) -> Mapping[str, ModelUsage]:
+    """``mine`` with each nested run's models added under their names (each call is counted
+    under the model that answered it, so ``by_model`` keeps summing to the totals)."""
+    merged = dict(mine)
+    for usage in nested:
+        for name, u in usage.by_model.items():
+            had = merged.get(name) or _NO_USAGE
+            merged[name] = replace(
+                had,
+                model_calls=had.model_calls + u.model_calls,
+                input_tokens=had.input_tokens + u.input_tokens,
+                output_tokens=had.output_tokens + u.output_tokens,
+                usd=had.usd + u.usd,
+            )
+    return merged
 
 
 _SLOTS: tuple[str, ...] = ("model_state", "stop_state", "host_state")
@@ -395,7 +424,7 @@ def _strings(values: Sequence[Any]) -> tuple[str, bool]:
 
 
 def _usage(name: Any, u: Any) -> str:
-    if type(name) is not str or type(u) is not ModelUsage:
+    if type(name) is not str or type(u) is not ModelUsage or u.estimated:
         raise _Unusual
     a, b, c, usd = u.input_tokens, u.model_calls, u.output_tokens, u.usd
     if int is type(a) is type(b) is type(c) and float is type(usd) and usd - usd == 0.0:

@@ -329,7 +329,9 @@ class AllCapabilities:
         return {}
 
 
-FALLBACK_KINDS: frozenset[str] = frozenset({"transient", "unavailable", "context_overflow"})
+FALLBACK_KINDS: frozenset[str] = frozenset(
+    {"transient", "unavailable", "authentication", "context_overflow"}
+)
 """Model error kinds another model may not have (an outage, a missing key, a short window).
 ``content_filtered`` and ``internal`` (a request the API refuses) would fail the same way
 anywhere, so they end the run."""

@@ -39,14 +39,17 @@ from reverie.models.errors import (
     auth_failed,
     classify_api_error,
     detail,
+    dropped,
     key_source,
     text_or_none,
+    transport_errors,
 )
+from reverie.models.estimate import estimate_usage
 from reverie.models.openai import parse_tool_arguments
 from reverie.models.payloads import MalformedPayload, field, optional, read_tokens
 from reverie.models.sdk_model import SDKModel
 
-__all__ = ["AnthropicModel"]
+__all__ = ["AnthropicModel", "without_v1"]
 
 _NO_KEY_PLACEHOLDER = "no-key-required"
 _STOP_REASONS = {
@@ -98,34 +101,39 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         timeout_s: float = 60,
         max_tokens: int = 4096,
         name: str | None = None,
+        connect_timeout_s: float = 10,
     ) -> None:
         """Configure the model; nothing is connected or read from the environment yet.
 
         Args:
             model: The model id, e.g. ``claude-sonnet-4-5``.
-            base_url: The API root (without ``/v1``); ``None`` for Anthropic's.
+            base_url: The API root, with or without ``/v1`` (the SDK adds it: a ``…/v1`` given
+                here is taken back, so the SDK never calls ``/v1/v1/messages``); ``None`` for
+                Anthropic's.
             api_key_env: The environment variable that holds the key; ``None`` for no key.
             api_key: An explicit key, used instead of the environment variable.
-            timeout_s: Connect/read/write timeout of each request, in seconds.
+            timeout_s: Read/write timeout of each request, in seconds.
             max_tokens: Output cap when the request's settings set none (the API requires one).
             name: The label for telemetry and price lookup; default ``anthropic:<model>``.
+            connect_timeout_s: Connect timeout of each request, in seconds.
         """
         super().__init__(
             model,
-            base_url=base_url,
+            base_url=without_v1(base_url),
             api_key_env=api_key_env,
             api_key=api_key,
             timeout_s=timeout_s,
             name=name,
         )
         self._max_tokens = max_tokens
+        self._connect_timeout_s = connect_timeout_s
 
     def _make_client(self, key: str) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
             api_key=key,
             base_url=self._client_url,
             default_headers=self._client_headers,
-            timeout=self._timeout_s,
+            timeout=anthropic.Timeout(self._timeout_s, connect=self._connect_timeout_s),
             max_retries=0,
         )
 
@@ -140,15 +148,26 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         """
         params = self._params(request)
         blocks: dict[int, _Block] = {}
-        input_tokens = output_tokens = 0
+        input_tokens: int | None = None
+        output_tokens = 0
         stop_reason: str | None = None
         model_name: str | None = None
+        started = False
+
+        def so_far() -> TokenUsage:
+            # The server's figures once message_start came; else the local estimate.
+            text = "".join(b.text + b.input_json for b in blocks.values())
+            if input_tokens is None:
+                return estimate_usage(request, text)
+            return TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens)
+
         try:
             async with self._clients.lease() as client:
                 stream = cast(
                     "anthropic.AsyncStream[RawMessageStreamEvent]",
                     await client.messages.create(**params),
                 )
+                started = True
                 async with stream:
                     async for event in stream:
                         step = _read_event(event, blocks)
@@ -164,7 +183,14 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
                             yield TextDelta(text=step.text)
         except anthropic.APIError as exc:
             images = any(has_images(m.parts) for m in request.messages)
-            raise self._map_error(exc, images=images) from exc
+            error = self._map_error(exc, images=images, started=started)
+            error.usage = so_far()
+            raise error from exc
+        except transport_errors() as exc:
+            # A connection dropped mid-stream, escaping the SDK as the HTTP library's error.
+            error = dropped(self._name, exc, timeout_s=self._timeout_s)
+            error.usage = so_far()
+            raise error from exc
         except anthropic.AnthropicError as exc:
             raise ModelError("internal", f"{self._name}: {type(exc).__name__}") from exc
         except MalformedPayload as exc:
@@ -178,6 +204,14 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
                 "internal",
                 f"{self._name}: malformed response from the server ({type(exc).__name__})",
             ) from exc
+        if stop_reason is None:
+            # No message_delta with a stop reason: the stream was cut, not finished (§20).
+            raise ModelError(
+                "transient",
+                f"{self._name}: the stream ended before the reply finished (no stop_reason); "
+                "the reply is incomplete",
+                usage=so_far(),
+            )
         if stop_reason == "refusal":
             raise ModelError("content_filtered", f"{self._name}: the model refused to answer")
         parts: list[ResponsePart] = []
@@ -190,7 +224,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         yield ResponseComplete(
             response=ModelResponse(
                 parts=tuple(parts),
-                usage=TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens),
+                usage=so_far(),
                 finish_reason=_STOP_REASONS.get(stop_reason, stop_reason) if stop_reason else None,
                 model_name=model_name or self._model,
             )
@@ -220,19 +254,31 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             params["output_config"] = {
                 "format": {"type": "json_schema", "schema": dict(request.output_schema)}
             }
+        if settings.stop:
+            params["stop_sequences"] = list(settings.stop)
         extra = dict(settings.extra)
         if settings.temperature is not None:
             # This SDK no longer types ``temperature``; the API field is sent as an extra.
             extra.setdefault("temperature", settings.temperature)
+        if settings.top_p is not None:
+            extra.setdefault("top_p", settings.top_p)
+        # ``seed``: the Messages API has none; it is not sent.
         if extra:
             params["extra_body"] = extra
         return params
 
-    def _map_error(self, exc: anthropic.APIError, *, images: bool = False) -> ModelError:
+    def _map_error(
+        self, exc: anthropic.APIError, *, images: bool = False, started: bool = False
+    ) -> ModelError:
         name = self._name
         if isinstance(exc, anthropic.APITimeoutError):
+            if started:
+                return dropped(name, exc, timeout_s=self._timeout_s)
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
         if isinstance(exc, anthropic.APIConnectionError):
+            if started:
+                # The reply had begun: the connection dropped, the server is there.
+                return dropped(name, exc.__cause__ or exc, timeout_s=self._timeout_s)
             where = self._shown_url or "the Anthropic API"
             return ModelError("unavailable", f"{name}: cannot connect to {where}")
         status: int | None = None
@@ -265,6 +311,14 @@ class _EventStep:
     input_tokens: int | None = None
     output_tokens: int = 0
     stop_reason: str | None = None
+
+
+def without_v1(base_url: str | None) -> str | None:
+    """``base_url`` without a trailing ``/v1`` (the Anthropic SDK appends ``/v1/messages``)."""
+    if base_url is None:
+        return None
+    bare = base_url.rstrip("/")
+    return bare.removesuffix("/v1") if bare.endswith("/v1") else bare
 
 
 def _input_tokens(usage: object, where: str) -> int:

@@ -2,17 +2,22 @@
 
 Every provider maps its SDK's failures onto the five model error classes of docs/loop.md::
 
-    transient          429, 408, 5xx (incl. Anthropic's 529), timeouts, overload/server errors
-    context_overflow   a 400/413 whose code or message says the prompt is too long
+    transient          429, 408, 409, 5xx (incl. Anthropic's 529), timeouts, overload/server
+                       errors, a connection dropped or a stream cut mid-reply
+    context_overflow   a 400/413 whose code or message says the prompt is too long (also
+                       when it arrives inside a stream)
     content_filtered   a content-filter code, ``finish_reason="content_filter"``, a refusal
-    unavailable        401/403 (bad or missing credentials), 404 (no such model), exhausted
-                       quota, no connection
+    authentication     401/403: a bad or missing key, no permission (never retried)
+    unavailable        404 (no such model), exhausted quota, no connection
     images_unsupported a 400/404/422 to a request with images whose message says the model
                        does not take images (no vision)
-    internal           anything else (a malformed response, an unexpected 4xx)
+    internal           anything else: an unexpected 4xx, a 5xx whose body names a validation
+                       error (the request is at fault, so a retry fails the same way), a
+                       malformed response
 
 Messages are *safe*: they never contain an API key (every message is passed through
-:func:`redact`), and authentication failures name the environment variable to fix instead of
+:func:`redact`), the server's text is shortened and stripped of filesystem paths
+(:func:`detail`), and authentication failures name the environment variable to fix instead of
 echoing the server's text, which often quotes the key.
 """
 
@@ -20,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Generic, TypeVar
 
-from reverie.core.redact import redact as redact_all
+from reverie.core.redact import redact as redact_all, scrub
 from reverie.errors import ModelError, ModelErrorKind
 
 __all__ = [
@@ -33,11 +39,13 @@ __all__ = [
     "auth_failed",
     "classify_api_error",
     "detail",
+    "dropped",
     "key_source",
     "missing_key",
     "redact",
     "resolve_api_key",
     "text_or_none",
+    "transport_errors",
 ]
 
 _CONTEXT_MARKERS = (
@@ -70,7 +78,14 @@ _TRANSIENT_TYPES = frozenset(
         "tokens",
     }
 )
-_MAX_DETAIL = 300
+_MAX_DETAIL = 200
+_VALIDATION = re.compile(
+    r"validation error|validationerror|field required|input should be|unprocessable"
+    r"|extra inputs are not permitted|is not valid under any of the given schemas",
+    re.IGNORECASE,
+)
+"""What a server says when the request's shape is wrong (pydantic, FastAPI, jsonschema): a 500
+that says so is the request's fault, and the same request fails the same way again."""
 _NO_VISION = re.compile(
     r"image.{0,60}\b(not|n't|only) (be )?supported|(not|n't|only) supports? .{0,40}image"
     r"|does(n't| not) support (image|vision)|no vision|vision is not"
@@ -106,9 +121,14 @@ def classify_api_error(
         return "context_overflow"
     if status in (None, 400) and any(m in markers for m in _FILTER_MARKERS):
         return "content_filtered"
-    if status in (401, 403, 404) or code == "insufficient_quota":
-        # No key, a bad key, no access, no such model, no credit: retrying cannot help.
+    if status in (401, 403):
+        return "authentication"
+    if status == 404 or code == "insufficient_quota":
+        # No such model, no credit: retrying cannot help.
         return "unavailable"
+    if status is not None and status >= 500 and _VALIDATION.search(markers):
+        # llama-cpp-python answers a request it cannot validate with a 500: not transient.
+        return "internal"
     if status is not None and (status in (408, 409, 425, 429) or status >= 500):
         return "transient"
     if status is None and (type_ in _TRANSIENT_TYPES or code in _TRANSIENT_TYPES):
@@ -137,14 +157,46 @@ def detail(message: str | None, secret: str | None, also: Iterable[str] = ()) ->
     message = text_or_none(message)
     if not message:
         return ""
-    text = redact_all(redact(" ".join(message.split()), secret), also)
-    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 1] + "…"
+    # Upstream servers quote their install paths and whole validation dumps: a bounded summary.
+    return scrub(redact_all(redact(message, secret), also), _MAX_DETAIL)
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP libraries' transport errors (``httpx`` and, if installed, ``httpx2``).
+
+    openai 1.x lets a connection dropped mid-stream escape as a bare ``httpx``
+    ``RemoteProtocolError`` (or ``ReadError``); newer SDKs wrap it. Both must end as a typed,
+    retryable :class:`ModelError`.
+    """
+    found: list[type[BaseException]] = []
+    for name in ("httpx", "httpx2"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        error = getattr(module, "TransportError", None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            found.append(error)
+    return tuple(found)
+
+
+def dropped(model_name: str, exc: BaseException, *, timeout_s: float) -> ModelError:
+    """The error for a connection that failed after the reply began (always ``transient``)."""
+    if "timeout" in type(exc).__name__.lower():
+        return ModelError(
+            "transient", f"{model_name}: the reply stalled for {timeout_s:g}s mid-stream"
+        )
+    return ModelError(
+        "transient",
+        f"{model_name}: the connection dropped mid-stream ({type(exc).__name__}); "
+        "the reply is incomplete",
+    )
 
 
 def auth_failed(model_name: str, status: int, key_source: str) -> ModelError:
     """The error for a 401/403: names where the key comes from, never the key or server text."""
     what = "authentication failed" if status == 401 else "permission denied"
-    return ModelError("unavailable", f"{model_name}: {what} (HTTP {status}): check {key_source}")
+    return ModelError("authentication", f"{model_name}: {what} (HTTP {status}): check {key_source}")
 
 
 def missing_key(model_name: str, env_var: str) -> ModelError:

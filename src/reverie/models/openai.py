@@ -1,9 +1,25 @@
 """OpenAI Chat Completions provider, for OpenAI and any OpenAI-compatible server.
 
-Always streams (``stream=True`` with ``stream_options.include_usage``), assembles tool-call deltas
-by index, and maps SDK failures onto the model error classes (see :mod:`reverie.models.errors`).
-The SDK's own retries are off (``max_retries=0``): the loop's recovery strategy owns retrying
-(docs/loop.md).
+Streams (``stream=True``, with ``stream_options.include_usage`` where the endpoint reports usage
+in streams), assembles tool-call deltas by index, and maps SDK failures onto the model error
+classes (see :mod:`reverie.models.errors`). The SDK's own retries are off (``max_retries=0``):
+the loop's recovery strategy owns retrying (docs/loop.md).
+
+What the endpoint supports is declared (:class:`~reverie.models.compat.EndpointCompat`) and
+obeyed: the structured-output mode, null content, streamed tool calls, usage in streams.
+
+A stream is a reply only when it ended properly, with a ``finish_reason``:
+
+- a stream that ends before one (cut, or the connection dropped) is a ``transient`` error;
+- an error object sent inside the stream is classified like the same error sent as an HTTP
+  status (a context overflow stays ``context_overflow``, so compaction can run);
+- a stream that sends nothing at all (HTTP 200, then no data: how llama-cpp-python reports a
+  failure after its headers) is asked once more without streaming, so the server's own error
+  (or its reply) is what the loop sees.
+
+A reply whose server reported no usage is counted with a conservative local estimate
+(:mod:`reverie.models.estimate`), marked ``estimated``; a failed call keeps the usage it had
+reached on its :class:`ModelError` (``usage``).
 """
 
 from __future__ import annotations
@@ -12,7 +28,7 @@ import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from reverie.core.content import ContentPart, Text, has_images
@@ -31,14 +47,26 @@ from reverie.core.messages import (
     ToolCallPart,
 )
 from reverie.errors import ModelError
+from reverie.models.compat import EndpointCompat, ServerKind, StructuredOutput, compat_for
 from reverie.models.errors import (
     auth_failed,
     classify_api_error,
     detail,
+    dropped,
     key_source,
+    resolve_api_key,
     text_or_none,
+    transport_errors,
 )
-from reverie.models.payloads import DeltaCall, MalformedPayload, read_chunk
+from reverie.models.estimate import estimate_usage
+from reverie.models.payloads import (
+    ChunkView,
+    DeltaCall,
+    MalformedPayload,
+    StreamedError,
+    read_chunk,
+    read_completion,
+)
 from reverie.models.sdk_model import SDKModel
 
 if TYPE_CHECKING:
@@ -47,7 +75,7 @@ if TYPE_CHECKING:
     import openai
     from openai.types.chat import ChatCompletionChunk
 
-__all__ = ["OpenAIChatModel", "loads_strict", "parse_tool_arguments"]
+__all__ = ["OpenAIChatModel", "loads_strict", "parse_tool_arguments", "with_v1"]
 
 _NO_KEY_PLACEHOLDER = "sk-no-key-required"
 _SCHEMA_NAME = re.compile(r"[^a-zA-Z0-9_-]+")
@@ -136,27 +164,79 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
         base_url: str | None = None,
         api_key_env: str | None = "OPENAI_API_KEY",
         api_key: str | None = None,
-        timeout_s: float = 60,
+        timeout_s: float | None = None,
         name: str | None = None,
+        server: ServerKind | None = None,
+        structured_output: StructuredOutput | None = None,
+        usage_in_streams: bool | None = None,
+        null_content: bool | None = None,
+        parallel_tool_calls: bool | None = None,
+        streaming_tool_calls: bool | None = None,
+        connect_timeout_s: float | None = None,
+        compat: EndpointCompat | None = None,
     ) -> None:
         """Configure the model; nothing is connected or read from the environment yet.
 
         Args:
             model: The provider's model id, e.g. ``gpt-4.1-mini``.
-            base_url: An OpenAI-compatible endpoint ending in ``/v1``; ``None`` for OpenAI.
+            base_url: An OpenAI-compatible endpoint (``…/v1``; a root without the ``/v1`` is
+                completed); ``None`` for OpenAI.
             api_key_env: The environment variable that holds the key; ``None`` for no key.
             api_key: An explicit key, used instead of the environment variable.
-            timeout_s: Connect/read/write timeout of each request, in seconds.
+            timeout_s: Read/write timeout of each request, in seconds (default 60).
             name: The label for telemetry and price lookup; default ``openai:<model>``.
+            server: The kind of server (:data:`~reverie.models.compat.SERVER_KINDS`), whose
+                defaults the other arguments override; default ``openai`` for OpenAI's API,
+                else ``generic``.
+            structured_output: How typed output is asked for: ``json_schema``,
+                ``json_object``, ``tool`` or ``none``.
+            usage_in_streams: The server reports usage in streamed replies.
+            null_content: The server takes ``"content": null`` beside tool calls.
+            parallel_tool_calls: The server takes the ``parallel_tool_calls`` field.
+            streaming_tool_calls: The server streams replies to requests with tools.
+            connect_timeout_s: Connect timeout of each request, in seconds (default 10).
+            compat: A whole declaration instead of ``server`` and the fields above.
         """
+        if compat is None:
+            if server is None:
+                server = "openai" if _is_openai_url(base_url) else "generic"
+            compat = compat_for(
+                server,
+                structured_output=structured_output,
+                usage_in_streams=usage_in_streams,
+                null_content=null_content,
+                parallel_tool_calls=parallel_tool_calls,
+                streaming_tool_calls=streaming_tool_calls,
+                timeout_s=timeout_s,
+                connect_timeout_s=connect_timeout_s,
+            )
+        self.compat: EndpointCompat = compat
+        """What this endpoint supports (the adapter obeys it)."""
         super().__init__(
             model,
-            base_url=base_url,
+            base_url=with_v1(base_url),
             api_key_env=api_key_env,
             api_key=api_key,
-            timeout_s=timeout_s,
+            timeout_s=compat.timeout_s,
             name=name,
         )
+
+    def probe_target(self) -> tuple[str, dict[str, str]]:
+        """The chat completions URL and the headers (key included) a request sends, for
+        :mod:`reverie.models.probe`. Never log the headers.
+
+        Raises:
+            ModelError: ``unavailable``: the key's environment variable is unset.
+        """
+        key = resolve_api_key(
+            self._name,
+            api_key=self._api_key,
+            api_key_env=self._api_key_env,
+            placeholder=self._placeholder_key,
+        )
+        headers = {"Authorization": f"Bearer {key}", **(self._client_headers or {})}
+        root = (self._client_url or "https://api.openai.com/v1").rstrip("/")
+        return f"{root}/chat/completions", headers
 
     def _make_client(self, key: str) -> openai.AsyncOpenAI:
         import openai
@@ -165,7 +245,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             api_key=key,
             base_url=self._client_url,
             default_headers=self._client_headers,
-            timeout=self._timeout_s,
+            timeout=openai.Timeout(self.compat.timeout_s, connect=self.compat.connect_timeout_s),
             max_retries=0,
         )
 
@@ -180,14 +260,18 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
         Raises:
             ModelError: classified per docs/loop.md; the SDK error is kept in ``__cause__``.
         """
+        if request.tools and not self.compat.streaming_tool_calls:
+            # The server cannot stream a reply to a request with tools: ask for it whole.
+            response = await self._complete_whole(request)
+            if response.text:
+                yield TextDelta(text=response.text)
+            yield ResponseComplete(response=response)
+            return
         import openai
 
         params = self._params(request)
-        text: list[str] = []
-        calls: dict[int, _CallAccumulator] = {}
-        usage = TokenUsage()
-        finish_reason: str | None = None
-        model_name: str | None = None
+        reply = _Reply()
+        started = False
         try:
             async with self._clients.lease() as client:
                 # Built as a dict (the SDK's overloads cannot type a conditional set of options).
@@ -195,21 +279,23 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
                     "openai.AsyncStream[ChatCompletionChunk]",
                     await client.chat.completions.create(**params),
                 )
+                started = True
                 async with stream:
                     async for raw_chunk in stream:
-                        chunk = read_chunk(raw_chunk)
-                        model_name = chunk.model or model_name
-                        if chunk.usage is not None:
-                            usage = chunk.usage
-                        if chunk.content:
-                            text.append(chunk.content)
-                            yield TextDelta(text=chunk.content)
-                        for position, tc in enumerate(chunk.tool_calls):
-                            _accumulate(calls, tc, position)
-                        if chunk.finish_reason:
-                            finish_reason = chunk.finish_reason
+                        delta = reply.add(read_chunk(raw_chunk))
+                        if delta:
+                            yield TextDelta(text=delta)
         except openai.APIError as exc:
-            raise self._map_error(exc, images=_has_images(request)) from exc
+            error = self._map_error(exc, images=_has_images(request), started=started)
+            raise _with_usage(error, reply.usage_so_far(request)) from exc
+        except StreamedError as exc:
+            error = self._classify(None, exc.code, exc.type, exc.message, _has_images(request))
+            raise _with_usage(error, reply.usage_so_far(request)) from exc
+        except transport_errors() as exc:
+            # openai 1.x lets a connection dropped mid-stream escape as the HTTP library's own
+            # error; it is the same failure as the newer SDKs' APIConnectionError.
+            error = dropped(self._name, exc, timeout_s=self.compat.timeout_s)
+            raise _with_usage(error, reply.usage_so_far(request)) from exc
         except MalformedPayload as exc:
             # A chunk of the wrong shape: the server is broken, not busy. Never the content.
             raise ModelError(
@@ -221,28 +307,93 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
                 "internal",
                 f"{self._name}: malformed response from the server ({type(exc).__name__})",
             ) from exc
-        if finish_reason == "content_filter":
+        if reply.finish_reason is None:
+            if not reply.chunks:
+                # HTTP 200 and no data: the server failed after its headers. Asked again
+                # without streaming, it answers with its real error (or its reply).
+                response = await self._complete_whole(request)
+                if response.text:
+                    yield TextDelta(text=response.text)
+                yield ResponseComplete(response=response)
+                return
+            raise _with_usage(
+                ModelError(
+                    "transient",
+                    f"{self._name}: the stream ended before the reply finished "
+                    "(no finish_reason); the reply is incomplete",
+                ),
+                reply.usage_so_far(request),
+            )
+        yield ResponseComplete(response=self._response(request, reply))
+
+    async def _complete_whole(self, request: ModelRequest) -> ModelResponse:
+        """One request without streaming, read as a whole completion."""
+        import openai
+
+        params = self._params(request, stream=False)
+        try:
+            async with self._clients.lease() as client:
+                completion = await client.chat.completions.create(**params)
+                view = read_completion(completion)
+        except openai.APIError as exc:
+            raise self._map_error(exc, images=_has_images(request)) from exc
+        except transport_errors() as exc:
+            raise dropped(self._name, exc, timeout_s=self.compat.timeout_s) from exc
+        except MalformedPayload as exc:
+            raise ModelError(
+                "internal", f"{self._name}: malformed response from the server: {exc}"
+            ) from exc
+        except ValueError as exc:
+            raise ModelError(
+                "internal",
+                f"{self._name}: malformed response from the server ({type(exc).__name__})",
+            ) from exc
+        reply = _Reply()
+        reply.add(view)
+        if reply.finish_reason is None:
+            # Some servers leave finish_reason out of a whole completion; it is whole anyway.
+            reply.finish_reason = "tool_calls" if reply.calls else "stop"
+        return self._response(request, reply)
+
+    def _response(self, request: ModelRequest, reply: _Reply) -> ModelResponse:
+        """The finished reply as a response (usage estimated when the server sent none)."""
+        if reply.finish_reason == "content_filter":
             raise ModelError("content_filtered", f"{self._name}: the response was content-filtered")
         parts: list[ResponsePart] = []
+        text = "".join(reply.text)
         if text:
-            parts.append(TextPart(text="".join(text)))
-        parts.extend(ToolCallPart(call=_finish_call(calls[i])) for i in sorted(calls))
-        yield ResponseComplete(
-            response=ModelResponse(
-                parts=tuple(parts),
-                usage=usage,
-                finish_reason=finish_reason,
-                model_name=model_name or self._model,
-            )
+            parts.append(TextPart(text=text))
+        calls = [_finish_call(reply.calls[i]) for i in sorted(reply.calls)]
+        parts.extend(ToolCallPart(call=c) for c in calls)
+        usage = reply.usage
+        if usage is None:
+            usage = estimate_usage(request, text, calls)
+        return ModelResponse(
+            parts=tuple(parts),
+            usage=usage,
+            finish_reason=reply.finish_reason,
+            model_name=reply.model_name or self._model,
         )
 
-    def _params(self, request: ModelRequest) -> dict[str, Any]:
+    def _params(self, request: ModelRequest, *, stream: bool = True) -> dict[str, Any]:
+        compat = self.compat
+        mode = compat.structured_output if request.output_schema is not None else None
+        if mode == "json_schema" and _any_object(request.output_schema):
+            # "Any JSON object" is JSON mode (a client's response_format json_object through
+            # reverie serve): the same on the wire, where json_schema would say more.
+            mode = "json_object"
+        messages = [_message_param(m, null_content=compat.null_content) for m in request.messages]
+        if request.output_schema is not None and mode in ("json_object", "none"):
+            # No schema on the wire: it goes in the instructions, and the runtime validates the
+            # reply against it (docs/output.md). JSON mode also needs the word "JSON" there.
+            messages = _with_schema_instructions(messages, request.output_schema)
         params: dict[str, Any] = {
             "model": self._model,
-            "messages": [_message_param(m) for m in request.messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
+            "messages": messages,
+            "stream": stream,
         }
+        if stream and compat.usage_in_streams:
+            params["stream_options"] = {"include_usage": True}
         if request.tools:  # None or (): send no tools and no tool_choice (the API rejects [])
             params["tools"] = [
                 {
@@ -256,8 +407,10 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
                 for t in request.tools
             ]
             params["tool_choice"] = _tool_choice(request.tool_choice)
-        if request.output_schema is not None:
+        if request.output_schema is not None and mode == "json_schema":
             params["response_format"] = _response_format(request.output_schema)
+        elif request.output_schema is not None and mode == "json_object":
+            params["response_format"] = {"type": "json_object"}
         settings = request.settings
         if settings.temperature is not None:
             params["temperature"] = settings.temperature
@@ -266,33 +419,115 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             # ``max_tokens``.
             key = "max_completion_tokens" if self._is_openai() else "max_tokens"
             params[key] = settings.max_tokens
-        if settings.extra:
-            params["extra_body"] = dict(settings.extra)
+        if settings.stop:
+            params["stop"] = list(settings.stop)
+        if settings.seed is not None:
+            params["seed"] = settings.seed
+        if settings.top_p is not None:
+            params["top_p"] = settings.top_p
+        extra = dict(settings.extra)
+        if not compat.parallel_tool_calls:
+            extra.pop("parallel_tool_calls", None)  # the server refuses the field
+        if extra:
+            params["extra_body"] = extra
         return params
 
     def _is_openai(self) -> bool:
-        return self._base_url is None or "api.openai.com" in self._base_url
+        return _is_openai_url(self._base_url)
 
-    def _map_error(self, exc: openai.APIError, *, images: bool = False) -> ModelError:
+    def _map_error(
+        self, exc: openai.APIError, *, images: bool = False, started: bool = False
+    ) -> ModelError:
         import openai
 
         name = self._name
         if isinstance(exc, openai.APITimeoutError):
+            if started:
+                return dropped(name, exc, timeout_s=self.compat.timeout_s)
             return ModelError("transient", f"{name}: request timed out after {self._timeout_s:g}s")
         if isinstance(exc, openai.APIConnectionError):
+            if started:
+                # The reply had begun: the connection dropped, the server is there.
+                return dropped(name, exc.__cause__ or exc, timeout_s=self.compat.timeout_s)
             where = self._shown_url or "the OpenAI API"
             return ModelError("unavailable", f"{name}: cannot connect to {where}")
         status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
         if status in (401, 403):
             return auth_failed(name, status, key_source(self._api_key, self._api_key_env))
-        error_code, error_type = text_or_none(exc.code), text_or_none(exc.type)
+        return self._classify(
+            status, text_or_none(exc.code), text_or_none(exc.type), _body_message(exc), images
+        )
+
+    def _classify(
+        self,
+        status: int | None,
+        error_code: str | None,
+        error_type: str | None,
+        message: str | None,
+        images: bool,
+    ) -> ModelError:
         kind = classify_api_error(
-            status, code=error_code, type_=error_type, message=_body_message(exc), images=images
+            status, code=error_code, type_=error_type, message=message, images=images
         )
         what = f"HTTP {status}" if status is not None else "error in stream"
-        text = detail(_body_message(exc), self._sent_key, self._url_secrets)
+        text = detail(message, self._sent_key, self._url_secrets)
         code = f" [{error_code}]" if error_code else ""
-        return ModelError(kind, f"{name}: {what}{code}" + (f": {text}" if text else ""))
+        return ModelError(kind, f"{self._name}: {what}{code}" + (f": {text}" if text else ""))
+
+
+@dataclass(slots=True)
+class _Reply:
+    """A reply being assembled from chunks (or from one whole completion)."""
+
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _CallAccumulator] = field(default_factory=dict)
+    usage: TokenUsage | None = None
+    finish_reason: str | None = None
+    model_name: str | None = None
+    chunks: int = 0
+
+    def add(self, chunk: ChunkView) -> str | None:
+        """Take one chunk in; return its text delta, if any."""
+        self.chunks += 1
+        self.model_name = chunk.model or self.model_name
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.content:
+            self.text.append(chunk.content)
+        for position, tc in enumerate(chunk.tool_calls):
+            _accumulate(self.calls, tc, position)
+        if chunk.finish_reason:
+            self.finish_reason = chunk.finish_reason
+        return chunk.content or None
+
+    def usage_so_far(self, request: ModelRequest) -> TokenUsage:
+        """What the failed call consumed: the server's figure, else an estimate."""
+        if self.usage is not None:
+            return self.usage
+        text = "".join(self.text)
+        calls = [ToolCall(id="", name=c.name, arguments={}) for c in self.calls.values()]
+        return estimate_usage(
+            request, text + "".join(c.arguments for c in self.calls.values()), calls
+        )
+
+
+def _with_usage(error: ModelError, usage: TokenUsage) -> ModelError:
+    """``error`` carrying the usage the call had reached (kept by the loop's budgets)."""
+    error.usage = usage
+    return error
+
+
+def _is_openai_url(base_url: str | None) -> bool:
+    return base_url is None or "api.openai.com" in base_url
+
+
+def with_v1(base_url: str | None) -> str | None:
+    """``base_url`` ending in ``/v1`` as the openai SDK expects (``http://host:8080`` too)."""
+    if base_url is None:
+        return None
+    bare = base_url.rstrip("/")
+    path = bare.split("://", 1)[-1].partition("/")[2]
+    return bare if path else bare + "/v1"
 
 
 def _body_message(exc: openai.APIError) -> str | None:
@@ -331,7 +566,7 @@ def _finish_call(acc: _CallAccumulator) -> ToolCall:
     )
 
 
-def _message_param(message: Message) -> dict[str, Any]:
+def _message_param(message: Message, *, null_content: bool = False) -> dict[str, Any]:
     if message.role == "tool":
         if not message.tool_call_id:
             raise ModelError("internal", "a tool message has no tool_call_id")
@@ -339,7 +574,9 @@ def _message_param(message: Message) -> dict[str, Any]:
     if message.role == "assistant" and message.tool_calls:
         return {
             "role": "assistant",
-            "content": message.content or None,
+            # Null is what OpenAI sends; llama-cpp-python answers it with HTTP 500 and llama.cpp
+            # once crashed on a missing field, while "" works everywhere.
+            "content": message.content or (None if null_content else ""),
             "tool_calls": [
                 {
                     "id": call.id,
@@ -370,6 +607,40 @@ def _tool_choice(choice: str) -> str | dict[str, Any]:
     if choice in TOOL_CHOICE_MODES:
         return choice
     return {"type": "function", "function": {"name": choice}}
+
+
+_JSON_INSTRUCTION = "Answer with one JSON object and nothing else."
+
+
+def _with_schema_instructions(
+    messages: list[dict[str, Any]], schema: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """``messages`` with the schema added to the first system message (or a new one first).
+
+    The first system message, not a late one: the prefix stays the same across a run's calls
+    (the schema does not change), and many chat templates take a system message only first.
+    """
+    note = _JSON_INSTRUCTION
+    if not _any_object(schema):
+        note += " It must match this JSON Schema:\n" + json.dumps(dict(schema), sort_keys=True)
+    if (
+        messages
+        and messages[0].get("role") == "system"
+        and isinstance(messages[0].get("content"), str)
+    ):
+        first = dict(messages[0])
+        first["content"] = f"{first['content']}\n\n{note}" if first["content"] else note
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": note}, *messages]
+
+
+def _any_object(schema: Mapping[str, Any] | None) -> bool:
+    """Whether ``schema`` asks for any JSON object and nothing more."""
+    return (
+        schema is not None
+        and schema.get("type") == "object"
+        and set(schema) <= {"type", "title", "description"}
+    )
 
 
 def _response_format(schema: Mapping[str, Any]) -> dict[str, Any]:

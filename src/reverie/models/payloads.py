@@ -22,9 +22,11 @@ __all__ = [
     "ChunkView",
     "DeltaCall",
     "MalformedPayload",
+    "StreamedError",
     "field",
     "optional",
     "read_chunk",
+    "read_completion",
     "read_tokens",
 ]
 
@@ -33,6 +35,17 @@ T = TypeVar("T")
 
 class MalformedPayload(ValueError):
     """A provider payload does not have the shape its API documents."""
+
+
+class StreamedError(Exception):
+    """An error object sent as a stream's data instead of a chunk (vLLM's ``"object": "error"``
+    form; the SDKs raise their own error for the ``{"error": {...}}`` form)."""
+
+    def __init__(self, message: str | None, type_: str | None, code: str | None) -> None:
+        super().__init__(message or "an error occurred during streaming")
+        self.message = message
+        self.type = type_
+        self.code = code
 
 
 def field(obj: object, name: str, where: str) -> Any:
@@ -105,16 +118,15 @@ def read_chunk(chunk: object) -> ChunkView:
     Raises:
         MalformedPayload: a field has the wrong type.
     """
-    model = optional(field(chunk, "model", "the chunk"), str, "the chunk's model")
-    raw_usage = field(chunk, "usage", "the chunk")
-    usage = None
-    if raw_usage is not None:
-        usage = TokenUsage(
-            input_tokens=read_tokens(field(raw_usage, "prompt_tokens", "usage"), "prompt_tokens"),
-            output_tokens=read_tokens(
-                field(raw_usage, "completion_tokens", "usage"), "completion_tokens"
-            ),
+    if field(chunk, "object", "the chunk") == "error":
+        code = field(chunk, "code", "an error")
+        raise StreamedError(
+            _text(field(chunk, "message", "an error")),
+            _text(field(chunk, "type", "an error")),
+            str(code) if isinstance(code, str | int) and not isinstance(code, bool) else None,
         )
+    model = optional(field(chunk, "model", "the chunk"), str, "the chunk's model")
+    usage = _usage(field(chunk, "usage", "the chunk"))
     choices = optional(field(chunk, "choices", "the chunk"), list, "the chunk's choices") or []
     content: str | None = None
     calls: list[DeltaCall] = []
@@ -130,23 +142,7 @@ def read_chunk(chunk: object) -> ChunkView:
         if delta is None:
             continue
         content = optional(field(delta, "content", "a delta"), str, "a delta's content")
-        raw_calls = optional(field(delta, "tool_calls", "a delta"), list, "a delta's tool_calls")
-        for raw in raw_calls or ():
-            function = field(raw, "function", "a tool call")
-            name = arguments = None
-            if function is not None:
-                name = optional(field(function, "name", "a function"), str, "a function's name")
-                arguments = optional(
-                    field(function, "arguments", "a function"), str, "a function's arguments"
-                )
-            calls.append(
-                DeltaCall(
-                    index=optional(field(raw, "index", "a tool call"), int, "a tool call's index"),
-                    id=optional(field(raw, "id", "a tool call"), str, "a tool call's id"),
-                    name=name,
-                    arguments=arguments,
-                )
-            )
+        calls.extend(_calls(field(delta, "tool_calls", "a delta")))
     return ChunkView(
         model=model,
         usage=usage,
@@ -154,3 +150,74 @@ def read_chunk(chunk: object) -> ChunkView:
         tool_calls=tuple(calls),
         finish_reason=finish_reason,
     )
+
+
+def read_completion(completion: object) -> ChunkView:
+    """Check and read a whole (not streamed) ``chat.completion``: choice 0's message as one view.
+
+    Raises:
+        MalformedPayload: a field has the wrong type, or there is no choice 0.
+    """
+    model = optional(field(completion, "model", "the completion"), str, "the completion's model")
+    usage = _usage(field(completion, "usage", "the completion"))
+    choices = optional(field(completion, "choices", "the completion"), list, "its choices") or []
+    for choice in choices:
+        index = optional(field(choice, "index", "a choice"), int, "a choice's index")
+        if index not in (0, None):
+            continue
+        finish_reason = optional(
+            field(choice, "finish_reason", "a choice"), str, "a choice's finish_reason"
+        )
+        message = field(choice, "message", "a choice")
+        if message is None:
+            raise MalformedPayload("a choice has no message")
+        calls = _calls(field(message, "tool_calls", "a message"))
+        return ChunkView(
+            model=model,
+            usage=usage,
+            content=optional(field(message, "content", "a message"), str, "a message's content"),
+            # One whole call per entry: number them, so none is merged into another.
+            tool_calls=tuple(
+                DeltaCall(index=i, id=c.id, name=c.name, arguments=c.arguments)
+                for i, c in enumerate(calls)
+            ),
+            finish_reason=finish_reason,
+        )
+    raise MalformedPayload("the completion has no choice")
+
+
+def _usage(raw_usage: object) -> TokenUsage | None:
+    if raw_usage is None:
+        return None
+    return TokenUsage(
+        input_tokens=read_tokens(field(raw_usage, "prompt_tokens", "usage"), "prompt_tokens"),
+        output_tokens=read_tokens(
+            field(raw_usage, "completion_tokens", "usage"), "completion_tokens"
+        ),
+    )
+
+
+def _calls(value: object) -> list[DeltaCall]:
+    raw_calls = optional(value, list, "a message's tool_calls")
+    calls: list[DeltaCall] = []
+    for raw in raw_calls or ():
+        function = field(raw, "function", "a tool call")
+        name = arguments = None
+        if function is not None:
+            name = optional(field(function, "name", "a function"), str, "a function's name")
+            arguments = optional(
+                field(function, "arguments", "a function"), str, "a function's arguments"
+            )
+        calls.append(
+            DeltaCall(
+                index=optional(field(raw, "index", "a tool call"), int, "a tool call's index"),
+                id=optional(field(raw, "id", "a tool call"), str, "a tool call's id"),
+                name=name,
+                arguments=arguments,
+            )
+        )
+    return calls
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None

@@ -21,10 +21,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from reverie.core.redact import mask_url
 from reverie.errors import ConfigError, ModelSpecError
 from reverie.models.base import Model
+from reverie.models.compat import EndpointCompat, ServerKind, StructuredOutput, compat_for
 from reverie.models.spec import BUILTIN_PROVIDERS, RESERVED_PROVIDERS, ModelSpec
 
 __all__ = ["OLLAMA_BASE_URL", "SPEC_FORMS", "EndpointConfig", "api_key_env", "resolve_model"]
@@ -45,13 +47,47 @@ _DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"
 
 @dataclass(frozen=True, slots=True)
 class EndpointConfig:
-    """An OpenAI-compatible endpoint from configuration, used as ``<name>:<model>``."""
+    """An OpenAI-compatible endpoint from configuration, used as ``<name>:<model>``.
 
-    base_url: str
-    """The API root the SDK talks to, e.g. ``https://api.together.xyz/v1``."""
+    Besides where it is, it declares what it supports (:mod:`reverie.models.compat`): a
+    ``server`` kind brings its defaults, and each field set here overrides one of them.
+    """
+
+    base_url: str | None = None
+    """The API root the SDK talks to, e.g. ``https://api.together.xyz/v1``; ``None`` keeps a
+    built-in provider's own (required for any other name)."""
     api_key_env: str | None = None
     """The environment variable holding the key; ``None`` for a server that needs none (for the
     built-in names ``openai``/``anthropic``: keep their default variable)."""
+    server: ServerKind | None = None
+    """The kind of server; default from the provider (``ollama`` for ``ollama``, ``openai``
+    for OpenAI's API, else ``generic``)."""
+    structured_output: StructuredOutput | None = None
+    usage_in_streams: bool | None = None
+    null_content: bool | None = None
+    parallel_tool_calls: bool | None = None
+    streaming_tool_calls: bool | None = None
+    timeout_s: float | None = None
+    connect_timeout_s: float | None = None
+
+    def compat(self, default_server: ServerKind) -> EndpointCompat:
+        """What this endpoint supports: its server kind's defaults with its own fields set.
+
+        Raises:
+            ValueError: a field's value is invalid.
+        """
+        return compat_for(self.server or default_server, **self._declared())
+
+    def _declared(self) -> dict[str, Any]:
+        return {
+            "structured_output": self.structured_output,
+            "usage_in_streams": self.usage_in_streams,
+            "null_content": self.null_content,
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "streaming_tool_calls": self.streaming_tool_calls,
+            "timeout_s": self.timeout_s,
+            "connect_timeout_s": self.connect_timeout_s,
+        }
 
 
 def api_key_env(
@@ -119,6 +155,7 @@ def _build(text: str, spec: ModelSpec, endpoints: Mapping[str, EndpointConfig]) 
             base_url=spec.base_url,
             api_key_env=None,
             name=f"openai-compat:{mask_url(spec.base_url)}#{spec.model}",
+            server="generic",
         )
     if spec.provider == "scripted":
         raise _invalid(
@@ -135,22 +172,37 @@ def _build(text: str, spec: ModelSpec, endpoints: Mapping[str, EndpointConfig]) 
         hint = f" (did you mean '{near[0]}:{spec.model}'?)" if near else ""
         raise _invalid(text, endpoints, f"unknown provider {spec.provider!r}{hint}")
     key_env = api_key_env(spec, endpoints)
+    base_url = endpoint.base_url if endpoint else None
     if spec.provider == "anthropic":
         from reverie.models.anthropic import AnthropicModel  # optional extra: imported on use
 
+        declared = endpoint.compat("generic") if endpoint else EndpointCompat()
         return AnthropicModel(
-            spec.model, base_url=endpoint.base_url if endpoint else None, api_key_env=key_env
+            spec.model,
+            base_url=base_url,
+            api_key_env=key_env,
+            timeout_s=declared.timeout_s,
+            connect_timeout_s=declared.connect_timeout_s,
         )
-    if spec.provider == "openai":
-        return OpenAIChatModel(
-            spec.model, base_url=endpoint.base_url if endpoint else None, api_key_env=key_env
-        )
-    default_url = OLLAMA_BASE_URL if spec.provider == "ollama" else None
+    if spec.provider == "ollama":
+        base_url = base_url or OLLAMA_BASE_URL
+    elif spec.provider != "openai" and base_url is None:
+        raise _invalid(text, endpoints, f"endpoint {spec.provider!r} has no base_url")
+    default: ServerKind = "generic"  # a configured endpoint, or a proxy behind openai:
+    if spec.provider == "ollama":
+        default = "ollama"
+    elif spec.provider == "openai" and (base_url is None or "api.openai.com" in base_url):
+        default = "openai"
+    try:
+        compat = endpoint.compat(default) if endpoint else compat_for(default)
+    except ValueError as exc:
+        raise _invalid(text, endpoints, str(exc)) from None
     return OpenAIChatModel(
         spec.model,
-        base_url=endpoint.base_url if endpoint else default_url,
+        base_url=base_url,
         api_key_env=key_env,
-        name=str(spec),
+        name=None if spec.provider == "openai" else str(spec),
+        compat=compat,
     )
 
 

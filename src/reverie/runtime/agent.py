@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.limits import Limits
+from reverie.core.settings import Settings
 from reverie.core.vocabulary import DRIFT_ACTIONS, ON_LIMITS, OnLimit
 from reverie.errors import UsageError
 from reverie.hooks import AgentHook
@@ -55,6 +56,10 @@ class Agent:
     ``resume_drift``, naming what changed), ``"continue"`` (the run goes on; the drift is
     recorded), or a callable given the :class:`~reverie.runtime.drift.ResumeDrift` that
     answers one of the two (sync or async)."""
+    settings: Settings | None = None
+    """How the model samples (temperature, output cap, stop sequences, seed, top_p), sent with
+    every request of this agent's runs; a mapping of those keys is accepted. ``None``: the
+    provider's defaults."""
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
@@ -79,6 +84,13 @@ class Agent:
                 f"Agent {self.name!r}: on_drift must be 'refuse', 'continue' or a callable "
                 "given the drift"
             )
+        if isinstance(self.settings, Mapping):
+            try:
+                object.__setattr__(self, "settings", Settings(**self.settings))
+            except TypeError as exc:
+                raise UsageError(f"Agent {self.name!r}: settings: {exc}") from None
+        elif self.settings is not None and not isinstance(self.settings, Settings):
+            raise UsageError(f"Agent {self.name!r}: settings must be a Settings or None")
         if self.compaction is not None and not isinstance(self.compaction, Compaction):
             raise UsageError(f"Agent {self.name!r}: compaction must be a Compaction or None")
         seen: set[str] = set()

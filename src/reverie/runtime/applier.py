@@ -53,6 +53,7 @@ class ExitApplier:
         before_terminal: Callable[[RunRecord, LoopExit], Awaitable[None]] | None = None,
         after_turn: AfterTurnWork | None = None,
         output_of: Callable[[RunRecord, Any], Any] | None = None,
+        after_terminal: Callable[[RunRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.output_of = output_of
@@ -65,6 +66,9 @@ class ExitApplier:
         self.before_terminal = before_terminal
         """Called with a run about to end and its (validated) exit, before the status is
         written: a background run's record is kept even if the process dies right after."""
+        self.after_terminal = after_terminal
+        """Called with a run whose terminal status was just written, before its result is
+        returned: its live subagent runs end with it (DESIGN §20)."""
 
     async def validate(
         self, run: RunRecord, exit_: LoopExit, *, known: KnownRows | None = None
@@ -166,6 +170,11 @@ class ExitApplier:
             record = await self.store.set_run_status(run.run_id, status, fence=None, exit=recorded)
             if status in TERMINAL_STATUSES:
                 await self.store.seal_inputs(run.run_id, after_cursor=1 << 62)
+        if status in TERMINAL_STATUSES and self.after_terminal is not None:
+            try:
+                await self.after_terminal(record)
+            except Exception:  # the end stands; recover() and the child's next step finish it
+                log.exception("run %s: could not end its subagent runs", run.run_id)
         try:
             replies = self._replies.pop(run.run_id, None)
             result = await self.result_of(record, replies=replies, exit_=exit_)

@@ -158,7 +158,13 @@ class RunContext:
 class StorePrompt:
     """Builds requests: instructions, hook snippets, memory context, the transcript window."""
 
-    def __init__(self, ctx: RunContext, instructions: str, memory: RunMemory | None = None) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        instructions: str,
+        memory: RunMemory | None = None,
+        settings: ModelSettings | None = None,
+    ) -> None:
         self.ctx = ctx
         self.instructions = instructions
         self.memory = memory
@@ -166,8 +172,9 @@ class StorePrompt:
         # request of a segment opens with the same instructions and offers the same surface.
         self._system: Message | None = None
         self._specs: tuple[Surface, tuple[ToolSpec, ...]] | None = None
-        self._settings = ModelSettings()
-        """The default settings every request of the segment carries (frozen: one for all)."""
+        self._settings = settings or ModelSettings()
+        """The agent's settings, which every request of the segment carries (frozen: one for
+        all)."""
 
     def _system_message(self) -> Message:
         system = self._system

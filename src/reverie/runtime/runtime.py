@@ -129,6 +129,7 @@ class Runtime:
             before_terminal=self.unbound.before_terminal,
             after_turn=self._after_turn,
             output_of=lambda run, value: typed_result(directory.known(run), value),
+            after_terminal=lambda run: me._end_children(run),
         )
         for agent in agents:
             self.register(agent)
@@ -542,6 +543,21 @@ class Runtime:
         # Nobody advances it (blocked, queued, or its worker died): end it now under a lease.
         return await end_cancelled(self.store, self._leases, self._applier, run, reason)
 
+    async def _end_children(self, run: RunRecord) -> None:
+        """``run`` is over: so are its live subagent runs (DESIGN §20)."""
+        if subagents.may_spawn(self._directory.known(run)):
+            await subagents.end_children(self, run)
+
+    async def _end_if_orphaned(self, run: RunRecord) -> RunRecord | None:
+        """End ``run`` cancelled if an ancestor of it is over (a crash between that end and
+        this run's left it live); the ancestor, if so."""
+        if subagents.parent_of(run) is None or run.status in TERMINAL_STATUSES:
+            return None
+        over = await subagents.ended_ancestor(self.store, run)
+        if over is not None:
+            await self.cancel(run.run_id, reason=subagents.ended_reason(over))
+        return over
+
     def _advanced_elsewhere(self, run: RunRecord) -> bool:
         """Whether a live worker other than this runtime holds the run's lease."""
         return run.status in ("running", "queued") and self._leases.held_elsewhere(run)
@@ -564,6 +580,9 @@ class Runtime:
     async def _resolve(self, ref: str, status: GateDecision, reason: str | None) -> RunResult:
         gate = await self.store.get_gate(ref)
         run = await self.store.get_run(gate.run_id)
+        if await self._end_if_orphaned(run) is not None:
+            # A run that is over runs nothing: its subagent's gate can no longer be approved.
+            raise RunEndedError(f"run {run.run_id} has ended: its parent run is over")
         # A subagent's gate: resuming its root run resumes the child inside the parent's call.
         root = await subagents.root_of(self.store, run)
         self._directory.for_run(root)  # unknown agent: typed error before anything changes
@@ -580,7 +599,13 @@ class Runtime:
         self._require_open()
         run = await self.store.get_run(run_id)
         if run.status in TERMINAL_STATUSES:
+            await self._end_children(run)  # a crash may have left them live
             return await self._applier.result_of(run)
+        if await self._end_if_orphaned(run) is not None:
+            run = await self.store.get_run(run_id)
+            if run.status in TERMINAL_STATUSES:
+                return await self._applier.result_of(run)
+            # Advanced elsewhere: its worker ends it at its next boundary (RunBusy below).
         if not self.unbound.knows(run) and not self._directory.started_here(run.run_id):
             self._directory.get(run.agent_name)  # the typed error naming the agent
         # A segment of this run still advancing (or still closing) here: let it finish first,
@@ -613,13 +638,25 @@ class Runtime:
         candidates += [r for r in active if r.run_id not in seen and owner_gone(r.lease_owner)]
         # A blocked run whose gate was resolved (or that was cancelled) by a caller that died
         # before resuming it would otherwise stay blocked for good.
-        for run in await self.store.list_runs(statuses=["blocked"], limit=10_000):
+        blocked = await self.store.list_runs(statuses=["blocked"], limit=10_000)
+        for run in blocked:
             if lease_live(run, now):
                 continue
             if run.cancel_requested or not await self._waits_for_a_person(run):
                 candidates.append(run)
+        # A child whose parent is over (a crash between the two ends) ends now, whatever holds
+        # it, a pending gate included: a run that is over runs nothing (DESIGN §20).
+        orphans: set[str] = set()
+        for run in [*candidates, *active, *blocked]:
+            if run.run_id in orphans:
+                continue
+            try:
+                if await self._end_if_orphaned(run) is not None:
+                    orphans.add(run.run_id)
+            except Exception:
+                log.exception("recover: run %s could not be ended with its parent", run.run_id)
         for run in candidates:
-            if run.run_id in self._active or not self.unbound.knows(run):
+            if run.run_id in orphans or run.run_id in self._active or not self.unbound.knows(run):
                 continue
             if await subagents.driven_by_parent(self.store, run):
                 continue  # its parent's resumed call continues it

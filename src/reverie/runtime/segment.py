@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reverie.core.events import ResumeDrifted, RunStarted
-from reverie.core.exits import Failed
+from reverie.core.exits import Cancelled, Failed
 from reverie.core.fastcopy import replace
 from reverie.core.transcript import NewItem
 from reverie.core.vocabulary import is_unbound_profile
@@ -323,6 +323,13 @@ class SegmentRunner:
                 ended = await self._applier.apply(run, loaded.state, fence=fence, bus=active.bus)
                 return ended
             state = loaded.state
+            over = await self._ended_ancestor(run)
+            if over is not None:
+                # A run that is over runs nothing (DESIGN §20): a child whose parent ended
+                # (a crash between the two ends) ends with it, whoever resumes it.
+                gone = Cancelled(reason=subagents.ended_reason(over), usage=state.budget.usage())
+                ended = await self._applier.apply(run, gone, fence=fence, bus=active.bus)
+                return ended
             ctx = RunContext(
                 run_id=run_id,
                 thread_id=run.thread_id,
@@ -391,7 +398,12 @@ class SegmentRunner:
             host = RunHost(
                 run_id=run_id,
                 token=active.token,
-                prompt=StorePrompt(ctx, agent.instructions, self._run_memory(run)),
+                prompt=StorePrompt(
+                    ctx,
+                    agent.instructions,
+                    self._run_memory(run),
+                    agent.settings.model_settings() if agent.settings else None,
+                ),
                 model=StreamingModel(ctx, models, self._prices),
                 capabilities=ToolPort(ctx, tools),
                 transcript=StoreTranscript(ctx),
@@ -430,6 +442,11 @@ class SegmentRunner:
             if ended is None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._leases.release(run_id, fence))
+
+    async def _ended_ancestor(self, run: RunRecord) -> RunRecord | None:
+        if subagents.parent_of(run) is None:
+            return None  # (not a child: no read)
+        return await subagents.ended_ancestor(self._store, run)
 
     async def _unrunnable(
         self, run: RunRecord, failed: Failed, active: ActiveSegment, *, resumed: bool

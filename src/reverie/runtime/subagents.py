@@ -395,6 +395,7 @@ async def child_limits(
         max_tokens=left(p.max_tokens, used.input_tokens + used.output_tokens),
         max_usd=None if p.max_usd is None else max(0.0, p.max_usd - used.usd),
         wall_clock_s=None if p.wall_clock_s is None else max(0.0, p.wall_clock_s - budget.active_s),
+        finalizer_grace_s=p.finalizer_grace_s,
     )
     return own.narrow(remaining)
 
@@ -497,13 +498,52 @@ async def children_of(
     )
 
 
-async def cancel_children(rt: Runner, run: RunRecord) -> None:
+async def cancel_children(
+    rt: Runner, run: RunRecord, *, reason: str = "its parent run was cancelled"
+) -> None:
     """Cancel every active child of ``run`` (and theirs): cancellation follows the parent."""
     for child in await children_of(rt.store, run, statuses=ACTIVE_STATUSES):
         try:
-            await rt.cancel(child.run_id, reason="its parent run was cancelled")
+            await rt.cancel(child.run_id, reason=reason)
         except Exception:  # one child that cannot be cancelled must not keep the parent alive
             log.exception("run %s: could not cancel subagent run %s", run.run_id, child.run_id)
+
+
+# ---------------------------------------------------------------------------------- run over
+def may_spawn(agent: Agent | None) -> bool:
+    """Whether runs of ``agent`` can have children (unknown here: assume they can)."""
+    return agent is None or any(isinstance(t, SubagentTool) for t in agent.tools)
+
+
+def ended_reason(run: RunRecord) -> str:
+    """The cancel reason of a child whose ancestor ``run`` is over: it names that end."""
+    kind = (run.exit or {}).get("kind") if run.status == "failed" else None
+    detail = f": {kind}" if isinstance(kind, str) and kind else ""
+    return f"its parent run ended ({run.status}{detail})"
+
+
+async def end_children(rt: Runner, run: RunRecord) -> None:
+    """``run`` is over: every active child (and theirs, transitively) ends with it, cancelled
+    with a reason naming the end; its pending gates close (DESIGN §20: a run that is over
+    runs nothing). Best effort per child: the sweeps (``recover``, a child's next segment, an
+    approval of its gate) finish what a crash here leaves."""
+    await cancel_children(rt, run, reason=ended_reason(run))
+
+
+async def ended_ancestor(store: Store, run: RunRecord) -> RunRecord | None:
+    """The nearest ancestor of ``run`` that is over, if any (then ``run`` must not go on)."""
+    current = run
+    for _ in range(_MAX_LINKS):
+        parent_id = parent_of(current)
+        if parent_id is None:
+            return None
+        try:
+            current = await store.get_run(parent_id)
+        except NotFoundError:
+            return None
+        if current.status in TERMINAL_STATUSES:
+            return current
+    return None
 
 
 __all__ = [
@@ -519,7 +559,11 @@ __all__ = [
     "child_limits",
     "children_of",
     "driven_by_parent",
+    "end_children",
+    "ended_ancestor",
+    "ended_reason",
     "gate_of_descendant",
+    "may_spawn",
     "outcome_of",
     "parent_of",
     "root_of",

@@ -306,7 +306,8 @@ class Segment:
         if log.isEnabledFor(logging.INFO):  # the usage line is formatted only to be logged
             usage = (
                 f"model calls {u.model_calls}, tokens {u.input_tokens} in / "
-                f"{u.output_tokens} out, tool calls {u.capability_calls}, ${u.usd:.4f}"
+                f"{u.output_tokens} out{' (estimated)' if u.estimated else ''}, "
+                f"tool calls {u.capability_calls}, ${u.usd:.4f}"
             )
             if isinstance(exit_, Blocked):
                 log.info("run %s blocked on gate %s (%s)", result.run_id, exit_.gate_ref, usage)
@@ -323,6 +324,7 @@ class Segment:
             span.set_attribute("gen_ai.usage.output_tokens", u.output_tokens)
             span.set_attribute("reverie.usage.model_calls", u.model_calls)
             span.set_attribute("reverie.usage.tool_calls", u.capability_calls)
+            span.set_attribute("reverie.usage.estimated", u.estimated)
             if isinstance(exit_, Blocked):
                 span.set_attribute("reverie.gate.ref", exit_.gate_ref)
             if isinstance(exit_, Failed):
@@ -424,6 +426,7 @@ class _ObservedModel:
             raise
         span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+        span.set_attribute("reverie.usage.estimated", response.usage.estimated)
         if response.model_name:
             span.set_attribute("gen_ai.response.model", response.model_name)
         if response.finish_reason:

@@ -297,13 +297,16 @@ def to_turn(body: ChatCompletionBody, agent: Agent) -> Turn:
     return Turn(system_prompt="\n\n".join(system), messages=messages, contract=_contract(body))
 
 
-def _usage(result: RunResult) -> dict[str, int]:
+def _usage(result: RunResult) -> dict[str, Any]:
     prompt, completion = result.usage.input_tokens, result.usage.output_tokens
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if result.usage.estimated:
+        usage["estimated"] = True  # the endpoint reported none: reverie's local estimate
+    return usage
 
 
 def completion_body(result: RunResult, *, model: str, created: int) -> dict[str, Any]:

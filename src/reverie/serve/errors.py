@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from reverie.core.exits import Cancelled, Failed, FailureKind, LoopExit
-from reverie.core.redact import environ_secrets, redact
+from reverie.core.redact import environ_secrets, redact, scrub
 from reverie.errors import (
     ConfigError,
     ConflictError,
@@ -204,12 +204,22 @@ _FAILURE_STATUS: Mapping[FailureKind, int] = {
 """HTTP status for each ``Failed.kind`` when a request waited for its run."""
 
 
+_UPSTREAM_KINDS = frozenset({"model_error", "invalid_model_output"})
+"""Failure kinds whose summary quotes the upstream model server."""
+_MAX_UPSTREAM_SUMMARY = 400
+
+
 def failure_error(exit_: LoopExit, run_id: str) -> APIError:
     """The error for a run that did not complete (``Failed``, ``Cancelled``, ``Blocked``)."""
     headers = {"x-reverie-run-id": run_id}
     if isinstance(exit_, Failed):
         status = _FAILURE_STATUS.get(exit_.kind, 500)
-        message = f"run {run_id} failed ({exit_.kind}): {exit_.safe_summary}"
+        summary = exit_.safe_summary
+        if exit_.kind in _UPSTREAM_KINDS:
+            # The summary quotes an upstream model server: a bounded line, without the paths
+            # it quotes (its install directory), and the secrets the redactor masks after.
+            summary = scrub(summary, _MAX_UPSTREAM_SUMMARY)
+        message = f"run {run_id} failed ({exit_.kind}): {summary}"
         if exit_.kind == "gate_not_supported":
             message += (
                 "; a tool of this agent needs a person's approval: use POST /v1/runs, which "

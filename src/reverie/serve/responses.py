@@ -229,13 +229,16 @@ def to_turn(body: ResponseBody, agent: Agent) -> _Turn:
 # ---------------------------------------------------------------------------------- objects
 def _usage(result: RunResult) -> dict[str, Any]:
     given, taken = result.usage.input_tokens, result.usage.output_tokens
-    return {
+    usage: dict[str, Any] = {
         "input_tokens": given,
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": taken,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": given + taken,
     }
+    if result.usage.estimated:
+        usage["estimated"] = True  # the endpoint reported none: reverie's local estimate
+    return usage
 
 
 def _part(text: str) -> dict[str, Any]:

@@ -40,6 +40,8 @@ from starlette.routing import Route
 from reverie.errors import ModelError
 from reverie.testing.conversation_rules import Violation, check_anthropic_messages
 from reverie.testing.fake_openai import (
+    CutStreamResponse,
+    FakeCutStream,
     FakeError,
     FakeHang,
     FakeMalformed,
@@ -173,6 +175,29 @@ class FakeAnthropicServer(FakeModelServer):
             return _error(step, api_key)
         if isinstance(step, FakeRawStream):
             return StreamingResponse(step.body(), media_type="text/event-stream")
+        if isinstance(step, FakeCutStream):
+            events: list[bytes] = []
+            if step.text:
+                events = [
+                    sse(_message_start(body, n, estimate_input_tokens(body)), "message_start"),
+                    sse(
+                        {
+                            "type": "content_block_start",
+                            "index": 0,
+                            "content_block": {"type": "text", "text": ""},
+                        },
+                        "content_block_start",
+                    ),
+                    sse(
+                        {
+                            "type": "content_block_delta",
+                            "index": 0,
+                            "delta": {"type": "text_delta", "text": step.text},
+                        },
+                        "content_block_delta",
+                    ),
+                ]
+            return CutStreamResponse(events, drop=step.drop)
         if isinstance(step, FakeMalformed):
             if streaming:
                 events = [

@@ -15,8 +15,9 @@ request body to a step). A step is:
 - a :class:`~reverie.core.messages.ModelResponse` (e.g. from ``reverie.testing.reply/call``;
   a ``raw_call`` is sent with malformed argument JSON);
 - a :class:`~reverie.errors.ModelError` (e.g. from ``reverie.testing.error(kind)``): the HTTP
-  error a provider sends for that class (``transient`` → 503, ``unavailable`` → 401,
-  ``context_overflow`` / ``content_filtered`` / ``internal`` → a 400 saying so);
+  error a provider sends for that class (``transient`` → 503, ``authentication`` → 401,
+  ``unavailable`` → 404, ``context_overflow`` / ``content_filtered`` / ``internal`` → a 400
+  saying so);
 - a :class:`FakeReply`: text and/or tool calls, with usage, finish reason and chunking control;
   a :class:`FakeToolCall` may carry raw (malformed) argument text;
 - a :class:`FakeError`: an HTTP error status with an OpenAI-style error body (or, with
@@ -24,7 +25,23 @@ request body to a step). A step is:
 - a :class:`FakeHang`: no answer for a while (longer than the client's timeout), then ``then``;
 - a :class:`FakeMalformed`: a 200 response whose body (or SSE data) is not JSON;
 - a :class:`FakeRawStream`: a 200 stream of exactly the events given (malformed chunk shapes,
-  ``"choices": null``, unknown event types), to test how a client copes with a broken server.
+  ``"choices": null``, unknown event types), to test how a client copes with a broken server;
+- a :class:`FakeCutStream`: a stream that never finishes: HTTP 200 and nothing (how
+  llama-cpp-python fails after its headers), some text and then the end without a
+  ``finish_reason``, or (``drop=True``) the connection dropped mid-stream.
+
+The OpenAI server also reproduces real servers' deviations, each a switch of its constructor
+(all off by default, as OpenAI behaves):
+
+- ``null_content=False``: an assistant message with ``"content": null`` is answered with HTTP
+  500 and a validation-error body quoting an install path (llama-cpp-python 0.3.x);
+- ``usage_in_streams=False``: streamed replies carry no usage, even with
+  ``stream_options.include_usage`` (llama-cpp-python, LM Studio);
+- ``structured_output="json_object"``: ``response_format`` of type ``json_schema`` is answered
+  with HTTP 500 and a validation error (llama-cpp-python takes only ``json_object``);
+- ``streaming_tool_calls=False``: a streamed request that offers tools is answered with HTTP
+  200 and nothing (llama-cpp-python's "automatic streaming tool choice" failure after its
+  headers).
 
 A request past the end of a list script gets a 400 naming the script, which the providers
 classify as ``internal``. The server runs uvicorn on ``127.0.0.1`` on a free port, in a
@@ -53,7 +70,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 try:
     import uvicorn
@@ -73,6 +90,7 @@ from reverie.testing.image_rules import ImageRefusal, check_chat_images
 from reverie.testing.request_rules import check_openai_request
 
 __all__ = [
+    "FakeCutStream",
     "FakeError",
     "FakeHang",
     "FakeMalformed",
@@ -192,8 +210,22 @@ class FakeRawStream:
             yield sse("[DONE]")
 
 
+@dataclass(frozen=True, slots=True)
+class FakeCutStream:
+    """A streamed answer that never finishes: no ``finish_reason``, no usage, no ``[DONE]``.
+
+    With no ``text``, the server answers HTTP 200 and ends the stream at once (200 then
+    nothing). With ``text``, it streams the text and then ends. With ``drop``, it then drops
+    the connection instead of ending the stream (the client sees an incomplete body).
+    """
+
+    text: str = ""
+    drop: bool = False
+
+
 FakeStep = (
     str
+    | FakeCutStream
     | ModelResponse
     | ModelError
     | FakeReply
@@ -236,7 +268,8 @@ _MALFORMED_ARGUMENTS = '{"arguments": '
 
 _ERROR_FOR_KIND = {
     "transient": FakeError(503, "The server is overloaded."),
-    "unavailable": FakeError(401),
+    "unavailable": FakeError(404),
+    "authentication": FakeError(401),
     "context_overflow": FakeError(
         400,
         "This model's maximum context length is 8192 tokens; your messages resulted in 9000.",
@@ -251,7 +284,7 @@ _ERROR_FOR_KIND = {
 
 def as_error(error: ModelError) -> FakeError:
     """The HTTP error a provider sends for a model error of ``error.kind``."""
-    return _ERROR_FOR_KIND[error.kind]
+    return _ERROR_FOR_KIND.get(error.kind, _ERROR_FOR_KIND["internal"])
 
 
 def estimate_input_tokens(body: Mapping[str, Any]) -> int:
@@ -543,13 +576,59 @@ _OPENAI_ERROR_MESSAGES = {
 class FakeOpenAIServer(FakeModelServer):
     """A fake OpenAI-compatible server: ``POST /v1/chat/completions`` and ``GET /v1/models``.
 
-    ``base_url`` ends in ``/v1``, as the ``openai`` SDK expects.
+    ``base_url`` ends in ``/v1``, as the ``openai`` SDK expects. The keyword switches reproduce
+    real servers' deviations (see the module docstring).
     """
+
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        models: Sequence[str] = ("fake-model",),
+        strict: bool = True,
+        vision: bool = True,
+        null_content: bool = True,
+        usage_in_streams: bool = True,
+        structured_output: Literal["json_schema", "json_object"] = "json_schema",
+        streaming_tool_calls: bool = True,
+    ) -> None:
+        """Args: as :class:`FakeModelServer`, and the deviations of the module docstring."""
+        super().__init__(script, models=models, strict=strict, vision=vision)
+        self.null_content = null_content
+        self.usage_in_streams = usage_in_streams
+        self.structured_output = structured_output
+        self.streaming_tool_calls = streaming_tool_calls
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/v1``."""
         return f"{self.root_url}/v1"
+
+    def quirk_refusal(self, body: Mapping[str, Any]) -> FakeStep | None:
+        """The answer of a server with this fake's deviations to ``body``, if it refuses it."""
+        streaming = bool(body.get("stream"))
+        if not self.null_content:
+            nulls = [
+                i
+                for i, m in enumerate(body.get("messages") or [])
+                if isinstance(m, Mapping)
+                and m.get("role") == "assistant"
+                and m.get("content", "") is None
+            ]
+            if nulls:
+                return _validation_error(
+                    [("body", "messages", i, "typed-dict", "content") for i in nulls]
+                )
+        fmt = body.get("response_format")
+        if (
+            self.structured_output == "json_object"
+            and isinstance(fmt, Mapping)
+            and fmt.get("type") not in ("text", "json_object")
+        ):
+            return _validation_error([("body", "response_format", "type")])
+        if not self.streaming_tool_calls and streaming and body.get("tools"):
+            return FakeCutStream()
+        return None
 
     def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
         """The Chat Completions rules (see :func:`check_chat_completions`), then the
@@ -589,6 +668,11 @@ class FakeOpenAIServer(FakeModelServer):
         if body is None:
             return _openai_error(FakeError(400, "The request body is not a JSON object."), "")
         step = self.next_step(body, request.headers)
+        refusal = self.quirk_refusal(body)
+        if refusal is not None and not isinstance(step, FakeError):
+            # The server's deviation answers first; the scripted step is used up all the same
+            # (the request reached the server), so a script reads like the real exchange.
+            step = refusal
         return await self._answer(step, body, bearer_token(request))
 
     async def _answer(self, step: FakeStep, body: dict[str, Any], api_key: str) -> Response:
@@ -607,6 +691,8 @@ class FakeOpenAIServer(FakeModelServer):
             return _openai_error(step, api_key)
         if isinstance(step, FakeRawStream):
             return StreamingResponse(step.body(), media_type="text/event-stream")
+        if isinstance(step, FakeCutStream):
+            return CutStreamResponse(_cut_events(step, body, len(self.requests)), drop=step.drop)
         if isinstance(step, FakeMalformed):
             if streaming:
                 return StreamingResponse(iter([sse(step.body)]), media_type="text/event-stream")
@@ -614,11 +700,75 @@ class FakeOpenAIServer(FakeModelServer):
         reply = as_reply(step)
         n = len(self.requests)
         if streaming:
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            include_usage = self.usage_in_streams and bool(
+                (body.get("stream_options") or {}).get("include_usage")
+            )
             return StreamingResponse(
                 _openai_chunks(reply, body, n, include_usage), media_type="text/event-stream"
             )
         return JSONResponse(_openai_completion(reply, body, n))
+
+
+_PYDANTIC_URL = "https://errors.pydantic.dev/2.9/v/string_type"
+_SERVER_PATH = "/opt/venv/lib/python3.11/site-packages/llama_cpp/server/app.py"
+
+
+def _validation_error(locations: Sequence[tuple[Any, ...]]) -> FakeError:
+    """llama-cpp-python's answer to a body it cannot validate: HTTP 500, the pydantic dump
+    (which quotes where the server is installed) as the message."""
+    lines = [
+        f"{len(locations)} validation error{'s' if len(locations) != 1 else ''} for "
+        "CreateChatCompletionRequest"
+    ]
+    for loc in locations:
+        lines.append(
+            f"  {{'type': 'string_type', 'loc': {loc!r}, 'msg': 'Input should be a valid "
+            f"string', 'input': None, 'url': '{_PYDANTIC_URL}'}}"
+        )
+    lines.append(f'  File "{_SERVER_PATH}", line 512, in create_chat_completion')
+    return FakeError(500, "\n".join(lines), type="internal_server_error")
+
+
+class _CutStreamDropped(Exception):
+    """Raised inside the fake's response to make the server drop the connection."""
+
+
+class CutStreamResponse(Response):
+    """A 200 event stream of ``events`` that ends (or, with ``drop``, breaks) unfinished."""
+
+    def __init__(self, events: Sequence[bytes], *, drop: bool) -> None:
+        super().__init__(media_type="text/event-stream")
+        self._events, self._drop = list(events), drop
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # No content-length: the body is chunked, as a real stream's is.
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for event in self._events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            await asyncio.sleep(0)
+        if self._drop:
+            # An exception after the headers: the server closes the connection without ending
+            # the chunked body, as a crashed or killed upstream does.
+            raise _CutStreamDropped("the fake dropped the connection on purpose")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _cut_events(step: FakeCutStream, body: Mapping[str, Any], n: int) -> list[bytes]:
+    """The chunks a :class:`FakeCutStream` sends before its end (none for no ``text``)."""
+    if not step.text:
+        return []
+    base = {
+        "id": f"chatcmpl-fake-{n}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": str(body.get("model", "fake-model")),
+    }
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    deltas += [{"content": piece} for piece in FakeReply(text=step.text).text_pieces()]
+    return [
+        sse({**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}) for d in deltas
+    ]
 
 
 def bearer_token(request: Request) -> str:

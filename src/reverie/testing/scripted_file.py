@@ -17,8 +17,10 @@ A ``{"result": {...}}`` step ends a typed turn: it calls ``structured_result`` w
 
 A memory curation pass (docs/memory.md) is a turn of its own, recognised by its opening
 message. It is answered by the file's ``"curation"`` steps when the file is an object
-``{"steps": [...], "curation": [...]}``, else by one step that reports the document was left
-as it was — so ``reverie memory curate --now`` shows a pass offline with any script.
+``{"steps": [...], "curation": [...]}``; a plain list that ends a typed turn itself (a
+``result`` step or a ``structured_result`` call: a file written as ``[memory] curation_model``)
+answers it with its own steps; any other script answers with one step that reports the document
+was left as it was — so ``reverie memory curate --now`` shows a pass offline with any script.
 
 Which step answers a request is decided by the request, not by a counter: step *n* answers the
 model call that follows *n* assistant messages since the turn's last user message. That keeps a
@@ -199,6 +201,7 @@ def load_scripted_model(
             f"{source}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg}). "
             "Fix: correct the syntax"
         ) from None
+    curation: Sequence[_Step]
     if isinstance(data, dict) and set(data) <= {"steps", "curation"} and "steps" in data:
         steps = _parse_steps(data["steps"], source=source)
         curation = (
@@ -207,8 +210,16 @@ def load_scripted_model(
             else _DEFAULT_CURATION
         )
     else:
-        steps, curation = _parse_steps(data, source=source), _DEFAULT_CURATION
+        steps = _parse_steps(data, source=source)
+        # A plain list that ends a typed turn itself is a curation script already (a file
+        # named as [memory] curation_model): its own steps answer the pass.
+        curation = steps if any(_ends_typed_turn(s) for s in steps) else _DEFAULT_CURATION
     return ScriptedModel(_by_turn_position(steps, curation, source), name=path.name)
+
+
+def _ends_typed_turn(step: _Step) -> bool:
+    """Whether ``step`` answers with the ``structured_result`` call that ends a typed turn."""
+    return step.result is not None or step.call == STRUCTURED_RESULT_TOOL
 
 
 def _is_curation_pass(request: ModelRequest) -> bool:
