@@ -142,7 +142,7 @@ def test_agent_output_type_and_run_result_output_are_public_fields() -> None:
         "on_limit",
         "family",
     } <= agent_fields
-    assert {"hooks", "output_type"} <= agent_fields
+    assert {"hooks", "output_type", "on_drift"} <= agent_fields
     result_fields = {f.name for f in dataclasses.fields(reverie.RunResult)}
     assert result_fields == {
         "status",
@@ -153,6 +153,7 @@ def test_agent_output_type_and_run_result_output_are_public_fields() -> None:
         "usage",
         "gate",
         "output",
+        "drift",
     }
 
 

@@ -77,6 +77,7 @@ instructions = "Be brief."
 tools = ["reverie.cli.demo_tools:add", "cli_fixture_tools:TOOLS", "cli_fixture_tools:shout"]
 limits = {{ max_iterations = 5, max_usd = 0.5, wall_clock_s = 30 }}
 on_limit = "fail"
+on_drift = "continue"
 
 [agents.offline]
 model = "scripted:{script.name}"
@@ -103,6 +104,8 @@ reserved = "for reverie serve"
     assert helper.instructions == "Be brief."
     assert helper.limits == Limits(max_iterations=5, max_usd=0.5, wall_clock_s=30)
     assert helper.on_limit == "fail"
+    assert helper.on_drift == "continue"
+    assert agents["offline"].on_drift == "refuse"  # the default
     assert isinstance(helper.model, OpenAIChatModel)
     assert helper.model.name == "together:meta-llama/Llama-3-70b"
     assert isinstance(agents["offline"].model, ScriptedModel)  # relative to the file's dir
@@ -146,6 +149,11 @@ def test_invalid_toml_names_the_file_and_line(tmp_path: Path) -> None:
             '[agents.a]\nmodel = "openai:x"\non_limit = "stop"\n',
             "agents.a.on_limit",
             'set on_limit = "finalize"',
+        ),
+        (
+            '[agents.a]\nmodel = "openai:x"\non_drift = "ignore"\n',
+            "agents.a.on_drift",
+            'set on_drift = "refuse" or on_drift = "continue"',
         ),
         (
             '[agents.a]\nmodel = "openai:x"\nlimits = { max_iterations = 0 }\n',

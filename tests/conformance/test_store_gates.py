@@ -102,6 +102,20 @@ async def test_list_gates_filters_by_scope_and_status_newest_first(store: Store)
     assert refs(await store.list_gates(status="denied")) == []
 
 
+async def test_list_gates_with_a_limit_returns_the_newest(store: Store) -> None:
+    ana = await make_run(store, "run-a", scope=ANA)
+    fence = await store.acquire_lease(ana.run_id, "w1", ttl_s=30, now=T0)
+    for n in range(1, 5):
+        await store.create_gate(gate(ana, f"g{n}", call_id=f"c{n}", created_at=T0 + n), fence=fence)
+    assert refs(await store.list_gates(scope=ANA, limit=2)) == ["g4", "g3"]
+    assert refs(await store.list_gates(scope=ANA, status=None, limit=10)) == [
+        "g4",
+        "g3",
+        "g2",
+        "g1",
+    ]
+
+
 async def test_gate_keeps_its_kind(store: Store, run: RunCtx, fence: int) -> None:
     auth = dataclasses.replace(gate(run), kind="auth")
     await store.create_gate(auth, fence=fence)

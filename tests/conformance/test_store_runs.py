@@ -104,6 +104,40 @@ async def test_list_runs_filters_by_status(store: Store) -> None:
     assert await store.list_runs(statuses=[]) == []
 
 
+async def test_list_runs_filters_by_agent_and_thread(store: Store) -> None:
+    async def mailer_run(run_id: str, thread_id: str) -> None:
+        await store.create_thread(thread_id, ANA)
+        await store.create_run(
+            RunRecord(run_id=run_id, thread_id=thread_id, scope=ANA, agent_name="mailer")
+        )
+
+    await mailer_run("run-1", "thr-1")
+    await store.set_run_status("run-1", "completed", fence=None)
+    await make_run(store, "run-2", thread_id="thr-1")
+    await store.set_run_status("run-2", "completed", fence=None)
+    await mailer_run("run-3", "thr-3")
+    mailer = await store.list_runs(scope=ANA, agent="mailer")
+    assert [r.run_id for r in mailer] == ["run-3", "run-1"]
+    assert [r.run_id for r in await store.list_runs(thread_id="thr-1")] == ["run-2", "run-1"]
+    both = await store.list_runs(agent="mailer", thread_id="thr-1", statuses=["completed"])
+    assert [r.run_id for r in both] == ["run-1"]
+
+
+async def test_list_runs_pages_by_a_keyset_cursor_without_gaps_or_repeats(store: Store) -> None:
+    for n in range(7):
+        await make_run(store, f"run-{n}")
+    newest_first = [r.run_id for r in await store.list_runs(scope=ANA)]
+    seen: list[str] = []
+    before = None
+    while True:
+        page = await store.list_runs(scope=ANA, limit=3, before=before)
+        if not page:
+            break
+        seen += [r.run_id for r in page]
+        before = (page[-1].created_at, page[-1].run_id)
+    assert seen == newest_first and len(seen) == 7
+
+
 async def test_set_run_status_records_status_and_exit(store: Store, run: RunCtx) -> None:
     before = await store.get_run(run.run_id)
     rec = await store.set_run_status(

@@ -76,3 +76,14 @@ async def test_an_endpoint_declaring_no_usage_in_streams_is_not_asked_for_it() -
 def test_the_estimate_is_one_token_per_three_characters_rounded_up() -> None:
     assert CHARS_PER_TOKEN == 3
     assert [estimate_tokens("x" * n) for n in (0, 1, 3, 4, 300)] == [0, 1, 1, 2, 100]
+
+
+async def test_a_request_refused_with_a_status_is_charged_no_tokens() -> None:
+    from reverie.testing.fake_openai import FakeError, FakeReply
+
+    steps = [FakeError(429), FakeReply(text="Hi.", input_tokens=7, output_tokens=2)]
+    async with FakeOpenAIServer(steps) as srv, Runtime.open(":memory:") as rt:
+        r = await rt.run(agent_for(srv), "hi", scope=SCOPE)
+    assert r.status == "completed"
+    assert (r.usage.model_calls, r.usage.input_tokens, r.usage.output_tokens) == (2, 7, 2)
+    assert not r.usage.estimated

@@ -436,6 +436,38 @@ async def test_a_second_context_overflow_after_compacting_ends_the_run_as_before
     assert sum(1 for q in model.requests if is_summary_request(q)) == 1
 
 
+async def test_rows_that_overflow_the_summary_model_are_summarised_in_parts() -> None:
+    # The provider refuses a turn's request of more than 7 messages, and a summary request of
+    # more than 2 pages (a small local model whose window the rows to summarise outgrew).
+    inner = overflowing(8, limit=7)
+
+    def script(request: ModelRequest) -> ModelResponse:
+        if is_summary_request(request) and request.messages[-1].content.count(PAGE) > 2:
+            raise ModelError("context_overflow", "the summary request is too long")
+        return inner(request)
+
+    model = ScriptedModel(script)
+    agent = Agent(
+        name="reader",
+        model=model,
+        tools=[fetch],
+        compaction=Compaction(trigger_tokens=None, keep_last_turns=1),
+    )
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "go", scope=SCOPE)
+        rows = await rt.store.thread_items(r.thread_id)
+    assert r.status == "completed" and r.text == "fetched 8 pages", r.exit
+    asked = [q for q in model.requests if is_summary_request(q)]
+    refused = [q for q in asked if q.messages[-1].content.count(PAGE) > 2]
+    assert refused  # the whole span was too long for the summary model ...
+    assert len(asked) > len(refused) + 1  # ... so it was summarised in more than one part
+    folded = [q for q in asked if q not in refused][1:]
+    assert all("The summary of the conversation before" in q.messages[-1].content for q in folded)
+    covers = [r.meta["summary_of"] for r in summaries(rows)]
+    assert covers[0]["from_seq"] == covers[-1]["from_seq"]  # each part folds in the one before
+    check_messages(turn_requests(model)[-1].messages)  # the prompt stays well-formed
+
+
 async def test_without_compaction_a_context_overflow_ends_the_run() -> None:
     model = ScriptedModel(overflowing(6, limit=4))
     agent = Agent(name="reader", model=model, tools=[fetch])

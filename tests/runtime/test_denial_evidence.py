@@ -186,6 +186,7 @@ async def test_a_call_to_a_tool_hidden_from_the_model_is_a_recorded_denial_and_a
     model = ScriptedModel([call("admin"), reply("ok")])
     agent = Agent(name="a", model=model, tools=[admin, status], family="no_admin")
     caplog.set_level(logging.WARNING, logger="reverie")
+    caplog.set_level(logging.DEBUG, logger="reverie.loop")  # the filter's trace names it
     async with Runtime.open(":memory:", families=[family]) as rt:
         handle = await rt.start(agent, "take over", scope=SCOPE)
         events: list[RunEvent] = [e async for e in handle.events()]
@@ -201,5 +202,11 @@ async def test_a_call_to_a_tool_hidden_from_the_model_is_a_recorded_denial_and_a
     assert result_row.meta["outcome"] == "denied"
     assert result_row.content.startswith("denied:")
     assert "available tools: status" in result_row.content
-    warnings = [rec.getMessage() for rec in caplog.records if rec.name.startswith("reverie")]
+    warnings = [
+        rec.getMessage()
+        for rec in caplog.records
+        if rec.name.startswith("reverie") and rec.levelno == logging.WARNING
+    ]
     assert any("admin" in m and "security event" in m for m in warnings), warnings
+    traces = [rec.getMessage() for rec in caplog.records if rec.name == "reverie.loop"]
+    assert any("tools offered: 1 of 2 (hidden: admin)" in m for m in traces), traces

@@ -495,7 +495,7 @@ def test_a_bad_model_list_in_reverie_toml_is_refused_naming_the_key(
     path.write_text(f"[agents.helper]\nmodel = {value}\n", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert f"agents.helper.model: value error, {problem}. Fix: set model = " in str(info.value)
+    assert f"agents.helper.model: {problem}. Fix: set model = " in str(info.value)
 
 
 def test_a_fallback_spec_that_cannot_be_resolved_is_refused_naming_its_position(

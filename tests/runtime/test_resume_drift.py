@@ -205,6 +205,23 @@ async def test_a_continued_drift_is_carried_by_the_runs_later_checkpoints() -> N
     assert ran == ["a", "b"]
 
 
+async def test_a_run_cancelled_while_blocked_keeps_the_drift_it_went_on_with() -> None:
+    ran: list[str] = []
+    store = MemoryStore()
+    twice = ScriptedModel([call("deploy", target="a"), call("deploy", target="b"), reply("ok")])
+    async with Runtime(store) as rt:
+        r = await rt.run(mailer(ran, model=twice), "ship twice", scope=SCOPE)
+    assert r.gate is not None
+    later = mailer(ran, model=twice, instructions="Changed.", on_drift="continue")
+    async with Runtime(store, agents=[later]) as rt:
+        second = await rt.approve(r.gate.ref)
+        assert second.status == "blocked"
+        cancelled = await rt.cancel(second.run_id)
+
+    assert cancelled is not None and cancelled.status == "cancelled"
+    assert [(d.action, d.instructions) for d in cancelled.drift] == [("continue", True)]
+
+
 async def test_a_drift_hook_receives_what_changed_and_decides() -> None:
     ran: list[str] = []
     seen: list[ResumeDrift] = []

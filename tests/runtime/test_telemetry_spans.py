@@ -337,3 +337,17 @@ async def test_with_tracing_on_a_failed_model_call_and_its_retry_are_each_logged
     assert warnings.count(f"run {r.run_id}: retrying the model call (attempt 1)") == 1
     failed, _ = traces.named("chat ")
     assert attr(failed, "error.type") == "transient"
+
+
+async def test_spans_say_when_usage_is_estimated_because_the_endpoint_sent_none(
+    traces: Traces,
+) -> None:
+    async with FakeOpenAIServer(["Hello there."], usage_in_streams=False) as srv:
+        agent = Agent(name="calc", model=OpenAIChatModel("m", base_url=srv.base_url, api_key="k"))
+        async with Runtime.open(":memory:", tracer_provider=traces.provider) as rt:
+            r = await rt.run(agent, "hi", scope=SCOPE)
+    assert r.status == "completed" and r.usage.estimated
+    assert attr(traces.one("invoke_agent calc"), "reverie.usage.estimated") is True
+    [chat] = traces.named("chat ")
+    assert attr(chat, "reverie.usage.estimated") is True
+    assert attr(chat, "gen_ai.usage.output_tokens") == r.usage.output_tokens > 0

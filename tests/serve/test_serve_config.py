@@ -58,6 +58,16 @@ def test_serve_table_sets_the_body_limit_cors_origins_and_shutdown_grace(tmp_pat
     assert defaults.shutdown_grace_s == 5.0
 
 
+def test_the_console_is_on_by_default_and_serve_console_false_turns_it_off(
+    tmp_path: Path,
+) -> None:
+    defaults = serve_settings(load_config(config_from(tmp_path, "")))
+    assert defaults.console is True and defaults.console_session_ttl_s == 8 * 3600
+    text = "[serve]\nconsole = false\nconsole_session_ttl_s = 600\n"
+    settings = serve_settings(load_config(config_from(tmp_path, text)))
+    assert settings.console is False and settings.console_session_ttl_s == 600
+
+
 @pytest.mark.parametrize(
     ("text", "key", "needle"),
     [
@@ -67,6 +77,8 @@ def test_serve_table_sets_the_body_limit_cors_origins_and_shutdown_grace(tmp_pat
         ("[serve]\nmax_body_bytes = 0\n", "serve.max_body_bytes", "greater than or equal to 1"),
         ('[serve]\ncors_origins = "*"\n', "serve.cors_origins", "valid list"),
         ("[serve]\nshutdown_grace_s = -1\n", "serve.shutdown_grace_s", "greater than or equal"),
+        ('[serve]\nconsole = "maybe"\n', "serve.console", "valid boolean"),
+        ("[serve]\nconsole_session_ttl_s = 0\n", "serve.console_session_ttl_s", "greater than 0"),
     ],
 )
 def test_a_bad_serve_table_names_the_key_and_the_fix(

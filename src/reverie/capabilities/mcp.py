@@ -107,6 +107,16 @@ class MCPTool:
         """The tool's name on the server (before prefixing)."""
         return self._remote_name
 
+    @property
+    def server(self) -> str:
+        """The credential-free name of the MCP server the tool is on."""
+        return self._toolset.name
+
+    @property
+    def server_connected(self) -> bool:
+        """Whether the tool's server has a session up now (the console's health column)."""
+        return self._toolset.connected
+
     def __repr__(self) -> str:
         return f"MCPTool(name={self._descriptor.name!r}, server={self._toolset.name!r})"
 

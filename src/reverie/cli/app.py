@@ -8,6 +8,7 @@ Commands::
     reverie gates list|approve|deny
     reverie memory show|edit|search|history|passes|curate   (one owner's memory, docs/memory.md)
     reverie serve [--host H] [--port P]   (the HTTP API, docs/http.md)
+    reverie dev [--port P]   (API + console on 127.0.0.1 with a fresh token, docs/console.md)
     reverie worker [--concurrency N]   (advance queued runs on PostgreSQL, docs/scaling.md)
     reverie doctor
     reverie mcp-memory [--http PORT --token-env NAME | --no-auth]   (memory over MCP)
@@ -26,6 +27,7 @@ import typer
 from reverie.cli import gates, memory, restore_interrupts, runs
 from reverie.cli.chat import chat_command
 from reverie.cli.common import ConfigOption, StoreOption
+from reverie.cli.dev import dev_command
 from reverie.cli.doctor import doctor_command
 from reverie.cli.mcp_memory import mcp_memory_command
 from reverie.cli.run import run_command
@@ -50,6 +52,7 @@ app.add_typer(runs.app, name="runs")
 app.add_typer(gates.app, name="gates")
 app.add_typer(memory.app, name="memory")
 app.command("serve")(serve_command)
+app.command("dev")(dev_command)
 app.command("doctor")(doctor_command)
 app.command("worker")(worker_command)
 app.command("mcp-memory")(mcp_memory_command)

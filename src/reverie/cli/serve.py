@@ -8,7 +8,8 @@ extra; it is imported only when the command runs, so the rest of the CLI works w
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -25,7 +26,32 @@ from reverie.cli.common import (
 )
 from reverie.cli.observability import LogFormatOption, LogLevelOption, observed
 
-__all__ = ["serve_command"]
+if TYPE_CHECKING:
+    from reverie.cli.common import Session
+    from reverie.config import ServeConfig
+    from reverie.core.scope import Scope
+
+__all__ = ["serve_command", "served_app"]
+
+
+def served_app(
+    session: Session, tokens: Mapping[str, Scope], settings: ServeConfig, *, local: bool = False
+) -> Any:
+    """The app ``reverie serve`` serves from ``[serve]``; ``local`` (``reverie dev``): on
+    127.0.0.1, so no CORS, and the console always on."""
+    from reverie.serve import create_app
+
+    return create_app(
+        session.rt,
+        agents=session.agents,
+        tokens=tokens,
+        max_body_bytes=settings.max_body_bytes,
+        cors_origins=() if local else settings.cors_origins,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        recover=True,
+        console=local or settings.console,
+        console_session_ttl_s=settings.console_session_ttl_s,
+    )
 
 
 def serve_command(
@@ -77,7 +103,7 @@ def serve_command(
             )
         require_credentials(agents)
         try:
-            from reverie.serve import create_app, listen, run_server
+            from reverie.serve import listen, run_server
         except ImportError as exc:
             fail(str(exc))
         where_host = host or settings.host
@@ -86,20 +112,17 @@ def serve_command(
         where_port = sock.getsockname()[1]
         with contextlib.closing(sock):
             async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
-                app = create_app(
-                    session.rt,
-                    agents=session.agents,
-                    tokens=tokens,
-                    max_body_bytes=settings.max_body_bytes,
-                    cors_origins=settings.cors_origins,
-                    shutdown_grace_s=settings.shutdown_grace_s,
-                    recover=True,
-                )
+                app = served_app(session, tokens, settings)
                 tune_gc_for_server(gc_thresholds)  # start-up is over (docs/scaling.md)
                 names = ", ".join(sorted(a.name for a in agents))
                 err_console().print(
                     f"reverie serve: agents {names}; {len(tokens)} token(s); "
-                    f"http://{where_host}:{where_port}/v1",
+                    f"http://{where_host}:{where_port}/v1"
+                    + (
+                        f"; console http://{where_host}:{where_port}/console/"
+                        if settings.console
+                        else ""
+                    ),
                     markup=False,
                 )
                 await run_server(app, host=where_host, port=where_port, sock=sock)

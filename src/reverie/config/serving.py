@@ -26,6 +26,10 @@ class ServeConfig(Section):
     """Browser origins allowed to call the API (``"*"``: any); empty: no CORS."""
     shutdown_grace_s: float = Field(default=5.0, ge=0)
     """On SIGTERM, how long open streams may go on before their runs are cancelled."""
+    console: bool = True
+    """Serve the operator console at ``/console`` (docs/console.md)."""
+    console_session_ttl_s: float = Field(default=8 * 3600.0, gt=0)
+    """How long a console login lasts."""
 
 
 class TokenConfig(Section):
@@ -65,6 +69,8 @@ _SERVE_FIXES = {
     "max_body_bytes": "set max_body_bytes = 4194304 (bytes, at least 1)",
     "cors_origins": 'set cors_origins = ["https://app.example.com"] (a list of origins)',
     "shutdown_grace_s": "set shutdown_grace_s = 5 (seconds, 0 or more)",
+    "console": "set console = true or false",
+    "console_session_ttl_s": "set console_session_ttl_s = 28800 (seconds, above 0)",
 }
 
 
@@ -82,8 +88,8 @@ def serve_settings(config: ReverieConfig) -> ServeConfig:
         if err["type"] == "extra_forbidden":
             problem = "unknown key"
             fix = (
-                "remove it; [serve] takes host, port, max_body_bytes, cors_origins and "
-                "shutdown_grace_s"
+                "remove it; [serve] takes host, port, max_body_bytes, cors_origins, "
+                "shutdown_grace_s, console and console_session_ttl_s"
             )
         else:
             msg = str(err["msg"])

@@ -20,7 +20,9 @@ too large for it. With compaction on, the loop replaces older turns by a summary
   :mod:`reverie.core.envelope`), and the previous summary if any (so a summary stands for every
   row before it). Its answer becomes a durable transcript row, ``role="user"`` with
   ``meta={"summary_of": {"from_seq": a, "to_seq": b}}``; a prompt starts at the newest summary
-  and carries only rows after ``b`` (and pinned rows).
+  and carries only rows after ``b`` (and pinned rows). A summary request that overflows the
+  model's own context is split where a turn ends (:func:`shrink_plan`) and the parts are
+  summarised in turn, each folding in the one before, within the run's budgets.
 - **Crash safety.** The summary row is appended past the run's last checkpoint; the checkpoint
   that follows it (``BeforeModel``) makes it part of the run. A crash in between leaves a row a
   resume supersedes, so the resume compacts again: one summary in the prompt either way.
@@ -51,6 +53,7 @@ __all__ = [
     "is_pinned",
     "is_summary",
     "plan_compaction",
+    "shrink_plan",
     "summary_item",
     "summary_request",
 ]
@@ -258,6 +261,29 @@ def plan_compaction(view: Sequence[TranscriptItem], keep_last_turns: int) -> Com
         to_seq=to_seq,
         previous=None if previous is None else _summary_text(previous),
         pinned=tuple(r for r in rows[:boundary] if is_pinned(r)),
+    )
+
+
+def shrink_plan(plan: CompactionPlan) -> CompactionPlan | None:
+    """The first part of ``plan`` — about half its rows, ending where a turn ends — for a
+    summary request that overflowed the model's own context; ``None`` when it is one turn.
+
+    What it leaves out is summarised next, folding this part's summary in (a model whose
+    window cannot hold the rows to summarise still compacts, in steps).
+    """
+    starts = [i for i in _turn_starts(plan.covered) if i > 0]
+    if not starts:
+        return None
+    half = len(plan.covered) / 2
+    cut = min(starts, key=lambda i: abs(i - half))
+    covered = plan.covered[:cut]
+    to_seq = max(r.seq for r in covered)
+    return CompactionPlan(
+        covered=covered,
+        from_seq=plan.from_seq,
+        to_seq=to_seq,
+        previous=plan.previous,
+        pinned=tuple(r for r in plan.pinned if r.seq <= to_seq),
     )
 
 

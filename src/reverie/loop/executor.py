@@ -35,10 +35,12 @@ from reverie.core.messages import ModelResponse, TokenUsage, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
 from reverie.core.vocabulary import OnLimit
 from reverie.errors import ModelError, ModelOutputTooLarge
+from reverie.loop import trace
 from reverie.loop.compaction import (
     CompactionPolicy,
     ContextMeter,
     plan_compaction,
+    shrink_plan,
     summary_item,
     summary_request,
 )
@@ -66,6 +68,9 @@ _new_item = maker(NewItem)
 Rebuild = Callable[[LoopExecutionState], Awaitable[PromptBundle]]
 
 # Budgets whose exhaustion still leaves room for the finalizer's one model call.
+_MAX_SUMMARY_CALLS = 4
+"""Summary calls one compaction may make when its rows overflow the summary model (each split
+halves the rows; the run's model-call budget bounds them too)."""
 _FINALIZABLE_BUDGETS: frozenset[str] = frozenset({"capability_call_limit", "wall_clock_limit"})
 
 
@@ -85,6 +90,9 @@ class LoopConfig:
     """A longer final answer is rejected (a model may ignore the requested output cap)."""
     compaction: CompactionPolicy | None = None
     """Context compaction (loop/compaction.py); ``None``: off."""
+    trace_content: bool = False
+    """Debug traces of the loop's decisions (``reverie.loop``) carry message text and tool
+    arguments; off, only names, counts and kinds."""
 
 
 class _Exit(Exception):
@@ -130,8 +138,10 @@ class _Executor:
         self._meter = None if config.compaction is None else ContextMeter(config.compaction)
         self._boundary: Callable[[], None] = host.token.check
         """A cancellation boundary (the token's check itself: several per tick)."""
-        self._waves = WaveRunner(host, family, config.max_parallel)
+        self._waves = WaveRunner(host, family, config.max_parallel, config.trace_content)
         """Runs each tick's wave (one runner per segment: the waves run one after another)."""
+        self._debug = False
+        """Whether the ``reverie.loop`` logger takes debug traces (read once per tick)."""
 
     # ------------------------------------------------------------------------------ driver
     async def run(self, state: LoopExecutionState) -> tuple[LoopExit, LoopExecutionState]:
@@ -148,6 +158,8 @@ class _Executor:
                 # No checkpoint for a failure, but what the run said and heard is kept: the
                 # staged rows and journal records are written before the status is.
                 await self.host.checkpoints.commit(None, done.state)
+            if trace.enabled():
+                trace.stopped(self.host.run_id, done.state.iteration, done.exit)
             return done.exit, done.state
         except Cancelled as c:
             return await self._cancelled(c.reason)
@@ -160,7 +172,10 @@ class _Executor:
         final, _ = await self._commit(
             "Final", replace(self._last_state, completion=ended), guard=False
         )
-        return CancelledExit(reason=reason, usage=final.budget.usage()), final
+        cancelled = CancelledExit(reason=reason, usage=final.budget.usage())
+        if trace.enabled():
+            trace.stopped(self.host.run_id, final.iteration, cancelled)
+        return cancelled, final
 
     async def _cancel_pending(self, s: LoopExecutionState) -> bool:
         """Whether a cancel was sent, here (the token) or from anywhere (an input not yet
@@ -236,6 +251,7 @@ class _Executor:
     # ------------------------------------------------------------------------------ the tick
     async def _tick(self, s: LoopExecutionState) -> LoopExecutionState:
         self._last_state = s
+        self._debug = debug = trace.enabled()
         # 0. Iteration cap, checked first so a resume that sits at the limit exits at once
         # (an admitted wave still settles first: it was admitted below the cap).
         if (
@@ -267,14 +283,21 @@ class _Executor:
 
         # 2. Drain steering.
         self._boundary()
-        if self.family.inputs.drain_steering(s):
+        wanted = self.family.inputs.drain_steering(s)
+        delivered = 0
+        if wanted:
             s, took = await self._drain(s, follow_ups=False, records=self._polled)
             if took:
                 self._settle_later = False  # delivered inputs are acked by a checkpoint
+                delivered = len(took)
+        if debug:
+            trace.drained(self.host.run_id, s.iteration, wanted, delivered)
 
         # 3. Plan context.
         self._boundary()
         plan = self.family.context.plan(s)
+        if debug:
+            trace.planned(self.host.run_id, s.iteration, plan)
 
         # 4. Filter the visible capabilities (a strategy can only narrow the surface).
         self._boundary()
@@ -282,6 +305,8 @@ class _Executor:
         surface = self.family.capabilities.filter(s, full)
         if surface is not full and not set(surface.names()) <= set(full.names()):
             raise self._fail(s, "driver_bug", "capability strategy widened the surface")
+        if debug:
+            trace.filtered(self.host.run_id, s.iteration, full, surface)
         if s.surface_version != surface.version:
             s = replace(s, surface_version=surface.version)
         bundle = await self.host.prompt.build(s, plan, surface)
@@ -528,11 +553,14 @@ class _Executor:
         rebuild: Rebuild | None = None,
         emit_text: bool = True,
         model_index: int | None = None,
+        overflow_raises: bool = False,
     ) -> tuple[ModelResponse, LoopExecutionState]:
         """One model call with its budgets, deadline and retries.
 
         ``rebuild`` (the tick's prompt builder) lets a ``context_overflow`` compact the context
-        once and retry; ``model_index`` overrides the model strategy (the summary model).
+        once and retry; ``model_index`` overrides the model strategy (the summary model);
+        ``overflow_raises`` hands a ``context_overflow`` back to the caller as the
+        :class:`ModelError` (a summary request that the caller can make smaller).
         """
         attempt = 0
         overflowed = False
@@ -567,6 +595,8 @@ class _Executor:
                     # them, so a budget binds a run whose calls keep failing.
                     s = self._charge_failed_usage(s, name, index, exc.usage)
                     self._last_state = s
+                if exc.kind == "context_overflow" and overflow_raises:
+                    raise
                 if exc.kind == "context_overflow" and rebuild is not None and not overflowed:
                     # Compact once and retry; the summary row is checkpointed before the retry.
                     overflowed = True
@@ -579,6 +609,8 @@ class _Executor:
                             s, _ = await self._commit("BeforeModel", s, guard=False)
                             continue
                 decision = self.family.recovery.on_model_error(exc.kind, attempt)
+                if self._debug:
+                    trace.recovered(self.host.run_id, name, exc.kind, attempt, decision)
                 if isinstance(decision, Retry):
                     self._boundary()  # before each retry
                     await cancellable_sleep(decision.backoff_s, self.host.token)
@@ -664,17 +696,43 @@ class _Executor:
         plan = plan_compaction(bundle.rows, policy.keep_last_turns)
         if plan is None:
             return s, bundle
-        ask = PromptBundle(request=summary_request(plan, policy))
-        response, s = await self._call_model(
-            s, ask, tools=0, emit_text=False, model_index=policy.model_index
-        )
-        if reject_reason(response.text, bool(response.tool_calls)) is not None:
-            meter.paused = True  # an unusable summary: the request goes as it is
+        target, summarised = plan.to_seq, False
+        for _ in range(_MAX_SUMMARY_CALLS):
+            ask = PromptBundle(request=summary_request(plan, policy))
+            try:
+                response, s = await self._call_model(
+                    s,
+                    ask,
+                    tools=0,
+                    emit_text=False,
+                    model_index=policy.model_index,
+                    overflow_raises=True,
+                )
+            except ModelError:
+                # The rows to summarise overflow the summary model itself: summarise the
+                # first part now and the rest next, folding the first part's summary in.
+                smaller = shrink_plan(plan)
+                if smaller is None:
+                    break
+                plan = smaller
+                continue
+            if reject_reason(response.text, bool(response.tool_calls)) is not None:
+                meter.paused = True  # an unusable summary: the request goes as it is
+                break
+            rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
+            s = replace(s, transcript_seq=rows[0].seq)
+            self._last_state = s
+            self._boundary()
+            summarised = True
+            if plan.to_seq >= target:
+                break
+            bundle = await rebuild(s)
+            next_plan = plan_compaction(bundle.rows, policy.keep_last_turns)
+            if next_plan is None:
+                break
+            plan = next_plan
+        if not summarised:
             return s, bundle
-        rows = await self.host.transcript.append([summary_item(plan, response.text, policy)])
-        s = replace(s, transcript_seq=rows[0].seq)
-        self._last_state = s
-        self._boundary()
         return s, await rebuild(s)
 
     def _ask(
@@ -719,6 +777,14 @@ class _Executor:
         # Before the stop decision.
         self._boundary()
         decision = self.family.stop.after_reply(s)
+        if self._debug:
+            trace.stop_decided(
+                self.host.run_id,
+                s.iteration,
+                "a reply",
+                decision,
+                text=text if self.config.trace_content else None,
+            )
         if isinstance(decision, Abort):
             raise self._fail(s, _as_failure_kind(decision.failure_kind), _detail(decision))
         if isinstance(decision, Reprompt):
@@ -776,6 +842,15 @@ class _Executor:
                 break
             self._boundary()
         assert admitted.pending_wave is not None
+        if self._debug:
+            trace.admitted(
+                self.host.run_id,
+                s.iteration,
+                admitted.pending_wave.policy,
+                calls,
+                len(admitted.pending_wave.rejected),
+                content=self.config.trace_content,
+            )
         self._settle_later = replays_harmlessly(admitted.pending_wave, calls, surface)
         return await self._finish_wave(admitted, calls, surface)
 
@@ -813,6 +888,8 @@ class _Executor:
         # Before the stop decision.
         self._boundary()
         decision = self.family.stop.after_wave(s, result.results)
+        if self._debug:
+            trace.stop_decided(self.host.run_id, s.iteration, "a wave", decision)
         if isinstance(decision, Finish):
             # The wave produced the run's result (e.g. a terminal tool): complete with it.
             done = Completion(kind=decision.completion_kind, refs=decision.refs)

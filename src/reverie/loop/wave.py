@@ -25,6 +25,7 @@ from reverie.core.fastcopy import fast_frozen, maker, replace
 from reverie.core.limits import Limits
 from reverie.core.messages import ToolCall
 from reverie.core.transcript import NewItem
+from reverie.loop import trace
 from reverie.loop.control import cancellable_sleep, race_cancellation
 from reverie.loop.events import emit_denials, emit_tool_finished, emit_tool_started
 from reverie.loop.family import LoopFamily
@@ -209,10 +210,15 @@ def _ring_kind(outcome: CallOutcome) -> str:
 class WaveRunner:
     """Runs the pending wave of a state and commits its results (one wave at a time)."""
 
-    def __init__(self, host: LoopHost, family: LoopFamily, max_parallel: int) -> None:
+    def __init__(
+        self, host: LoopHost, family: LoopFamily, max_parallel: int, trace_content: bool = False
+    ) -> None:
         self.host = host
         self.family = family
         self.max_parallel = max(1, max_parallel)
+        self.trace_content = trace_content
+        self._debug = False
+        """Whether the ``reverie.loop`` logger takes debug traces (read once per wave)."""
         self._abort: tuple[str, str] | None = None
         self._replay = True
         self._hidden: list[str] = []
@@ -229,6 +235,7 @@ class WaveRunner:
         assert wave is not None
         self._abort = None  # a runner runs the waves of one segment, one after the other
         self._hidden = []
+        self._debug = trace.enabled()
         self._replay = calls is None
         if calls is None:
             (item,) = await self.host.transcript.get([wave.assistant_ref])
@@ -264,6 +271,8 @@ class WaveRunner:
                 continue
             self.host.token.check()  # before each gate decision
             decision = self.family.gates.on_gate(outcome)
+            if self._debug:
+                trace.gate_decided(self.host.run_id, call.name, outcome.gate_kind, decision)
             if isinstance(decision, Block):
                 return WaveResult(state=s, block=(call, outcome, keys[index]))
             if isinstance(decision, SkipAndContinue):
@@ -389,6 +398,8 @@ class WaveRunner:
             else:
                 return outcome
             decision = self.family.recovery.on_tool_error(error_kind, attempt)
+            if self._debug:
+                trace.recovered(self.host.run_id, call.name, error_kind, attempt, decision)
             if isinstance(decision, Retry) and isinstance(outcome, CallDenied):
                 # A denial is final: running the call again would ask the policy until it
                 # gives way, so a retry of a denied call ends the run (docs/loop.md).

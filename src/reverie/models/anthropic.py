@@ -184,7 +184,8 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         except anthropic.APIError as exc:
             images = any(has_images(m.parts) for m in request.messages)
             error = self._map_error(exc, images=images, started=started)
-            error.usage = so_far()
+            if started:  # a request refused with a status consumed nothing
+                error.usage = so_far()
             raise error from exc
         except transport_errors() as exc:
             # A connection dropped mid-stream, escaping the SDK as the HTTP library's error.

@@ -287,7 +287,9 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
                             yield TextDelta(text=delta)
         except openai.APIError as exc:
             error = self._map_error(exc, images=_has_images(request), started=started)
-            raise _with_usage(error, reply.usage_so_far(request)) from exc
+            if started:  # a request refused with a status consumed nothing
+                error.usage = reply.usage_so_far(request)
+            raise error from exc
         except StreamedError as exc:
             error = self._classify(None, exc.code, exc.type, exc.message, _has_images(request))
             raise _with_usage(error, reply.usage_so_far(request)) from exc

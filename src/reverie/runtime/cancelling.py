@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 
 from reverie.core.exits import Cancelled
 from reverie.core.ids import new_id
 from reverie.errors import GateResolvedError, RunBusy, RunEndedError
 from reverie.runtime.applier import ExitApplier
+from reverie.runtime.drift import DRIFTS_KEY
 from reverie.runtime.leases import Leases
 from reverie.runtime.result import RunResult
 from reverie.runtime.resume import usage_so_far
@@ -53,8 +55,17 @@ async def end_cancelled(
                         gate.ref, "denied", reason="run cancelled", now=time.time()
                     )
         usage = await usage_so_far(store, run)  # what it spent before it stopped
+        # The drifts its resumes went on with stay on its record (runtime/drift.py).
+        drifts = dict(run.exit or {}).get(DRIFTS_KEY)
         # The applier's end_segment releases the lease with the status.
-        return await applier.apply(run, Cancelled(reason=reason, usage=usage), fence=fence)
+        return await applier.apply(
+            run,
+            Cancelled(reason=reason, usage=usage),
+            fence=fence,
+            drifts=[d for d in drifts if isinstance(d, Mapping)]
+            if isinstance(drifts, list)
+            else (),
+        )
     except BaseException:
         await leases.release(run.run_id, fence)  # the status was not written
         raise

@@ -78,13 +78,10 @@ class RunDefinition:
     """``<family id>@<digest>`` of the family the agent selects."""
     tools: Mapping[str, str]
     """Tool name → digest of its definition."""
-    digest: str
-    """Of the three together: equal definitions are recognised by this alone."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, as checkpoints carry it."""
         return {
-            "digest": self.digest,
             "family": self.family,
             "instructions": self.instructions,
             "tools": dict(self.tools),
@@ -96,11 +93,10 @@ class RunDefinition:
         if not isinstance(data, Mapping):
             return None
         tools = data.get("tools")
-        fields = (data.get("digest"), data.get("family"), data.get("instructions"))
+        fields = (data.get("family"), data.get("instructions"))
         if not isinstance(tools, Mapping) or not all(isinstance(f, str) for f in fields):
             return None
         return cls(
-            digest=str(data["digest"]),
             family=str(data["family"]),
             instructions=str(data["instructions"]),
             tools={str(k): str(v) for k, v in tools.items()},
@@ -119,13 +115,7 @@ def definition_of(instructions: str, surface: Surface, family: str) -> RunDefini
     if known is not None and known[0] is surface:
         return known[1]
     tools = {d.name: _tool_digest(d) for d in surface.descriptors}
-    said = digest(instructions)[:_SHORT]
-    made = RunDefinition(
-        instructions=said,
-        family=family,
-        tools=tools,
-        digest=digest({"instructions": said, "family": family, "tools": tools})[:_SHORT],
-    )
+    made = RunDefinition(instructions=digest(instructions)[:_SHORT], family=family, tools=tools)
     if len(_DEFINITIONS) >= _MAX_DEFINITIONS:
         _DEFINITIONS.popitem(last=False)
     _DEFINITIONS[key] = (surface, made)
@@ -219,7 +209,7 @@ def _family_id(label: str) -> str:
 
 def drift_between(stored: RunDefinition, now: RunDefinition) -> ResumeDrift | None:
     """What differs between a checkpoint's definition and the agent's now (``None``: nothing)."""
-    if stored.digest == now.digest:
+    if stored == now:
         return None
     before, after = stored.tools, now.tools
     family = stored.family != now.family
@@ -231,8 +221,6 @@ def drift_between(stored: RunDefinition, now: RunDefinition) -> ResumeDrift | No
         family_before=stored.family if family else None,
         family_now=now.family if family else None,
     )
-    if not (drift.instructions or drift.tools or drift.family):
-        return None  # the same parts under another digest (never written by this version)
     return drift
 
 

@@ -15,13 +15,16 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from reverie.errors import NotFoundError, UsageError
 from reverie.runtime.event_log import StoredEvent, follow_events
 from reverie.runtime.subagents import children_of
-from reverie.store.run_events import RunEventLog
+from reverie.store.run_events import RunEventLog, RunEventRecord
 
 if TYPE_CHECKING:
     from reverie.core.scope import Scope
     from reverie.store.base import (
+        CheckpointRecord,
         GateRecord,
         GateStatus,
+        JournalEntry,
+        RunCursor,
         RunRecord,
         Store,
         ThreadRecord,
@@ -68,11 +71,67 @@ class Runs:
         tenant: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int = 100,
+        agent: str | None = None,
+        thread_id: str | None = None,
+        before: RunCursor | None = None,
     ) -> builtins.list[RunRecord]:
-        """Runs, newest first: ``scope``'s (its tenant and user), ``tenant``'s, or everyone's."""
+        """Runs, newest first: ``scope``'s (its tenant and user), ``tenant``'s, or everyone's.
+
+        ``agent`` and ``thread_id`` narrow the list; ``before`` is a keyset cursor, the
+        ``(created_at, run_id)`` of the last run of the previous page.
+        """
         return await self._store.list_runs(
-            scope=scope, tenant=tenant, statuses=statuses, limit=limit
+            scope=scope,
+            tenant=tenant,
+            statuses=statuses,
+            limit=limit,
+            agent=agent,
+            thread_id=thread_id,
+            before=before,
         )
+
+    async def journal(self, run_id: str, *, scope: Scope | None = None) -> dict[str, JournalEntry]:
+        """The side-effect journal of the run's tool calls, by call id (``<ref>#<index>``).
+
+        A call that has no entry never started; ``started`` without ``finished`` after the run
+        moved on is a call whose effect is in doubt (docs/durability.md).
+
+        Raises:
+            NotFoundError: No such run, or (with ``scope``) it belongs to another owner.
+        """
+        run = await self.get(run_id, scope=scope)
+        keys = [
+            f"{item.ref}#{index}"
+            for item in await self._store.thread_items(run.thread_id)
+            if item.run_id == run_id and item.tool_calls
+            for index in range(len(item.tool_calls))
+        ]
+        return await self._store.journal_get(run_id, keys) if keys else {}
+
+    async def checkpoint(
+        self, run_id: str, *, scope: Scope | None = None
+    ) -> CheckpointRecord | None:
+        """The run's latest checkpoint (``None``: never checkpointed).
+
+        Raises:
+            NotFoundError: No such run, or (with ``scope``) it belongs to another owner.
+        """
+        await self.get(run_id, scope=scope)
+        return await self._store.load_checkpoint(run_id)
+
+    async def recorded_events(
+        self, run_id: str, *, after_seq: int = 0, limit: int = 1000, scope: Scope | None = None
+    ) -> builtins.list[RunEventRecord]:
+        """The run's stored events, oldest first, without waiting for new ones (empty when the
+        store keeps none).
+
+        Raises:
+            NotFoundError: No such run, or (with ``scope``) it belongs to another owner.
+        """
+        await self.get(run_id, scope=scope)
+        if not isinstance(self._store, RunEventLog):
+            return []
+        return await self._store.run_events(run_id, after_seq=after_seq, limit=limit)
 
     async def children(self, run: RunRecord) -> builtins.list[RunRecord]:
         """The runs ``run``'s subagent calls started, oldest first (docs/subagents.md)."""
@@ -135,7 +194,12 @@ class Gates:
         return _visible(await self._store.get_gate(ref), scope, f"gate {ref}")
 
     async def list(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> builtins.list[GateRecord]:
-        """Gates, newest first: pending ones unless ``status`` says otherwise (``None``: all)."""
-        return await self._store.list_gates(scope=scope, status=status)
+        """Gates, newest first: pending ones unless ``status`` says otherwise (``None``: all);
+        the newest ``limit`` when given."""
+        return await self._store.list_gates(scope=scope, status=status, limit=limit)

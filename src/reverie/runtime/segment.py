@@ -412,7 +412,12 @@ class SegmentRunner:
                 events=BusEvents(ctx),
             )
             traced = segment.instrument(host, state)
-            config = LoopConfig(limits=agent.limits, on_limit=agent.on_limit, compaction=compaction)
+            config = LoopConfig(
+                limits=agent.limits,
+                on_limit=agent.on_limit,
+                compaction=compaction,
+                trace_content=self._telemetry.trace_content,
+            )
             self._leases.renew(run_id, fence)
             try:
                 exit_, _ = await run_loop(traced, family, state, config)

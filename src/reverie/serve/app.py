@@ -34,6 +34,8 @@ def create_app(
     cors_origins: Sequence[str] = (),
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     recover: bool = False,
+    console: bool = True,
+    console_session_ttl_s: float | None = None,
 ) -> Starlette:
     """The HTTP API of ``runtime``: OpenAI-compatible chat completions and reverie's runs API.
 
@@ -53,6 +55,9 @@ def create_app(
             streamed turns still running are cancelled with the reason ``server shutdown``.
         recover: When the app starts, resume (in the background) the runs of served agents
             whose worker died (:meth:`Runtime.recover`).
+        console: Serve the operator console at ``/console`` (docs/console.md): the same
+            tokens, scopes and query API, with a session cookie instead of a header.
+        console_session_ttl_s: How long a console login lasts (default: 8 hours).
 
     Returns:
         A Starlette app; serve it with uvicorn (``reverie serve`` does; :func:`run_server`
@@ -103,6 +108,7 @@ def create_app(
         middleware=[
             *_cors(cors_origins),
             Middleware(BodyLimit, max_bytes=max_body_bytes),
+            *_console(ctx, table, console_session_ttl_s, enabled=console),
             Middleware(BearerAuth, tokens=table),
         ],
         exception_handlers=exception_handlers(),
@@ -111,6 +117,22 @@ def create_app(
     app.state.reverie = ctx
     app.state.redact = ctx.redact
     return app
+
+
+def _console(
+    ctx: ServeContext, tokens: TokenTable, ttl_s: float | None, *, enabled: bool
+) -> list[Middleware]:
+    """The console before the bearer check (it has its own login), when enabled."""
+    if not enabled:
+        return []
+    if ttl_s is not None and not ttl_s > 0:
+        raise UsageError("console_session_ttl_s must be above 0")
+    # Imported here: jinja2 and the templates load only for a server that has a console.
+    from reverie.serve.console import ConsoleMount, console_app
+    from reverie.serve.console.sessions import DEFAULT_SESSION_TTL_S
+
+    app = console_app(ctx, tokens, session_ttl_s=ttl_s or DEFAULT_SESSION_TTL_S)
+    return [Middleware(ConsoleMount, console=app)]
 
 
 def _cors(origins: Sequence[str]) -> list[Middleware]:

@@ -8,9 +8,7 @@ Every route acts for the caller's scope only. A run, thread or gate of another s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 
 from sse_starlette import ServerSentEvent
@@ -22,12 +20,11 @@ from reverie.core.scope import Scope
 from reverie.core.transcript import InputKind
 from reverie.core.vocabulary import RUN_STATUSES, GateDecision
 from reverie.errors import NotFoundError
-from reverie.runtime.result import RunResult
-from reverie.runtime.runtime import Runtime
 from reverie.serve.auth import owner_of
 from reverie.serve.bodies import FollowUpBody, ResolveBody, StartRunBody, SteerBody, parse_body
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError
+from reverie.serve.gating import resolve_gate
 from reverie.serve.idempotency import idempotency_of
 from reverie.serve.views import (
     event_json,
@@ -43,12 +40,6 @@ __all__ = ["RunRoutes"]
 
 EVENTS_POLL_S = 0.25
 """How often an event stream re-checks a run that is advanced by another process."""
-
-LAUNCH_POLL_S = 0.002
-"""How often a gate resolution checks whether the resumed segment has started."""
-
-LAUNCH_WAIT_S = 10.0
-"""Longest a gate resolution waits for the run to resume before answering anyway."""
 
 MAX_LIST = 500
 _GATE_STATUSES: dict[str, GateStatus | None] = {
@@ -242,43 +233,9 @@ class RunRoutes:
     async def _resolve(
         self, owner: Scope, ref: str, decision: GateDecision, reason: str
     ) -> Response:
-        """Resolve the gate once and resume its run in the background.
-
-        Answers once the resolution is recorded and the run's next segment has started (or
-        already settled), so ``GET /v1/runs/{id}/events`` right after follows that segment.
-        """
-        ctx, rt = self.ctx, self.ctx.rt
-        gate = await ctx.owned_gate(owner, ref)
-        async with ctx.resolving:
-            gate = await rt.gates.get(ref)
-            if gate.status != "pending":
-                raise APIError(409, f"gate {ref} was already {gate.status}", code="gate_resolved")
-            earlier = rt.attach(gate.run_id)
-            if earlier is not None:
-                # The segment that blocked may still be closing: let it finish, so the resumed
-                # segment is launched anew rather than joined.
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(LAUNCH_WAIT_S):
-                        await earlier.result()
-            work = rt.approve(ref) if decision == "approved" else rt.deny(ref, reason=reason)
-            task = ctx.tasks.spawn(work, name=f"resolve gate {ref}")
-            await _launched(rt, gate.run_id, task)
-            failure = task.exception() if task.done() and not task.cancelled() else None
-            if failure is not None:
-                raise failure  # a typed error: the handlers map it (GateResolvedError → 409)
-        run = await rt.runs.get(gate.run_id)
-        gate_now = gate_view(await rt.gates.get(ref))
-        return JSONResponse({"gate": gate_now, "run": await run_view(rt, run)})
-
-
-async def _launched(rt: Runtime, run_id: str, task: asyncio.Task[RunResult]) -> None:
-    """Wait until the resumed segment runs here, or the resolution task ended."""
-    # The runtime offers no event for "segment launched"; its start is a few store writes away.
-    deadline = time.monotonic() + LAUNCH_WAIT_S
-    while not task.done() and rt.attach(run_id) is None:
-        if time.monotonic() > deadline:
-            return
-        await asyncio.sleep(LAUNCH_POLL_S)
+        """Resolve the gate once and resume its run in the background (:func:`resolve_gate`)."""
+        gate, run = await resolve_gate(self.ctx, owner, ref, decision, reason)
+        return JSONResponse({"gate": gate_view(gate), "run": await run_view(self.ctx.rt, run)})
 
 
 def _limit(request: Request) -> int:

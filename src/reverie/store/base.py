@@ -47,6 +47,7 @@ __all__ = [
     "JournalEntry",
     "JournalWrite",
     "NewItem",
+    "RunCursor",
     "RunRecord",
     "RunStatus",
     "SegmentStart",
@@ -58,6 +59,9 @@ __all__ = [
     "TranscriptItem",
 ]
 
+
+RunCursor = tuple[float, str]
+"""A position in the runs' newest-first order: a run's ``(created_at, run_id)``."""
 
 JournalState = Literal["started", "finished"]
 """A journal record's state: the call began (its effect may have happened), or it returned."""
@@ -313,8 +317,14 @@ class Store(Protocol):
         statuses: Sequence[str] | None = None,
         limit: int = 100,
         tenant: str | None = None,
+        agent: str | None = None,
+        thread_id: str | None = None,
+        before: RunCursor | None = None,
     ) -> list[RunRecord]:
-        """Newest first; ``scope`` narrows to its tenant and user, ``tenant`` to one tenant."""
+        """Newest first; ``scope`` narrows to its tenant and user, ``tenant`` to one tenant,
+        ``agent`` to one agent name, ``thread_id`` to one thread; ``before`` (a keyset cursor:
+        the ``(created_at, run_id)`` of the last run of the previous page) to the runs after it
+        in that order."""
         ...
 
     async def set_run_status(
@@ -473,9 +483,13 @@ class Store(Protocol):
         ...
 
     async def list_gates(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> list[GateRecord]:
-        """Gates, newest first."""
+        """Gates, newest first (the newest ``limit`` when given)."""
         ...
 
 

@@ -38,6 +38,7 @@ from reverie.store.base import (
     InputRecord,
     JournalEntry,
     NewItem,
+    RunCursor,
     RunRecord,
     RunStatus,
     SegmentStart,
@@ -347,6 +348,9 @@ class MemoryStore(MemoryDocuments):
         statuses: Sequence[str] | None = None,
         limit: int = 100,
         tenant: str | None = None,
+        agent: str | None = None,
+        thread_id: str | None = None,
+        before: RunCursor | None = None,
     ) -> list[RunRecord]:
         rows = [
             r
@@ -354,6 +358,9 @@ class MemoryStore(MemoryDocuments):
             if (scope is None or (r.scope.tenant, r.scope.user) == (scope.tenant, scope.user))
             and (tenant is None or r.scope.tenant == tenant)
             and (statuses is None or r.status in statuses)
+            and (agent is None or r.agent_name == agent)
+            and (thread_id is None or r.thread_id == thread_id)
+            and (before is None or (r.created_at, r.run_id) < before)
         ]
         rows.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return rows[:limit]
@@ -597,7 +604,11 @@ class MemoryStore(MemoryDocuments):
         return rec
 
     async def list_gates(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> list[GateRecord]:
         rows = [
             g
@@ -606,7 +617,7 @@ class MemoryStore(MemoryDocuments):
             and (status is None or g.status == status)
         ]
         rows.sort(key=lambda g: (g.created_at, g.ref), reverse=True)
-        return rows
+        return rows if limit is None else rows[: max(0, limit)]
 
     # run events ---------------------------------------------------------------------------
     async def append_run_events(

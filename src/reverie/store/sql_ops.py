@@ -43,6 +43,7 @@ from reverie.store.base import (
     InputRecord,
     JournalEntry,
     NewItem,
+    RunCursor,
     RunRecord,
     RunStatus,
     SegmentStart,
@@ -662,11 +663,28 @@ def list_runs(
     statuses: Sequence[str] | None,
     limit: int,
     tenant: str | None,
+    agent: str | None = None,
+    thread_id: str | None = None,
+    before: RunCursor | None = None,
 ) -> Op[list[RunRecord]]:
-    """Runs of a scope or tenant and/or in some statuses, newest first."""
+    """Runs of a scope or tenant and/or in some statuses, newest first (after ``before``)."""
     if statuses is not None and not statuses:
         return []
     clause, params = where(d, scope, statuses, tenant=tenant)
+    extra: list[str] = []
+    if agent is not None:
+        extra.append("agent_name = ?")
+        params.append(agent)
+    if thread_id is not None:
+        extra.append("thread_id = ?")
+        params.append(thread_id)
+    if before is not None:
+        # A keyset page: the index on (scope, created_at, run_id) seeks to it, so page 500 of a
+        # long history costs what page 1 does.
+        extra.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
+        params += [before[0], before[0], before[1]]
+    if extra:
+        clause += (" AND " if clause else " WHERE ") + " AND ".join(extra)
     sql = f"SELECT * FROM runs{clause} ORDER BY created_at DESC, run_id DESC LIMIT ?"
     [found] = yield [d.query(sql, *params, max(0, limit))]
     return [codec.row_run(row) for row in found]
@@ -1053,12 +1071,16 @@ def resolve_gate(
     raise GateResolvedError(f"gate {ref} is already {found[0]['status']}")
 
 
-def list_gates(d: Dialect, *, scope: Scope | None, status: str | None) -> Op[list[GateRecord]]:
-    """Gates of a scope and/or in a status, newest first."""
+def list_gates(
+    d: Dialect, *, scope: Scope | None, status: str | None, limit: int | None = None
+) -> Op[list[GateRecord]]:
+    """Gates of a scope and/or in a status, newest first (the newest ``limit``)."""
     clause, params = where(d, scope, None if status is None else [status])
-    [found] = yield [
-        d.query(f"SELECT * FROM gates{clause} ORDER BY created_at DESC, ref DESC", *params)
-    ]
+    sql = f"SELECT * FROM gates{clause} ORDER BY created_at DESC, ref DESC"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(max(0, limit))
+    [found] = yield [d.query(sql, *params)]
     return [codec.row_gate(row) for row in found]
 
 

@@ -26,6 +26,7 @@ from reverie.store.base import (
     InputRecord,
     JournalEntry,
     NewItem,
+    RunCursor,
     RunRecord,
     RunStatus,
     SegmentStart,
@@ -143,12 +144,22 @@ class SQLStore(OpRunner):
         statuses: Sequence[str] | None = None,
         limit: int = 100,
         tenant: str | None = None,
+        agent: str | None = None,
+        thread_id: str | None = None,
+        before: RunCursor | None = None,
     ) -> list[RunRecord]:
         """Runs of a scope (tenant and user) or a tenant, and/or in some statuses, newest first."""
         return await self._read_op(
             "list runs",
             lambda: ops.list_runs(
-                self.dialect, scope=scope, statuses=statuses, limit=limit, tenant=tenant
+                self.dialect,
+                scope=scope,
+                statuses=statuses,
+                limit=limit,
+                tenant=tenant,
+                agent=agent,
+                thread_id=thread_id,
+                before=before,
             ),
         )
 
@@ -409,11 +420,16 @@ class SQLStore(OpRunner):
         )
 
     async def list_gates(
-        self, *, scope: Scope | None = None, status: GateStatus | None = "pending"
+        self,
+        *,
+        scope: Scope | None = None,
+        status: GateStatus | None = "pending",
+        limit: int | None = None,
     ) -> list[GateRecord]:
         """Gates of a scope (tenant and user) and/or in a status, newest first."""
         return await self._read_op(
-            "list gates", lambda: ops.list_gates(self.dialect, scope=scope, status=status)
+            "list gates",
+            lambda: ops.list_gates(self.dialect, scope=scope, status=status, limit=limit),
         )
 
     # run events ---------------------------------------------------------------------------
