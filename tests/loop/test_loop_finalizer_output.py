@@ -144,6 +144,7 @@ class FallbackModel:
 
 async def test_finalizer_is_priced_with_the_model_that_answered() -> None:
     host = FakeHost([reply("summary")], prices={0: 100.0, 1: 0.25})
+    host.model_names = ("primary", "fallback")
     family = LoopFamily(id="fallback", model=FallbackModel())
     config = LoopConfig(limits=Limits(max_iterations=1))
     exit_, _ = await run_loop(host, family, at_the_cap(), config)

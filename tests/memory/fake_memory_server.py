@@ -13,11 +13,17 @@ MODE picks how ``memory_search`` answers:
 - ``slow``: nothing for an hour;
 - ``error``: an error result;
 - ``crash``: the process exits mid-call;
-- ``quote``: a protocol error quoting the credential back (``memory_add_session`` too).
+- ``quote``: a protocol error quoting the credential back (``memory_add_session`` too);
+- ``structured``, ``text_rows``, ``text_results``, ``text_list``: one row in the caller's
+  scope, in each documented envelope: ``structuredContent`` ``{"rows": [...]}``, or JSON text
+  ``{"rows": [...]}``, ``{"results": [...]}`` or a bare list.
+
+The same two tools are also served as ``acme_recall`` and ``acme_remember`` (names a
+configuration must give), whose rows and records say so.
 
 ``memory_add_session`` fails in ``crash``/``error`` modes and records to a file named by the
 ``FAKE_MEMORY_LOG`` environment variable otherwise. The echo reports a digest of
-``FAKE_MEMORY_TOKEN`` (the credential, when the client passed it) as ``token_sha``.
+``FAKE_MEMORY_TOKEN`` (the credential, when the client passed it) as ``given_sha``.
 """
 
 from __future__ import annotations
@@ -42,6 +48,55 @@ def _row(text: str, tenant: str, user: str, **extra: Any) -> dict[str, Any]:
     return {"tenant": tenant, "user": user, "text": text, **extra}
 
 
+ENVELOPES: dict[str, Any] = {
+    "structured": lambda rows: CallToolResult(
+        content=[TextContent(type="text", text="see structured content")],
+        structured_content={"rows": rows},
+    ),
+    "text_rows": lambda rows: CallToolResult(
+        content=[TextContent(type="text", text=json.dumps({"rows": rows}))]
+    ),
+    "text_results": lambda rows: CallToolResult(
+        content=[TextContent(type="text", text=json.dumps({"results": rows}))]
+    ),
+    "text_list": lambda rows: CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(rows))]
+    ),
+}
+"""The documented response envelopes of a search, each around the given rows."""
+
+
+@server.tool()
+async def acme_recall(
+    tenant: str,
+    user: str,
+    query: str,
+    agent: str | None = None,
+    project: str | None = None,
+    limit: int = 5,
+) -> Any:
+    """Search under another name: one row saying so, in the caller's scope."""
+    row = _row(f"recalled by acme_recall for {query}", tenant, user, agent=agent, project=project)
+    return {"rows": [row]}
+
+
+@server.tool()
+def acme_remember(
+    tenant: str,
+    user: str,
+    messages: list[dict[str, str]],
+    agent: str | None = None,
+    project: str | None = None,
+) -> dict[str, str]:
+    """Record under another name (to ``FAKE_MEMORY_LOG``, marked with this tool's name)."""
+    path = os.environ.get("FAKE_MEMORY_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            entry = {"tool": "acme_remember", "tenant": tenant, "user": user, "messages": messages}
+            handle.write(json.dumps(entry) + "\n")
+    return {"status": "recorded"}
+
+
 @server.tool()
 async def memory_search(
     tenant: str,
@@ -62,7 +117,7 @@ async def memory_search(
             "project": project,
             "query": query,
             "limit": limit,
-            "token_sha": hashlib.sha256(token.encode()).hexdigest()[:16] if token else None,
+            "given_sha": hashlib.sha256(token.encode()).hexdigest()[:16] if token else None,
             "pid": os.getpid(),
         }
         return {"rows": [_row("echo " + json.dumps(echo), tenant, user, **me)]}
@@ -88,6 +143,8 @@ async def memory_search(
         return {"rows": [_row(f"row {i} " + "x" * 100, tenant, user, **me) for i in range(10_000)]}
     if MODE == "huge":
         return {"rows": [_row("H" * (5 * 1024 * 1024), tenant, user, **me)]}
+    if MODE in ENVELOPES:
+        return ENVELOPES[MODE]([_row(f"mine via {MODE}", tenant, user, **me)])
     if MODE == "garbage":
         return CallToolResult(content=[TextContent(type="text", text="<<<not json at all>>>")])
     if MODE == "wrongshape":

@@ -20,7 +20,7 @@ from memory.memory_support import ANA, BOB, FAKE_SERVER, memory_message, prompt_
 from reverie import Agent, Runtime
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.core.scope import Scope
-from reverie.memory import MCPMemory, Snippets, Unavailable
+from reverie.memory import MCPMemory, Snippets, Unavailable, memory_from_config
 from reverie.memory.sanitize import utf8_len
 from reverie.testing import ScriptedModel, call, reply
 
@@ -226,7 +226,7 @@ async def test_the_credential_reaches_a_stdio_server_and_is_never_logged(
     result = await search(provider)
     assert isinstance(result, Snippets)
     digest = hashlib.sha256(secret.encode()).hexdigest()[:16]
-    assert f'"token_sha": "{digest}"' in result.items[0].text
+    assert f'"given_sha": "{digest}"' in result.items[0].text
     assert secret not in caplog.text and secret not in repr(provider)
 
 
@@ -314,3 +314,49 @@ async def test_a_memory_server_killed_mid_run_is_restarted_and_the_run_recalls_a
         r = await rt.run(Agent(name="a", model=ScriptedModel(script)), "colour?", scope=ANA)
     assert r.status == "completed"
     assert len(pids) == 2 and pids[0] != pids[1]
+
+
+async def test_the_mcp_providers_tool_names_come_from_configuration_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_file = tmp_path / "sessions.jsonl"
+    monkeypatch.setenv("FAKE_MEMORY_LOG", str(log_file))
+    settings = memory_from_config(
+        {
+            "provider": "mcp",
+            "mcp": {
+                "command": [*FAKE_SERVER, "honest"],
+                # The SDK passes a stdio server only a safe environment: forward the log path.
+                "credential_env": "FAKE_MEMORY_LOG",
+                "search_tool": "acme_recall",
+                "record_tool": "acme_remember",
+                "timeout_s": 10.0,
+            },
+        }
+    )
+    provider = settings.provider
+    assert isinstance(provider, MCPMemory)
+    model = ScriptedModel([call("memory_search", query="colours", limit=2), reply("teal")])
+    try:
+        async with Runtime.open(":memory:", memory=provider) as rt:
+            r = await rt.run(Agent(name="a", model=model), "what do I like?", scope=ANA)
+    finally:
+        await provider.aclose()
+    assert r.status == "completed"
+    before = memory_message(model.requests[0])  # the long-term lane, before the run
+    assert before is not None and "recalled by acme_recall for what do I like?" in before.content
+    [result] = tool_results(model.requests[1])  # the model's memory_search tool
+    assert "recalled by acme_recall for colours" in result
+    records = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(r["tool"], r["user"]) for r in records] == [("acme_remember", "ana")]
+
+
+@pytest.mark.parametrize("mode", ["structured", "text_rows", "text_results", "text_list"])
+async def test_the_provider_accepts_each_documented_response_envelope(
+    fake: type[MCPMemory], mode: str
+) -> None:
+    provider = fake(**serve(mode))  # type: ignore[arg-type]
+    result = await search(provider)
+    assert isinstance(result, Snippets), result
+    assert [s.text for s in result.items] == [f"mine via {mode}"]
+    assert provider.security_events == 0

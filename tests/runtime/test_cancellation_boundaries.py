@@ -22,6 +22,7 @@ import pytest
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.exits import Cancelled
 from reverie.errors import CapabilityError
+from reverie.hooks import CheckpointHookContext
 from reverie.loop.family import LoopFamily, default_families
 from reverie.testing import ScriptedModel, call, error, reply
 
@@ -226,3 +227,54 @@ async def test_cancellation_wins_at_every_strategy_call_site_of_the_tick(case: C
             thread_id=handle.thread_id,
         )
         assert nxt.status == "completed" and nxt.text == "next"
+
+
+async def test_cancellation_wins_when_it_lands_as_a_step_commit_lands() -> None:
+    """The commit boundary: a cancel that lands with the wave's BeforeSideEffect checkpoint
+    stops the wave before its tool runs; the admitted call is settled with a result."""
+    ran.clear()
+    run_ids: list[str] = []
+    rt_box: list[Runtime] = []
+
+    async def cancel_at_admission(ctx: CheckpointHookContext) -> None:
+        if ctx.checkpoint_kind == "BeforeSideEffect":
+            await rt_box[0].cancel(run_ids[0], reason="cancelled at the commit")
+
+    model = ScriptedModel([call("note", text="a"), reply("done")])
+    async with Runtime.open(":memory:") as rt:
+        rt_box.append(rt)
+        rt.hooks.register("after_checkpoint", cancel_at_admission, name="canceller", timeout_s=30)
+        handle = await rt.start(Agent(name="c", model=model, tools=[note]), "go", scope=SCOPE)
+        run_ids.append(handle.run_id)
+        result = await handle.result()
+        rows = await well_formed(rt, handle.thread_id)
+    assert result.status == "cancelled" and isinstance(result.exit, Cancelled)
+    assert result.exit.reason == "cancelled at the commit"
+    assert ran == [] and len(model.requests) == 1
+    assert [role for role, _ in rows] == ["user", "assistant", "tool"]
+
+
+async def test_cancellation_wins_when_it_lands_while_a_tool_runs() -> None:
+    """The tool-execution boundary: a cancel that lands while the wave's tool runs ends the
+    run cancelled; nothing after the wave happens, and the call has exactly one result."""
+    run_ids: list[str] = []
+    rt_box: list[Runtime] = []
+
+    @tool(effects={"write"})
+    async def cancels_its_run() -> str:
+        """Cancels the run it belongs to, then finishes."""
+        await rt_box[0].cancel(run_ids[0], reason="cancelled in the tool")
+        return "finished anyway"
+
+    model = ScriptedModel([call("cancels_its_run"), reply("done")])
+    async with Runtime.open(":memory:") as rt:
+        rt_box.append(rt)
+        agent = Agent(name="c", model=model, tools=[cancels_its_run])
+        handle = await rt.start(agent, "go", scope=SCOPE)
+        run_ids.append(handle.run_id)
+        result = await handle.result()
+        rows = await well_formed(rt, handle.thread_id)
+    assert result.status == "cancelled" and isinstance(result.exit, Cancelled)
+    assert result.exit.reason == "cancelled in the tool"
+    assert len(model.requests) == 1  # no model call after the wave
+    assert [role for role, _ in rows] == ["user", "assistant", "tool"]

@@ -527,7 +527,21 @@ class _Executor:
 
     def _model_name(self, s: LoopExecutionState) -> str:
         """The name of the model the model strategy selects."""
-        return model_label(self.host.model.names, self.family.model.select(s))
+        return model_label(self.host.model.names, self._selected(s))
+
+    def _selected(self, s: LoopExecutionState) -> int:
+        """The model strategy's choice, checked: an index outside the agent's models is the
+        strategy's bug (``Failed(driver_bug)``), never clamped to another model."""
+        index = self.family.model.select(s)
+        models = self._chain_length()
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < models:
+            raise self._fail(
+                s,
+                "driver_bug",
+                f"the model strategy selected model {index!r}; the agent has {models} "
+                f"(0 to {models - 1})",
+            )
+        return index
 
     # ------------------------------------------------------------------------------ model
     async def _call_model(
@@ -551,7 +565,7 @@ class _Executor:
         attempt = 0
         overflowed = False
         while True:
-            index = self.family.model.select(s) if model_index is None else model_index
+            index = self._selected(s) if model_index is None else model_index
             name = model_label(self.host.model.names, index)
             s = self._charge_model_call(s, name)  # under the model that is asked
             self._last_state = s
@@ -953,7 +967,7 @@ class _Executor:
         try:
             s = self._charge_model_call(s)  # budget errors pass through unchanged
             self._last_state = s
-            index = self.family.model.select(s)
+            index = self._selected(s)
             emit_model_request(self.host, s.iteration, 0, 0, self._model_name(s))
             response = self._capped(
                 await self._ask(bundle, index, deadline_s=deadline_s, emit_text=False)

@@ -46,6 +46,20 @@ def _describe(strategy: Any) -> Mapping[str, Any]:
     return {"class": f"{cls.__module__}.{cls.__qualname__}", "config": dict(strategy.describe())}
 
 
+_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "context": ("plan",),
+    "capabilities": ("filter",),
+    "model": ("select", "fall_back", "failed_kinds"),
+    "inputs": ("drain_steering", "drain_follow_up"),
+    "batch": ("choose",),
+    "recovery": ("on_tool_error", "on_model_error"),
+    "gates": ("on_gate",),
+    "stop": ("after_reply", "after_wave"),
+    "budget": ("iteration_limit",),
+}
+"""Each slot of a family and the methods its strategy protocol calls (``describe`` besides)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LoopFamily:
     """The nine strategies a profile runs with."""
@@ -61,7 +75,31 @@ class LoopFamily:
     stop: StopConditionStrategy = field(default_factory=RepetitionStop)
     budget: BudgetStrategy = field(default_factory=LimitsBudget)
     _identity: ComponentIdentity | None = field(default=None, init=False, repr=False, compare=False)
-    """The digest, computed on first use (a family and its strategies are immutable)."""
+    """The digest, computed when the family is built (a family and its strategies are
+    immutable)."""
+
+    def __post_init__(self) -> None:
+        # Checked when the family is built, not at a run's first tick: each slot holds a
+        # strategy with its protocol's methods, and the composition has a digest.
+        if not isinstance(self.id, str) or not self.id.strip():
+            raise UsageError(f"a loop family needs a non-empty id, not {self.id!r}")
+        for slot, methods in _PROTOCOLS.items():
+            strategy = getattr(self, slot)
+            wanted = (*methods, "describe")
+            missing = [m for m in wanted if not callable(getattr(strategy, m, None))]
+            if missing:
+                raise UsageError(
+                    f"loop family {self.id!r}: its {slot} strategy {type(strategy).__name__} "
+                    f"lacks {', '.join(missing)} (a {slot} strategy implements "
+                    f"{', '.join(wanted)})"
+                )
+        try:
+            self.identity  # noqa: B018 - computed now: a describe() that cannot be hashed fails here
+        except Exception as exc:
+            raise UsageError(
+                f"loop family {self.id!r}: its strategies' describe() must return JSON-able "
+                f"configuration ({type(exc).__name__})"
+            ) from exc
 
     def description(self) -> dict[str, Any]:
         """The canonical description the digest is computed over."""
@@ -128,7 +166,13 @@ class LoopFamilyRegistry:
             self.add(family)
 
     def add(self, family: LoopFamily) -> None:
-        """Register a family; a duplicate id is rejected."""
+        """Register a family; a duplicate id, or anything but a :class:`LoopFamily`, is
+        rejected."""
+        if not isinstance(family, LoopFamily):
+            raise UsageError(
+                f"loop families are LoopFamily values (got {type(family).__name__}); compose "
+                "one with LoopFamily(id=..., context=..., stop=..., ...)"
+            )
         if family.id in self._families:
             raise UsageError(f"loop family {family.id!r} is already registered")
         self._families[family.id] = family

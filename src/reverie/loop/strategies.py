@@ -16,7 +16,8 @@ from reverie.core.capability import CallGated, Surface
 from reverie.core.exits import HostStopReason
 from reverie.core.fastcopy import fast_frozen
 from reverie.core.messages import ToolCall
-from reverie.loop.state import LoopExecutionState, WavePolicy
+from reverie.errors import ConfigError
+from reverie.loop.state import RING, LoopExecutionState, WavePolicy
 
 # ---------------------------------------------------------------------------------- decisions
 
@@ -489,6 +490,25 @@ class RepetitionStop:
     signature_window: int = 5
     repeat_threshold: int = 3
     failure_run: int = 3
+
+    def __post_init__(self) -> None:
+        # The state keeps the last RING signatures and outcome kinds: a window past it could
+        # never fill, so it is refused here rather than capped without a word.
+        for key, value in (
+            ("signature_window", self.signature_window),
+            ("repeat_threshold", self.repeat_threshold),
+            ("failure_run", self.failure_run),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= RING:
+                raise ConfigError(
+                    f"RepetitionStop {key}={value!r}: must be a whole number from 1 to {RING} "
+                    f"(the loop state keeps the last {RING} call signatures and outcome kinds)"
+                )
+        if self.repeat_threshold > self.signature_window:
+            raise ConfigError(
+                f"RepetitionStop repeat_threshold={self.repeat_threshold} can never be reached "
+                f"in a signature_window of {self.signature_window}: keep it at most the window"
+            )
 
     def after_reply(self, state: LoopExecutionState) -> StopDecision:
         """A reply is progress: complete."""
