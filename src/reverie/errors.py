@@ -11,6 +11,7 @@ The hierarchy::
     │   ├── NestedTooDeep             data nests arrays/objects past ``MAX_DEPTH`` (also ValueError)
     │   ├── UnknownAgentError         a run names an agent this process has not registered
     │   ├── InvalidScopeError         a Scope field is empty or not a string (also ValueError)
+    │   ├── GateEditError             edited gate arguments refused (not editable, invalid)
     │   └── UnknownFamilyError        a profile names a loop family that is not registered
     ├── StoreError                    the store failed or refused a write
     │   ├── ConflictError             a compare-and-swap write lost (stale version)
@@ -148,6 +149,12 @@ class ListenError(ReverieError):
 
 class UsageError(ReverieError):
     """The public API was called in a way it does not support."""
+
+
+class GateEditError(UsageError):
+    """Arguments a person edited while approving a gate were refused: the tool forbids
+    editing (``editable=False``), they do not fit its schema, or they use the mask where
+    there is no original secret. Nothing changed: the gate is still pending."""
 
 
 class UnknownAgentError(UsageError):

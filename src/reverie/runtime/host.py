@@ -58,6 +58,7 @@ from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
 from reverie.runtime import tool_steps as steps
 from reverie.runtime.events import EventBus
+from reverie.runtime.gate_edits import edit_note
 from reverie.runtime.telemetry import log_event, log_model_failure
 from reverie.runtime.window import SegmentTranscript, to_message
 from reverie.store.base import GateRecord, StepWrite, Store
@@ -355,19 +356,31 @@ class ToolPort:
         # A step that has nothing to do for this call (no gate to read on a first pass, no
         # hook bound) is not awaited at all: a coroutine per step is most of a trivial call.
         approved = False
+        note: str | None = None
         if replay:
             answer = await steps.read_gate(ctx, call, descriptor, key=key, replay=replay)
-            if not isinstance(answer, bool):
+            if isinstance(answer, GateRecord):
+                approved = True
+                edited = steps.edited_call(call, answer)
+                if not isinstance(edited, ToolCall):
+                    return edited
+                if edited is not call:
+                    # A person approved other arguments: the hooks judge, and the tool runs,
+                    # the edited call; the model's own call stays in the transcript as made.
+                    note = edit_note(call.arguments, edited.arguments)
+                    call = edited
+            elif answer is not None:
                 return answer
-            approved = answer
         held = None
         if ctx.hooked("before_capability"):
-            held = await steps.before_hooks(ctx, call, descriptor, key=key, approved=approved)
+            held = await steps.before_hooks(
+                ctx, call, descriptor, key=key, approved=approved, note=note
+            )
         if held is None:
             held = steps.require_approval(ctx, call, descriptor, key=key, approved=approved)
         if held is not None:
             return held
-        outcome = await steps.execute_journaled(ctx, call, admitted, key=key)
+        outcome = await steps.execute_journaled(ctx, call, admitted, key=key, note=note)
         if ctx.hooked("after_capability"):
             await steps.after_call(ctx, call, outcome, key=key)
         return outcome

@@ -30,6 +30,7 @@ from reverie.core.vocabulary import (
 from reverie.errors import (
     ConfigError,
     ConflictError,
+    GateResolvedError,
     NotFoundError,
     RunBusy,
     RunEndedError,
@@ -52,6 +53,7 @@ from reverie.runtime.curation import CurationHost, curator_for
 from reverie.runtime.dispatch import QueueDispatcher, Routing
 from reverie.runtime.event_log import EventRecorder
 from reverie.runtime.events import EventBus
+from reverie.runtime.gate_edits import resolution_for
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
 from reverie.runtime.output import family_for, typed_result
@@ -64,7 +66,13 @@ from reverie.runtime.thread_policy import BusyThreads, checked_policy
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.runtime.user_input import input_payload, opening_items
 from reverie.store import open_store
-from reverie.store.base import TERMINAL_STATUSES, RunRecord, SegmentStart, Store
+from reverie.store.base import (
+    TERMINAL_STATUSES,
+    GateResolution,
+    RunRecord,
+    SegmentStart,
+    Store,
+)
 from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
@@ -563,21 +571,53 @@ class Runtime:
         return run.status in ("running", "queued") and self._leases.held_elsewhere(run)
 
     # ------------------------------------------------------------------------------ gates
-    async def approve(self, ref: str) -> RunResult:
-        """Approve a pending gate once and resume its run until it next ends or blocks."""
+    async def approve(
+        self,
+        ref: str,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        by: str | None = None,
+    ) -> RunResult:
+        """Approve a pending gate once and resume its run until it next ends or blocks.
+
+        Args:
+            ref: The gate.
+            arguments: Run the call with these arguments instead of the model's (the same
+                tool; docs/tools.md). They are checked against the tool's schema first, the
+                ``before_capability`` hooks judge the edited call, and the model's result
+                says a person edited the call and how. A secret-named value left as the mask
+                the gate showed keeps the model's original value.
+            by: Who approves (recorded on the gate).
+
+        Raises:
+            GateEditError: the tool forbids editing, or the edited arguments do not fit it;
+                the gate stays pending.
+            GateResolvedError: the gate was already resolved.
+        """
         with self._telemetry.span(
             "resolve_gate", {"reverie.gate.ref": ref, "reverie.gate.status": "approved"}
         ):
-            return await self._resolve(ref, "approved", None)
+            return await self._resolve(ref, "approved", None, arguments=arguments, by=by)
 
-    async def deny(self, ref: str, *, reason: str = "denied") -> RunResult:
-        """Deny a pending gate once; the model is told and the run continues."""
+    async def deny(self, ref: str, *, reason: str = "denied", by: str | None = None) -> RunResult:
+        """Deny a pending gate once; the model is told and the run continues.
+
+        ``by`` (who denies) is recorded on the gate.
+        """
         with self._telemetry.span(
             "resolve_gate", {"reverie.gate.ref": ref, "reverie.gate.status": "denied"}
         ):
-            return await self._resolve(ref, "denied", reason)
+            return await self._resolve(ref, "denied", reason, by=by)
 
-    async def _resolve(self, ref: str, status: GateDecision, reason: str | None) -> RunResult:
+    async def _resolve(
+        self,
+        ref: str,
+        status: GateDecision,
+        reason: str | None,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        by: str | None = None,
+    ) -> RunResult:
         gate = await self.store.get_gate(ref)
         run = await self.store.get_run(gate.run_id)
         if await self._end_if_orphaned(run) is not None:
@@ -586,12 +626,30 @@ class Runtime:
         # A subagent's gate: resuming its root run resumes the child inside the parent's call.
         root = await subagents.root_of(self.store, run)
         self._directory.for_run(root)  # unknown agent: typed error before anything changes
-        await self.store.resolve_gate(ref, status, reason=reason, now=time.time())
+        if gate.status != "pending":
+            raise GateResolvedError(f"gate {ref} is already {gate.status}")
+        if status == "approved":
+            # Checked before anything is stored: a refused edit leaves the gate pending.
+            resolution = resolution_for(gate, self._gated_tool(run, gate.tool), arguments, by=by)
+        else:
+            resolution = GateResolution(resolved_by=by, shown_digest=digest(dict(gate.arguments)))
+        # One write: the approval and the edit are stored together, so a crash after it runs
+        # the edited call (exactly once: the journal), never the model's.
+        await self.store.resolve_gate(
+            ref, status, reason=reason, now=time.time(), resolution=resolution
+        )
         with contextlib.suppress(RunEndedError):
             await self.store.enqueue_input(
                 run.run_id, "gate_resolved", {"gate": ref, "status": status}, input_id=f"g:{ref}"
             )
         return await self.resume(root.run_id)
+
+    def _gated_tool(self, run: RunRecord, name: str) -> Any | None:
+        """The tool ``name`` of ``run``'s agent as this process knows it, if it does."""
+        agent = self._directory.known(run)
+        if agent is None:
+            return None
+        return next((t for t in agent.tools if t.descriptor.name == name), None)
 
     # ------------------------------------------------------------------------------ resume
     async def resume(self, run_id: str) -> RunResult:

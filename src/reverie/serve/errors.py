@@ -35,6 +35,7 @@ from reverie.core.redact import environ_secrets, redact, scrub
 from reverie.errors import (
     ConfigError,
     ConflictError,
+    GateEditError,
     GateResolvedError,
     ImageTooLarge,
     ModelError,
@@ -163,6 +164,9 @@ def from_reverie_error(exc: ReverieError) -> APIError:
         return APIError(409, str(exc), code="conflict")
     if isinstance(exc, ImageTooLarge):
         return APIError(413, str(exc), code="image_too_large")
+    if isinstance(exc, GateEditError):
+        # Edited arguments that the tool refuses: the gate is still pending.
+        return APIError(422, str(exc), code="invalid_gate_edit", param="arguments")
     if isinstance(exc, UsageError):
         return APIError(400, str(exc), code="invalid_request")
     if isinstance(exc, ModelError):

@@ -12,6 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
@@ -30,6 +31,7 @@ from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError
 from reverie.serve.idempotency import idempotency_of
 from reverie.serve.views import (
+    approver_of,
     event_json,
     finished_event,
     gate_view,
@@ -229,18 +231,40 @@ class RunRoutes:
         return JSONResponse(listing([gate_view(g) for g in gates[: _limit(request)]]))
 
     async def approve(self, request: Request) -> Response:
-        """``POST /v1/gates/{ref}/approve``: the call runs and the run resumes here."""
-        await parse_body(request, ResolveBody, allow_empty=True)
-        return await self._resolve(owner_of(request), request.path_params["ref"], "approved", "")
+        """``POST /v1/gates/{ref}/approve`` {arguments?}: the call runs (with the edited
+        arguments, if given) and the run resumes here. The approver recorded is the token's
+        owner."""
+        body = await parse_body(request, ResolveBody, allow_empty=True)
+        if body.reason is not None:
+            raise APIError(
+                422, "reason: only a denial takes a reason", code="invalid_request", param="reason"
+            )
+        owner = owner_of(request)
+        return await self._resolve(
+            owner, request.path_params["ref"], "approved", "", arguments=body.arguments
+        )
 
     async def deny(self, request: Request) -> Response:
         """``POST /v1/gates/{ref}/deny`` {reason?}: the model is told; the run resumes here."""
         body = await parse_body(request, ResolveBody, allow_empty=True)
+        if body.arguments is not None:
+            raise APIError(
+                422,
+                "arguments: only an approval takes edited arguments",
+                code="invalid_request",
+                param="arguments",
+            )
         reason = body.reason or "denied over HTTP"
         return await self._resolve(owner_of(request), request.path_params["ref"], "denied", reason)
 
     async def _resolve(
-        self, owner: Scope, ref: str, decision: GateDecision, reason: str
+        self,
+        owner: Scope,
+        ref: str,
+        decision: GateDecision,
+        reason: str,
+        *,
+        arguments: dict[str, Any] | None = None,
     ) -> Response:
         """Resolve the gate once and resume its run in the background.
 
@@ -260,7 +284,12 @@ class RunRoutes:
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(LAUNCH_WAIT_S):
                         await earlier.result()
-            work = rt.approve(ref) if decision == "approved" else rt.deny(ref, reason=reason)
+            by = approver_of(owner)
+            work = (
+                rt.approve(ref, arguments=arguments, by=by)
+                if decision == "approved"
+                else rt.deny(ref, reason=reason, by=by)
+            )
             task = ctx.tasks.spawn(work, name=f"resolve gate {ref}")
             await _launched(rt, gate.run_id, task)
             failure = task.exception() if task.done() and not task.cancelled() else None
