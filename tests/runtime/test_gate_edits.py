@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,7 +97,7 @@ async def test_edited_arguments_not_fitting_the_schema_are_refused_and_the_gate_
     log: list[dict[str, Any]] = []
     async with Runtime.open(":memory:") as rt:
         ref, _ = await blocked_payment(rt, log)
-        bad_edits = [
+        bad_edits: list[dict[str, Any]] = [
             {"to": "bob", "amount": "lots"},
             {"to": "bob"},
             {"to": "b", "amount": 5, "x": 1},
@@ -204,30 +203,3 @@ async def test_the_mask_where_no_secret_was_masked_is_refused() -> None:
         with pytest.raises(GateEditError, match="mask"):
             await rt.approve(r.gate.ref, arguments={"user": "ana", "password": "[redacted]"})
         assert (await rt.gates.get(r.gate.ref)).status == "pending"
-
-
-async def test_an_edit_recorded_before_a_restart_runs_the_edited_call_exactly_once(
-    tmp_path: Path,
-) -> None:
-    # The approval (with its edit) is stored; the process dies before the call runs; a fresh
-    # runtime on the same database resumes the run: the edited call runs, once.
-    url = f"sqlite:///{tmp_path / 'r.db'}"
-    log: list[dict[str, Any]] = []
-    model = ScriptedModel([call("pay", to="bob", amount=500), reply("done"), reply("again")])
-    agent = Agent(name="payer", model=model, tools=payments(log))
-    async with Runtime.open(url, agents=[agent]) as rt:
-        r = await rt.run(agent, "pay bob", scope=SCOPE)
-        assert r.gate is not None
-        ref, run_id = r.gate.ref, r.run_id
-        # What the approving process stored before it died: the gate's resolution.
-        from reverie.runtime.gate_edits import resolution_for
-
-        gate = await rt.gates.get(ref)
-        how = resolution_for(gate, agent.tools[0], {"to": "bob", "amount": 7}, by="carol")
-        await rt.store.resolve_gate(ref, "approved", reason=None, now=1.0, resolution=how)
-    async with Runtime.open(url, agents=[agent]) as rt2:
-        results = await rt2.recover()
-        assert [x.status for x in results] == ["completed"]
-        assert log == [{"to": "bob", "amount": 7}]
-        assert (await rt2.resume(run_id)).status == "completed"
-        assert log == [{"to": "bob", "amount": 7}]
