@@ -27,6 +27,7 @@ The hierarchy::
         ├── RunEndedError             an input was sent to a run that already ended
         ├── ThreadBusy                the thread already has a running or blocked run
         ├── GateResolvedError         a gate was resolved a second time
+        ├── GuardrailTripped          a guardrail refused a user message or a reply
         └── BudgetExceeded            a hard budget would be exceeded
 
 Control signals are not errors and sit outside the tree: :class:`ApprovalRequired` (a tool or
@@ -316,6 +317,20 @@ class ThreadBusy(RunError):
 
 class GateResolvedError(RunError):
     """A gate was approved or denied a second time."""
+
+
+class GuardrailTripped(RunError):
+    """A guardrail (``before_input`` or ``before_reply`` hook) refused a text.
+
+    The message names the guardrail and never quotes the refused text; nothing of it was
+    stored, sent to a model or streamed.
+    """
+
+    def __init__(self, guardrail: str, reason: str | None = None) -> None:
+        self.guardrail = guardrail
+        """The id of the guardrail that refused the text."""
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"guardrail {guardrail!r} refused the text{detail}")
 
 
 class BudgetExceeded(RunError):

@@ -59,6 +59,7 @@ from reverie.models.base import Model
 from reverie.runtime import tool_steps as steps
 from reverie.runtime.events import EventBus
 from reverie.runtime.gate_edits import edit_note
+from reverie.runtime.guardrails import guard_reply
 from reverie.runtime.telemetry import log_event, log_model_failure
 from reverie.runtime.window import SegmentTranscript, to_message
 from reverie.store.base import GateRecord, StepWrite, Store
@@ -265,6 +266,9 @@ class StreamingModel:
         model = self.models[min(model_index, len(self.models) - 1)]
         final: ModelResponse | None = None
         streamed = 0
+        # While a before_reply guardrail is registered, no delta is released before the
+        # response's text was checked: denied text reaches no stream, event or span.
+        guarded = self.ctx.hooked("before_reply")
         try:
             stream = model.stream(bundle.request)
             try:
@@ -274,7 +278,7 @@ class StreamingModel:
                         streamed += len(event.text.encode())
                         if max_bytes is not None and streamed > max_bytes:
                             raise ModelOutputTooLarge(max_bytes)
-                        if emit_text and not self.ctx.token.cancelled:
+                        if emit_text and not guarded and not self.ctx.token.cancelled:
                             self.ctx.bus.emit(_text_delta(run_id=self.ctx.run_id, text=event.text))
                     elif isinstance(event, ResponseComplete):
                         final = event.response
@@ -290,6 +294,10 @@ class StreamingModel:
             # Arguments nested too deep become an arguments error the model is told about,
             # before anything walks them (signatures, validation, the transcript).
             final = bounded_calls(final)
+            if guarded:
+                final = await guard_reply(self.ctx, final)
+                if emit_text and final.text and not self.ctx.token.cancelled:
+                    self.ctx.bus.emit(_text_delta(run_id=self.ctx.run_id, text=final.text))
             if not self.ctx.hooked("after_model"):
                 return final
             result = await self.ctx.hooks.observe(

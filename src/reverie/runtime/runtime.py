@@ -31,6 +31,7 @@ from reverie.errors import (
     ConfigError,
     ConflictError,
     GateResolvedError,
+    GuardrailTripped,
     NotFoundError,
     RunBusy,
     RunEndedError,
@@ -54,6 +55,7 @@ from reverie.runtime.dispatch import QueueDispatcher, Routing
 from reverie.runtime.event_log import EventRecorder
 from reverie.runtime.events import EventBus
 from reverie.runtime.gate_edits import resolution_for
+from reverie.runtime.guardrails import guard_input, guard_opening, text_of, with_text
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
 from reverie.runtime.output import family_for, typed_result
@@ -426,6 +428,8 @@ class Runtime:
             )
         self._families.get(family_id)  # unknown family: a typed error now, not later
         max_image_bytes = agent.limits.max_image_bytes
+        # Guardrails judge the message before anything is stored: a denial starts no run.
+        message = await guard_opening(self._dispatcher, message, scope=scope)
         items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
         if pin:
             items = [
@@ -516,6 +520,22 @@ class Runtime:
             # No conversation to steer: refused up front, never accepted and then dropped.
             raise UsageError(f"run {run_id} is an unbound turn: it takes no steering or follow-ups")
         input_id = input_id or new_id("in")
+        if kind in ("steering", "follow_up"):
+            try:
+                checked = await guard_input(
+                    self._dispatcher,
+                    scope=run.scope,
+                    run_id=run_id,
+                    kind="steering" if kind == "steering" else "follow_up",
+                    text=text_of(text),
+                )
+            except GuardrailTripped as tripped:
+                # Nothing of the message is stored; the run it was for stops, naming it.
+                with contextlib.suppress(RunEndedError):
+                    await self.cancel(run_id, reason=str(tripped))
+                raise
+            if checked.decision == "rewrite":
+                text = with_text(text, checked.text)
         payload = input_payload(text, max_image_bytes=self._directory.image_cap(run))
         await self.store.enqueue_input(run_id, kind, payload, input_id=input_id)
         return input_id
