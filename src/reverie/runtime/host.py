@@ -18,13 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 from reverie.core.canonical import digest
 from reverie.core.capability import (
+    CallCompleted,
     CallGated,
     CallOutcome,
     CapabilityDescriptor,
     Surface,
 )
-from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
-from reverie.core.fastcopy import maker
+from reverie.core.events import (
+    CheckpointEvent,
+    GuardrailDecided,
+    HookFailedEvent,
+    RunEvent,
+    TextDeltaEvent,
+)
+from reverie.core.fastcopy import maker, replace
 from reverie.core.ids import new_id
 from reverie.core.messages import (
     Message,
@@ -50,6 +57,7 @@ from reverie.hooks import (
     ModelHookContext,
     PromptHookContext,
 )
+from reverie.hooks.guardrails import withhold_injected
 from reverie.loop.compaction import compacted_view
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
@@ -126,6 +134,8 @@ class RunContext:
     poisoned: set[str] = field(default_factory=set)
     gated: dict[str, str] = field(default_factory=dict)
     """Call key → digest of the tool descriptor a gate was opened against (checkpointed)."""
+    withhold_injected: bool = False
+    """Withhold tool output carrying prompt-injection markers (``[guardrails]``)."""
     observers: set[asyncio.Task[None]] = field(default_factory=set)
     """In-flight ``event`` hook dispatches; awaited before the segment ends."""
     segment: SegmentTranscript = field(init=False)
@@ -360,7 +370,7 @@ class ToolPort:
         if attempt == 0 and replay:
             recorded = await steps.replay_journal(ctx, descriptor, key=key)
             if recorded is not None:
-                return recorded
+                return self._screened(call, recorded) if ctx.withhold_injected else recorded
         # A step that has nothing to do for this call (no gate to read on a first pass, no
         # hook bound) is not awaited at all: a coroutine per step is most of a trivial call.
         approved = False
@@ -389,9 +399,32 @@ class ToolPort:
         if held is not None:
             return held
         outcome = await steps.execute_journaled(ctx, call, admitted, key=key, note=note)
+        if ctx.withhold_injected:
+            outcome = self._screened(call, outcome)
         if ctx.hooked("after_capability"):
             await steps.after_call(ctx, call, outcome, key=key)
         return outcome
+
+    def _screened(self, call: ToolCall, outcome: CallOutcome) -> CallOutcome:
+        """Rule: with the injection check on, tool output carrying prompt-injection markers
+        never enters the context; the model gets a notice and the run records the decision.
+
+        Applied to journaled outcomes too, so a replay withholds the same output."""
+        if not isinstance(outcome, CallCompleted):
+            return outcome
+        notice = withhold_injected(call.name, outcome.output)
+        if notice is None:
+            return outcome
+        self.ctx.bus.emit(
+            GuardrailDecided(
+                run_id=self.ctx.run_id,
+                point="tool_output",
+                decision="rewrite",
+                guardrail="reverie.injection-markers",
+                reason=f"output of {call.name} withheld: prompt-injection markers",
+            )
+        )
+        return replace(outcome, output=notice)
 
     async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
         if gated.ref is not None:

@@ -106,6 +106,7 @@ class Runtime:
         tracer_provider: Any = None,
         trace_content: bool = False,
         after_turn_ceiling_s: float = AFTER_TURN_CEILING_S,
+        withhold_injected_output: bool = False,
     ) -> None:
         self._thread_policy = checked_policy(thread_policy)
         self.store = store
@@ -194,6 +195,7 @@ class Runtime:
             slots=asyncio.Semaphore(max_concurrent_runs),
             spawn=self._tasks.spawn,
             recorder=self._recorder,
+            withhold_injected_output=withhold_injected_output,
         )
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -216,6 +218,7 @@ class Runtime:
         tracer_provider: Any = None,
         trace_content: bool = False,
         after_turn_ceiling_s: float = AFTER_TURN_CEILING_S,
+        withhold_injected_output: bool = False,
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
@@ -242,6 +245,10 @@ class Runtime:
 
         ``after_turn_ceiling_s`` caps one run's ``after_turn`` hooks together (their overall
         deadline is the sum of their own timeouts, at most this; docs/hooks.md).
+
+        ``withhold_injected_output=True`` switches on the built-in prompt-injection marker
+        check: a tool's output that carries such markers is withheld from the model (it gets a
+        notice instead) and a ``guardrail`` run event records it (docs/hooks.md).
 
         Raises:
             ConfigError: A bad store URL; ``curation_interval_turns`` below 2, or set while the
@@ -270,6 +277,7 @@ class Runtime:
             tracer_provider=tracer_provider,
             trace_content=trace_content,
             after_turn_ceiling_s=after_turn_ceiling_s,
+            withhold_injected_output=withhold_injected_output,
         )
         rt.routing.queue = queue
         return _Opener(rt)

@@ -37,6 +37,7 @@ from reverie.errors import (
     ConflictError,
     GateEditError,
     GateResolvedError,
+    GuardrailTripped,
     ImageTooLarge,
     ModelError,
     NotFoundError,
@@ -150,6 +151,9 @@ def from_reverie_error(exc: ReverieError) -> APIError:
         return APIError(409, str(exc), code="run_ended")
     if isinstance(exc, GateResolvedError):
         return APIError(409, str(exc), code="gate_resolved")
+    if isinstance(exc, GuardrailTripped):
+        # A before_input guardrail refused the caller's message: nothing was stored.
+        return APIError(400, str(exc), code="guardrail_tripped")
     if isinstance(exc, ThreadBusy):
         # The conversation has an active run; the caller decides (wait, or a thread_policy).
         return APIError(409, str(exc), code="thread_busy")
@@ -204,6 +208,8 @@ _FAILURE_STATUS: Mapping[FailureKind, int] = {
     "checkpoint_unavailable": 500,
     # The agent changed under a run waiting to resume (its drift policy refused it).
     "resume_drift": 409,
+    # A before_reply guardrail refused the model's text (none of it is sent).
+    "guardrail_tripped": 403,
 }
 """HTTP status for each ``Failed.kind`` when a request waited for its run."""
 
