@@ -235,10 +235,6 @@ class RunRoutes:
         arguments, if given) and the run resumes here. The approver recorded is the token's
         owner."""
         body = await parse_body(request, ResolveBody, allow_empty=True)
-        if body.reason is not None:
-            raise APIError(
-                422, "reason: only a denial takes a reason", code="invalid_request", param="reason"
-            )
         owner = owner_of(request)
         return await self._resolve(
             owner, request.path_params["ref"], "approved", "", arguments=body.arguments
