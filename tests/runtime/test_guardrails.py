@@ -232,3 +232,20 @@ async def test_a_reply_guardrail_checks_a_typed_outputs_json() -> None:
         r = await rt.run(agent, "code?", scope=SCOPE)
         assert r.status == "failed" and isinstance(r.exit, Failed)
         assert r.exit.kind == "guardrail_tripped" and r.output is None
+
+
+async def test_an_input_rewrite_is_recorded_as_a_guardrail_event_without_the_text() -> None:
+    def redact(ctx: InputGuardContext) -> Rewrite:
+        return Rewrite(ctx.text.replace("hunter2", "[secret]"), reason="secret masked")
+
+    model = ScriptedModel([reply("ok")])
+    async with Runtime.open(":memory:") as rt:
+        rt.hooks.register("before_input", redact, name="secrets")
+        handle = await rt.start(Agent(name="a", model=model), "pw hunter2", scope=SCOPE)
+        seen = [e async for e in handle.events()]
+        await handle.result()
+        marks = [e for e in seen if isinstance(e, GuardrailDecided)]
+        assert [(e.point, e.decision, e.guardrail) for e in marks] == [
+            ("before_input", "rewrite", "secrets")
+        ]
+        assert all("hunter2" not in repr(e) for e in seen)

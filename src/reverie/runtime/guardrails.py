@@ -62,13 +62,13 @@ async def guard_input(
     return result
 
 
-def input_events(run_id: str, result: GuardResult) -> list[GuardrailDecided]:
-    """The ``guardrail`` events recording the rewrites of an input."""
+def input_events(run_id: str, rewrites: Sequence[tuple[str, str]]) -> list[GuardrailDecided]:
+    """The ``guardrail`` events recording the rewrites of an input (``(guardrail, reason)``)."""
     return [
         GuardrailDecided(
             run_id=run_id, point="before_input", decision="rewrite", guardrail=g, reason=r
         )
-        for g, r in result.rewrites
+        for g, r in rewrites
     ]
 
 
@@ -168,22 +168,26 @@ async def guard_opening(
     message: str | Sequence[ContentPart | Message],
     *,
     scope: Scope,
-) -> str | Sequence[ContentPart | Message]:
-    """A run's opening message(s) after the ``before_input`` guardrails: every user message
-    judged (a user's message, or the user-role messages of an unbound turn's opening).
+) -> tuple[str | Sequence[ContentPart | Message], list[tuple[str, str]]]:
+    """A run's opening message(s) after the ``before_input`` guardrails, and the rewrites made
+    (``(guardrail, reason)``): every user message is judged (a user's message, or the
+    user-role messages of an unbound turn's opening).
 
     Raises:
         GuardrailTripped: a guardrail denied one (nothing is stored: no run starts).
     """
     if not hooks.registry.hooks("before_input"):
-        return message
+        return message, []
     if isinstance(message, str) or not all(isinstance(m, Message) for m in message):
         content: UserContent = message  # type: ignore[assignment]
         result = await guard_input(
             hooks, scope=scope, run_id=None, kind="message", text=text_of(content)
         )
-        return message if result.decision == "allow" else with_text(content, result.text)
+        if result.decision == "allow":
+            return message, []
+        return with_text(content, result.text), list(result.rewrites)
     out: list[ContentPart | Message] = []
+    rewrites: list[tuple[str, str]] = []
     for m in message:
         assert isinstance(m, Message)
         if m.role != "user":
@@ -191,6 +195,7 @@ async def guard_opening(
             continue
         text = text_of(list(m.parts)) if m.parts else m.content
         result = await guard_input(hooks, scope=scope, run_id=None, kind="message", text=text)
+        rewrites += result.rewrites
         if result.decision == "allow":
             out.append(m)
         elif m.parts:
@@ -199,4 +204,4 @@ async def guard_opening(
             out.append(replace(m, content=result.text, parts=parts))
         else:
             out.append(replace(m, content=result.text))
-    return out
+    return out, rewrites

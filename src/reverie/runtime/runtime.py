@@ -55,7 +55,13 @@ from reverie.runtime.dispatch import QueueDispatcher, Routing
 from reverie.runtime.event_log import EventRecorder
 from reverie.runtime.events import EventBus
 from reverie.runtime.gate_edits import resolution_for
-from reverie.runtime.guardrails import guard_input, guard_opening, text_of, with_text
+from reverie.runtime.guardrails import (
+    guard_input,
+    guard_opening,
+    input_events,
+    text_of,
+    with_text,
+)
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
 from reverie.runtime.output import family_for, typed_result
@@ -437,7 +443,7 @@ class Runtime:
         self._families.get(family_id)  # unknown family: a typed error now, not later
         max_image_bytes = agent.limits.max_image_bytes
         # Guardrails judge the message before anything is stored: a denial starts no run.
-        message = await guard_opening(self._dispatcher, message, scope=scope)
+        message, rewrites = await guard_opening(self._dispatcher, message, scope=scope)
         items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
         if pin:
             items = [
@@ -482,8 +488,19 @@ class Runtime:
             return await self._existing(run, scope)
         self._directory.remember(run.run_id, agent)
         if begun is not None:
-            return self._launch(run, resumed=False, begun=begun)
-        return await self._dispatch(run, resumed=False)
+            handle = self._launch(run, resumed=False, begun=begun)
+        else:
+            handle = await self._dispatch(run, resumed=False)
+        self._record_inputs(run.run_id, rewrites)
+        return handle
+
+    def _record_inputs(self, run_id: str, rewrites: Sequence[tuple[str, str]]) -> None:
+        """``guardrail`` events for the rewrites of an input, on the run's live stream (and
+        so its event log) when the run advances here."""
+        active = self._active.get(run_id)
+        if rewrites and active is not None:
+            for event in input_events(run_id, rewrites):
+                active.bus.emit(event)
 
     async def _existing(self, run: RunRecord, scope: Scope) -> RunHandle:
         """The handle of the run an idempotency key already names (never a second run)."""
@@ -544,6 +561,7 @@ class Runtime:
                 raise
             if checked.decision == "rewrite":
                 text = with_text(text, checked.text)
+                self._record_inputs(run_id, checked.rewrites)
         payload = input_payload(text, max_image_bytes=self._directory.image_cap(run))
         await self.store.enqueue_input(run_id, kind, payload, input_id=input_id)
         return input_id
