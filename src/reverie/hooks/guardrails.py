@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from reverie.hooks.decisions import Deny, Rewrite
-from reverie.hooks.points import InputGuardContext, ReplyGuardContext
+from reverie.hooks.points import GUARD_POINTS, InputGuardContext, ReplyGuardContext
 from reverie.hooks.registry import HookRegistration, HookRegistry
 
 __all__ = [
@@ -130,7 +130,7 @@ def register_builtin_guardrails(
             )
         )
     if redact:
-        for point in ("before_input", "before_reply"):
+        for point in GUARD_POINTS:
             added.append(
                 registry.register_builtin(
                     point, redact_pii, name=f"reverie.redact-pii.{point}", phase="validation"
