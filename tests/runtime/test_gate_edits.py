@@ -203,3 +203,22 @@ async def test_the_mask_where_no_secret_was_masked_is_refused() -> None:
         with pytest.raises(GateEditError, match="mask"):
             await rt.approve(r.gate.ref, arguments={"user": "ana", "password": "[redacted]"})
         assert (await rt.gates.get(r.gate.ref)).status == "pending"
+
+
+async def test_a_refused_edit_never_quotes_a_secret_value_in_its_error() -> None:
+    @tool(effects={"network"}, needs_approval=True)
+    async def connect(host: str, api_key: str, retries: int) -> str:
+        """Connect."""
+        return "connected"
+
+    model = ScriptedModel([call("connect", host="a", api_key="k-1234567", retries=1), reply("ok")])
+    agent = Agent(name="c", model=model, tools=[connect])
+    async with Runtime.open(":memory:") as rt:
+        r = await rt.run(agent, "connect", scope=SCOPE)
+        assert r.gate is not None
+        with pytest.raises(GateEditError) as refused:
+            await rt.approve(
+                r.gate.ref, arguments={"host": "a", "api_key": ["sk-new-secret-99"], "retries": 1}
+            )
+        assert "sk-new-secret-99" not in str(refused.value)
+        assert (await rt.gates.get(r.gate.ref)).status == "pending"

@@ -28,7 +28,7 @@ import jsonschema  # type: ignore[import-untyped]
 
 from reverie.capabilities.schema import InvalidArguments
 from reverie.core.canonical import NotCanonicalizable, check_json_value, digest
-from reverie.core.redact import REDACTED, is_secret_name, mask_secrets
+from reverie.core.redact import REDACTED, is_secret_name, mask_secrets, redact
 from reverie.errors import GateEditError, NestedTooDeep
 from reverie.store.base import GateRecord, GateResolution
 
@@ -110,11 +110,31 @@ def _validate(gate: GateRecord, capability: Any, edited: dict[str, Any]) -> None
         else:
             jsonschema.validate(edited, dict(capability.descriptor.parameters))
     except InvalidArguments as exc:
-        raise GateEditError(f"gate {gate.ref}: the edited arguments do not fit: {exc}") from None
-    except jsonschema.ValidationError as exc:
+        problem = redact(str(exc), _secret_values(edited))
         raise GateEditError(
-            f"gate {gate.ref}: the edited arguments do not fit: {exc.message}"
+            f"gate {gate.ref}: the edited arguments do not fit: {problem}"
         ) from None
+    except jsonschema.ValidationError as exc:
+        problem = redact(exc.message, _secret_values(edited))
+        raise GateEditError(
+            f"gate {gate.ref}: the edited arguments do not fit: {problem}"
+        ) from None
+
+
+def _secret_values(value: Any, *, secret: bool = False) -> list[str]:
+    """The values under secret-named keys, as text: an error quoting a value must not show
+    them (it reaches an HTTP answer, a terminal, a log)."""
+    if isinstance(value, Mapping):
+        found: list[str] = []
+        for key, item in value.items():
+            found += _secret_values(item, secret=secret or is_secret_name(key))
+        return found
+    if isinstance(value, list):
+        return [v for item in value for v in _secret_values(item, secret=secret)]
+    if not secret or value is None:
+        return []
+    text = str(value)
+    return [text, repr(value), json.dumps(value)]
 
 
 def unmask(edited: Any, original: Any) -> Any:
