@@ -11,6 +11,7 @@ The hierarchy::
     │   ├── NestedTooDeep             data nests arrays/objects past ``MAX_DEPTH`` (also ValueError)
     │   ├── UnknownAgentError         a run names an agent this process has not registered
     │   ├── InvalidScopeError         a Scope field is empty or not a string (also ValueError)
+    │   ├── GateEditError             edited gate arguments refused (not editable, invalid)
     │   └── UnknownFamilyError        a profile names a loop family that is not registered
     ├── StoreError                    the store failed or refused a write
     │   ├── ConflictError             a compare-and-swap write lost (stale version)
@@ -26,6 +27,7 @@ The hierarchy::
         ├── RunEndedError             an input was sent to a run that already ended
         ├── ThreadBusy                the thread already has a running or blocked run
         ├── GateResolvedError         a gate was resolved a second time
+        ├── GuardrailTripped          a guardrail refused a user message or a reply
         └── BudgetExceeded            a hard budget would be exceeded
 
 Control signals are not errors and sit outside the tree: :class:`ApprovalRequired` (a tool or
@@ -148,6 +150,12 @@ class ListenError(ReverieError):
 
 class UsageError(ReverieError):
     """The public API was called in a way it does not support."""
+
+
+class GateEditError(UsageError):
+    """Arguments a person edited while approving a gate were refused: the tool forbids
+    editing (``editable=False``), they do not fit its schema, or they use the mask where
+    there is no original secret. Nothing changed: the gate is still pending."""
 
 
 class UnknownAgentError(UsageError):
@@ -309,6 +317,20 @@ class ThreadBusy(RunError):
 
 class GateResolvedError(RunError):
     """A gate was approved or denied a second time."""
+
+
+class GuardrailTripped(RunError):
+    """A guardrail (``before_input`` or ``before_reply`` hook) refused a text.
+
+    The message names the guardrail and never quotes the refused text; nothing of it was
+    stored, sent to a model or streamed.
+    """
+
+    def __init__(self, guardrail: str, reason: str | None = None) -> None:
+        self.guardrail = guardrail
+        """The id of the guardrail that refused the text."""
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"guardrail {guardrail!r} refused the text{detail}")
 
 
 class BudgetExceeded(RunError):

@@ -179,3 +179,54 @@ def test_cli_json_timestamps_are_iso_8601_utc(
     [gate] = json.loads(cli("gates", "list", "--json").stdout)
     for value in (run["created_at"], run["updated_at"], gate["created_at"]):
         assert iso_utc.match(value), value
+
+
+def test_gates_approve_with_edited_arguments_runs_the_edit_and_records_who(
+    cli: Callable[..., Result], mailer_config: Path, tmp_path: Path
+) -> None:
+    ref = _blocked_ref(cli)
+    edit = tmp_path / "edit.json"
+    edit.write_text(json.dumps({"to": "bob@example.com", "body": "hello"}), encoding="utf-8")
+
+    approved = cli("gates", "approve", ref, "--arguments", f"@{edit}", "--as", "carol", "--json")
+
+    assert approved.exit_code == 0, approved.output
+    run_id = json.loads(approved.stdout)["run_id"]
+    shown = json.loads(cli("runs", "show", run_id, "--json").stdout)
+    [tool_row] = [i for i in shown["transcript"] if i["role"] == "tool"]
+    assert "edited arguments" in tool_row["content"]
+    assert tool_row["content"].endswith("sent to bob@example.com")
+    gate = json.loads(cli("gates", "show", ref, "--json").stdout)
+    assert gate["resolved_by"] == "carol"
+    assert gate["edited_arguments"] == {"to": "bob@example.com", "body": "hello"}
+    assert gate["shown_digest"] and gate["approved_digest"] != gate["shown_digest"]
+    table = cli("gates", "show", ref)
+    assert table.exit_code == 0 and "carol" in table.stdout and "bob@example.com" in table.stdout
+
+
+def test_gates_approve_with_inline_arguments_that_do_not_fit_exits_2_and_stays_pending(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    ref = _blocked_ref(cli)
+
+    refused = cli("gates", "approve", ref, "--arguments", '{"to": 5}')
+    not_json = cli("gates", "approve", ref, "--arguments", "{to")
+
+    assert refused.exit_code == 2, refused.output
+    assert "do not fit" in refused.output
+    assert not_json.exit_code == 2 and "not JSON" in not_json.output
+    [gate] = json.loads(cli("gates", "list", "--json").stdout)
+    assert gate["ref"] == ref and gate["status"] == "pending"
+
+
+def test_gates_approve_without_as_records_the_os_user(
+    cli: Callable[..., Result], mailer_config: Path
+) -> None:
+    import getpass
+
+    ref = _blocked_ref(cli)
+    assert cli("gates", "approve", ref).exit_code == 0
+    gate = json.loads(cli("gates", "show", ref, "--json").stdout)
+    assert gate["resolved_by"] == getpass.getuser()
+    assert gate["edited_arguments"] is None
+    assert gate["shown_digest"] == gate["approved_digest"]

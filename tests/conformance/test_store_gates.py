@@ -9,7 +9,7 @@ import pytest
 
 from conformance.support import ANA, BOB, T0, RunCtx, gate, make_run
 from reverie.errors import GateResolvedError, NotFoundError
-from reverie.store import GateRecord, Store
+from reverie.store import GateRecord, GateResolution, Store
 
 
 @pytest.fixture
@@ -120,3 +120,43 @@ async def test_gate_keeps_its_kind(store: Store, run: RunCtx, fence: int) -> Non
     auth = dataclasses.replace(gate(run), kind="auth")
     await store.create_gate(auth, fence=fence)
     assert (await store.get_gate("gate-1")).kind == "auth"
+
+
+async def test_resolution_keeps_who_resolved_the_digests_and_edited_arguments(
+    store: Store, run: RunCtx, fence: int
+) -> None:
+    await store.create_gate(gate(run), fence=fence)
+    how = GateResolution(
+        resolved_by="carol",
+        shown_digest="sha-shown",
+        approved_digest="sha-approved",
+        edited_arguments={"to": "bob@example.com", "nested": {"api_key": "[redacted]"}},
+    )
+    approved = await store.resolve_gate(
+        "gate-1", "approved", reason=None, now=T0 + 3, resolution=how
+    )
+    got = await store.get_gate("gate-1")
+    assert got == approved
+    assert (got.resolved_by, got.shown_digest, got.approved_digest) == (
+        "carol",
+        "sha-shown",
+        "sha-approved",
+    )
+    assert got.edited_arguments == {"to": "bob@example.com", "nested": {"api_key": "[redacted]"}}
+    assert got.arguments == {"to": "ana@example.com"}  # what was shown stays as it was
+    assert [g.resolved_by for g in await store.list_gates(status="approved")] == ["carol"]
+
+
+async def test_resolution_without_details_leaves_the_new_fields_empty(
+    store: Store, run: RunCtx, fence: int
+) -> None:
+    await store.create_gate(gate(run), fence=fence)
+    denied = await store.resolve_gate("gate-1", "denied", reason="no", now=T0 + 3)
+    got = await store.get_gate("gate-1")
+    assert got == denied
+    assert (got.resolved_by, got.shown_digest, got.approved_digest, got.edited_arguments) == (
+        None,
+        None,
+        None,
+        None,
+    )

@@ -5,6 +5,7 @@ Usage::
     python crash_child.py DB_PATH SCENARIO MARKER_DIR start
     python crash_child.py DB_PATH SCENARIO MARKER_DIR resume RUN_ID [WORKER]
     python crash_child.py DB_PATH SCENARIO MARKER_DIR approve GATE_REF
+    python crash_child.py DB_PATH SCENARIO MARKER_DIR approve_edit GATE_REF ARGUMENTS_JSON
 
 Every process builds the same agent for a scenario. Its model is a ``ScriptedModel`` over a
 *function* of the request's messages, so whichever process asks gives the right next answer.
@@ -20,6 +21,9 @@ Marker files (in MARKER_DIR) let the parent follow what happened across processe
 - ``primary.jsonl`` (``fallback``): one line per request to the primary model, which is always
   ``unavailable`` (the fallback answers from ``model.jsonl``'s script);
 - ``hook-<iteration>.reached``: the ``before_prompt`` hook of that iteration is running;
+- ``capability-hook.reached`` (``gate_edit``, approve_edit): the ``before_capability`` hook of
+  the approved call is running (the approval and its edit are stored); it blocks until killed;
+- ``pay.amounts``: one line per execution of ``pay``, the amount it paid;
 - ``run.json`` (start): the run and thread ids; ``blocked.json`` (start): the gate of a run
   that blocked;
 - ``ready-<worker>`` (resume): the worker is up; it resumes once ``go`` exists;
@@ -45,7 +49,7 @@ from pydantic import BaseModel
 from reverie import Agent, Runtime, Scope, tool
 from reverie.core.messages import ModelRequest, ModelResponse
 from reverie.errors import ReverieError
-from reverie.hooks import PromptHookContext
+from reverie.hooks import CapabilityHookContext, PromptHookContext
 from reverie.runtime.output import output_json
 from reverie.testing import ScriptedModel, call, error, reply
 
@@ -55,6 +59,7 @@ FIRST_CALL: dict[str, tuple[str, dict[str, Any]]] = {
     "race": ("send", {"to": "bob"}),
     "idempotent": ("fetch", {"url": "https://example.test/a"}),
     "gate": ("pay", {"amount": 5}),
+    "gate_edit": ("pay", {"amount": 500}),
     "steer_before": ("work", {"step": 1}),
     "steer_after": ("work", {"step": 1}),
     "typed": ("structured_result", {"verdict": "approve", "score": 7}),
@@ -158,6 +163,7 @@ class Scenario:
         @tool(effects={"write"}, needs_approval=True, idempotent=False, timeout_s=None)
         async def pay(amount: int) -> str:
             """Pay an amount (needs a person's approval)."""
+            append_line(self.markers / "pay.amounts", str(amount))
             await self._execute("pay", 1, None)
             return f"paid {amount}"
 
@@ -192,6 +198,8 @@ class Scenario:
         ``typed``: it stops just before the terminal status write."""
         if self.name == "typed" and self.blocking:
             self._stop_before_terminal(rt)
+        if self.name == "gate_edit" and self.role == "approve_edit":
+            self._stop_before_the_approved_call(rt)
         if self.name != "steer_before" or not self.blocking:
             return
 
@@ -203,6 +211,14 @@ class Scenario:
                 await block_until(None)
 
         rt.hooks.register("before_prompt", hold, name="crash-hold", timeout_s=3600)
+
+    def _stop_before_the_approved_call(self, rt: Runtime) -> None:
+        # Runs after the approval (and its edit) was stored, before the call runs.
+        async def hold(ctx: CapabilityHookContext) -> None:
+            (self.markers / "capability-hook.reached").touch()
+            await block_until(None)
+
+        rt.hooks.register("before_capability", hold, name="crash-hold-call", timeout_s=3600)
 
     def _stop_before_terminal(self, rt: Runtime) -> None:
         # A segment writes its terminal status with end_segment; other paths set_run_status.
@@ -257,6 +273,8 @@ async def main(argv: list[str]) -> int:
                 r = await rt.resume(run_id)
             elif role == "approve":
                 r = await rt.approve(rest[0])
+            elif role == "approve_edit":
+                r = await rt.approve(rest[0], arguments=json.loads(rest[1]), by="carol")
             else:
                 raise SystemExit(f"unknown role {role!r}")
         except ReverieError as exc:

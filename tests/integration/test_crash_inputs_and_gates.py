@@ -99,3 +99,28 @@ async def test_killed_while_blocked_on_a_gate_approval_from_another_process_runs
         with pytest.raises(GateResolvedError):
             await rt.approve(report["gate"])
     assert crash.executions("pay") == 1
+
+
+async def test_killed_after_an_edited_approval_was_stored_the_edited_call_runs_exactly_once(
+    crash: Crash,
+) -> None:
+    worker = crash.spawn("gate_edit", "start")
+    blocked = await crash.wait_for("blocked.json", worker=worker)
+    await worker.kill()
+    report = crash.read_json(blocked)
+    assert report["status"] == "blocked" and report["gate"], report
+
+    # The approving process stores the approval with its edit, then dies before the call.
+    approver = crash.spawn("gate_edit", "approve_edit", report["gate"], '{"amount": 3}')
+    await crash.wait_for("capability-hook.reached", worker=approver)
+    await approver.kill()
+    assert crash.executions("pay") == 0
+
+    r = await crash.resume_in_child("gate_edit", report["run_id"])
+
+    assert r["status"] == "completed", r
+    assert crash.executions("pay") == 1
+    assert (crash.markers / "pay.amounts").read_text(encoding="utf-8").split() == ["3"]
+    assert "edited arguments" in r["text"] and "amount: 500 -> 3" in r["text"]
+    again = await crash.resume_in_child("gate_edit", report["run_id"])
+    assert again["status"] == "completed" and crash.executions("pay") == 1

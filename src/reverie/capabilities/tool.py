@@ -100,6 +100,7 @@ class Tool(Generic[P, R]):
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         inline: bool = False,
+        editable: bool = True,
     ) -> None:
         """Wrap ``fn``; see :func:`tool` for the options.
 
@@ -135,6 +136,7 @@ class Tool(Generic[P, R]):
             needs_approval=needs_approval,
             idempotent=idempotent,
             timeout_s=timeout_s,
+            editable=editable,
         )
         # Name, doc and __wrapped__ only: merging fn.__dict__ could clobber our own state
         # (e.g. when fn is itself a Tool).
@@ -161,6 +163,14 @@ class Tool(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"Tool(name={self.name!r}, effects={self._descriptor.effects!r})"
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> None:
+        """Check ``arguments`` against the tool's schema without running it.
+
+        Raises:
+            InvalidArguments: with a message naming each wrong argument.
+        """
+        self._spec.bind(arguments, None)
 
     async def invoke(self, arguments: Mapping[str, Any], ctx: ToolContext) -> CallOutcome:
         """Validate ``arguments``, run the function and classify the result.
@@ -226,6 +236,7 @@ def tool(
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     inline: bool = False,
+    editable: bool = True,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -241,6 +252,7 @@ def tool(
     timeout_s: float | None = DEFAULT_TIMEOUT_S,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     inline: bool = False,
+    editable: bool = True,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a sync or async function into a :class:`Tool`. Use bare or with options.
 
@@ -267,6 +279,9 @@ def tool(
         inline: Run a sync function on the event loop thread instead of a worker thread
             (saves the thread hop). Only for CPU-cheap functions that never block: while it
             runs, every other run of the process waits, and ``timeout_s`` cannot interrupt it.
+        editable: Whether a person approving a gated call may edit its arguments
+            (``Runtime.approve(ref, arguments=...)``); ``False`` allows approving or denying
+            the call only as the model made it.
 
     Raises:
         UsageError: at decoration time, for an unknown effect, a bad name, ``inline=True`` on
@@ -286,6 +301,7 @@ def tool(
             timeout_s=timeout_s,
             max_output_bytes=max_output_bytes,
             inline=inline,
+            editable=editable,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -458,6 +458,7 @@ async def open_session(
             curation_model=curator_model,
             trace_content=config.telemetry.trace_content,
             thread_policy=config.runtime.thread_policy,
+            withhold_injected_output=config.guardrails.injection_markers,
         )
     except ConfigError as exc:
         raise ConfigError(f"{config.source}: [memory]: {exc}") from None

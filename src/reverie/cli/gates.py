@@ -1,4 +1,4 @@
-"""``reverie gates list|approve|deny``: the approvals people owe blocked runs (docs/tools.md).
+"""``reverie gates list|show|approve|deny``: the approvals people owe blocked runs (docs/tools.md).
 
 Approving or denying resumes the run in this process, so the run's agent must be known here:
 it comes from ``reverie.toml`` (or ``--model`` for the built-in assistant). When it is not, the
@@ -8,8 +8,11 @@ the agent is checked before anything changes.
 
 from __future__ import annotations
 
+import getpass
+import json
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,10 +30,10 @@ from reverie.cli.common import (
     unknown_agent,
 )
 from reverie.cli.ids import resolve_gate_ref
-from reverie.cli.render import gate_payload, print_json, show_gates, show_result
+from reverie.cli.render import gate_payload, print_json, show_gate, show_gates, show_result
 from reverie.cli.runs import ModelOption
 from reverie.core.vocabulary import GateDecision
-from reverie.errors import UnknownAgentError
+from reverie.errors import GateEditError, UnknownAgentError
 
 if TYPE_CHECKING:
     from reverie.store.base import GateStatus
@@ -39,7 +42,7 @@ __all__ = ["app"]
 
 app = typer.Typer(
     name="gates",
-    help="Gates waiting for a person: list, approve, deny.",
+    help="Gates waiting for a person: list, show, approve, deny.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -92,11 +95,64 @@ def list_gates(
     execute(main)
 
 
+@app.command("show")
+def show(
+    ref: RefArgument,
+    as_json: JsonOption = False,
+    config: ConfigOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Show one gate: the call as shown, and who resolved it, when and how (edited
+    arguments, digests of the arguments shown and approved)."""
+
+    async def main() -> int:
+        cfg = load(config)
+        async with open_session(cfg, store) as session:
+            gate = await session.rt.gates.get(await resolve_gate_ref(session.rt.gates, ref))
+        if as_json:
+            print_json(gate_payload(gate))
+        else:
+            show_gate(gate)
+        return ExitCode.OK
+
+    execute(main)
+
+
+def _edited_arguments(text: str | None) -> dict[str, Any] | None:
+    """``--arguments``: a JSON object, inline or ``@file``."""
+    if text is None:
+        return None
+    source = "--arguments"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        source = f"--arguments file {path}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise GateEditError(f"{source} cannot be read: {exc.strerror}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GateEditError(f"{source} is not JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(value, dict):
+        raise GateEditError(f"{source} must be a JSON object of the tool's arguments")
+    return value
+
+
+def _os_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in this environment
+        return None
+
+
 def _resolve(
     ref: str,
     decision: GateDecision,
     reason: str,
     *,
+    arguments: str | None = None,
+    by: str | None = None,
     model: str | None,
     as_json: bool,
     config: str | None,
@@ -104,6 +160,8 @@ def _resolve(
 ) -> None:
     async def main() -> int:
         cfg = load(config)
+        edited = _edited_arguments(arguments)  # a bad value changes nothing
+        who = by if by is not None else _os_user()
         async with open_session(cfg, store, hooks=True, memory=True) as session:
             gate = await session.rt.gates.get(await resolve_gate_ref(session.rt.gates, ref))
             run = await session.rt.runs.get(gate.run_id)
@@ -111,9 +169,9 @@ def _resolve(
                 await session.add_agent(agent)
             try:
                 if decision == "approved":
-                    result = await session.rt.approve(gate.ref)
+                    result = await session.rt.approve(gate.ref, arguments=edited, by=who)
                 else:
-                    result = await session.rt.deny(gate.ref, reason=reason)
+                    result = await session.rt.deny(gate.ref, reason=reason, by=who)
             except UnknownAgentError as exc:
                 # Checked by the runtime before the gate is touched: it is still pending.
                 unknown_agent(exc, cfg, f"; gate {gate.ref} is still pending")
@@ -127,9 +185,24 @@ def _resolve(
     execute(main)
 
 
+AsOption = Annotated[
+    str | None,
+    typer.Option("--as", help="Who decides (recorded on the gate); default: the OS user."),
+]
+
+
 @app.command("approve")
 def approve(
     ref: RefArgument,
+    arguments: Annotated[
+        str | None,
+        typer.Option(
+            "--arguments",
+            help="Run the call with these arguments instead (a JSON object, or @FILE): the "
+            "same tool, checked against its schema; the model is told what changed.",
+        ),
+    ] = None,
+    by: AsOption = None,
     model: ModelOption = None,
     as_json: JsonOption = False,
     config: ConfigOption = None,
@@ -137,9 +210,20 @@ def approve(
 ) -> None:
     """Approve a gate and resume its run here until it ends or blocks again.
 
-    Exit code as for `reverie run`.
+    Exit code as for `reverie run`; edited arguments the tool refuses exit 2 and leave the
+    gate pending.
     """
-    _resolve(ref, "approved", "", model=model, as_json=as_json, config=config, store=store)
+    _resolve(
+        ref,
+        "approved",
+        "",
+        arguments=arguments,
+        by=by,
+        model=model,
+        as_json=as_json,
+        config=config,
+        store=store,
+    )
 
 
 @app.command("deny")
@@ -148,6 +232,7 @@ def deny(
     reason: Annotated[
         str, typer.Option("--reason", "-r", help="Why; the model is told.")
     ] = "denied by the operator",
+    by: AsOption = None,
     model: ModelOption = None,
     as_json: JsonOption = False,
     config: ConfigOption = None,
@@ -157,4 +242,4 @@ def deny(
 
     Exit code as for `reverie run`.
     """
-    _resolve(ref, "denied", reason, model=model, as_json=as_json, config=config, store=store)
+    _resolve(ref, "denied", reason, by=by, model=model, as_json=as_json, config=config, store=store)

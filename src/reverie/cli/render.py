@@ -413,7 +413,41 @@ def gate_payload(gate: GateRecord) -> dict[str, Any]:
         "user": gate.scope.user,
         "created_at": _iso(gate.created_at),
         "resolved_at": _iso(gate.resolved_at),
+        "resolved_by": gate.resolved_by,
+        "shown_digest": gate.shown_digest,
+        "approved_digest": gate.approved_digest,
+        "edited_arguments": (
+            None if gate.edited_arguments is None else dict(gate.edited_arguments)
+        ),
     }
+
+
+def show_gate(gate: GateRecord) -> None:
+    """One gate in full: what was asked, and who answered it how."""
+    out = out_console()
+    rows = [
+        ("gate", gate.ref),
+        ("status", gate.status),
+        ("tool", gate.tool),
+        ("run", gate.run_id),
+        ("scope", f"{gate.scope.tenant}/{gate.scope.user}"),
+        ("created", _time(gate.created_at)),
+        ("arguments", _args(gate.arguments)),
+    ]
+    if gate.resolved_at is not None:
+        rows.append(("resolved", _time(gate.resolved_at)))
+        rows.append(("by", gate.resolved_by or "-"))
+    if gate.reason:
+        rows.append(("reason", json.dumps(gate.reason, ensure_ascii=False)))
+    if gate.edited_arguments is not None:
+        rows.append(("approved with", _args(gate.edited_arguments)))
+    if gate.shown_digest is not None:
+        rows.append(("shown digest", gate.shown_digest))
+    if gate.approved_digest is not None:
+        rows.append(("approved digest", gate.approved_digest))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        out.print(f"{key.ljust(width)}  {value}", markup=False, highlight=False)
 
 
 def show_gates(gates: Sequence[GateRecord]) -> None:

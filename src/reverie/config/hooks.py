@@ -6,6 +6,7 @@ from pathlib import Path
 
 from reverie.config.schema import ReverieConfig
 from reverie.errors import ConfigError
+from reverie.hooks.guardrails import register_builtin_guardrails
 from reverie.hooks.manifest import register_config_hooks, register_manifest_hooks
 from reverie.hooks.registry import HookRegistration, HookRegistrationError, HookRegistry
 
@@ -13,7 +14,8 @@ __all__ = ["register_hooks"]
 
 
 def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookRegistration, ...]:
-    """Register the file's ``[[hooks]]`` as ``trusted`` and its extensions' as ``installed``,
+    """Register the built-in guardrails ``[guardrails]`` switches on (``builtin``), the file's
+    ``[[hooks]]`` as ``trusted`` and its extensions' as ``installed``,
     then promote the installed hooks ``promoted_hooks`` names (their text reaches the model
     verbatim instead of as a summary).
 
@@ -21,6 +23,13 @@ def register_hooks(config: ReverieConfig, registry: HookRegistry) -> tuple[HookR
         ConfigError: A hook's callable cannot be imported or the registry refuses it.
     """
     registered: tuple[HookRegistration, ...] = ()
+    chosen = config.guardrails
+    registered += register_builtin_guardrails(
+        registry,
+        redact=chosen.redact_pii,
+        max_input_chars=chosen.max_input_chars,
+        max_reply_chars=chosen.max_reply_chars,
+    )
     if config.hooks:
         registered += register_config_hooks(registry, {"hooks": config.hooks}, source=config.source)
     for manifest in config.extensions:

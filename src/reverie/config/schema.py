@@ -57,6 +57,19 @@ class RuntimeSection(Section):
     refuse (``ThreadBusy``), become its follow-up, or cancel it first."""
 
 
+class GuardrailsConfig(Section):
+    """``[guardrails]``: built-in guardrails to switch on (docs/hooks.md)."""
+
+    redact_pii: bool = False
+    """Rewrite e-mail addresses and phone numbers in user messages and replies."""
+    max_input_chars: int | None = Field(default=None, gt=0)
+    """Refuse a user message longer than this many characters."""
+    max_reply_chars: int | None = Field(default=None, gt=0)
+    """Fail a run whose reply is longer than this many characters (nothing of it is sent)."""
+    injection_markers: bool = False
+    """Withhold tool output that carries prompt-injection markers from the model."""
+
+
 class TelemetryConfig(Section):
     """``[telemetry]``: what spans may carry (docs/observability.md)."""
 
@@ -233,6 +246,8 @@ class ReverieConfig(Section):
     """``[telemetry]``: whether spans carry content (docs/observability.md)."""
     runtime: RuntimeSection = Field(default_factory=RuntimeSection)
     """``[runtime]``: the default thread policy."""
+    guardrails: GuardrailsConfig = Field(default_factory=GuardrailsConfig)
+    """``[guardrails]``: built-in guardrails switched on (docs/hooks.md)."""
 
     _source: str = PrivateAttr(default=CONFIG_FILE_NAME)
     _base_dir: Path | None = PrivateAttr(default=None)

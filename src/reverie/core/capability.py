@@ -48,6 +48,9 @@ class CapabilityDescriptor:
     idempotent: bool = False
     """Safe to run again after a crash left its outcome unknown."""
     timeout_s: float | None = 60.0
+    editable: bool = True
+    """Whether a person approving a gated call may change its arguments (``False``: approve
+    or deny it as the model made it, e.g. a payment whose amount must not change)."""
 
     @property
     def concurrency(self) -> ConcurrencyHint:

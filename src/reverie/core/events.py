@@ -142,6 +142,24 @@ class HookFailedEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GuardrailDecided:
+    """A guardrail denied or rewrote a text (``before_input`` / ``before_reply``).
+
+    Never carries the text, only who decided what and why.
+    """
+
+    kind: Literal["guardrail"] = "guardrail"
+    run_id: str
+    point: str
+    """``before_input`` or ``before_reply``."""
+    decision: str
+    """``deny`` or ``rewrite``."""
+    guardrail: str
+    """The guardrail's id."""
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LimitReached:
     """A safety net or budget fired; ``reason`` says which one."""
 
@@ -212,6 +230,7 @@ RunEvent = (
     | InputDelivered
     | CheckpointEvent
     | HookFailedEvent
+    | GuardrailDecided
     | LimitReached
     | ResumeDrifted
     | CallsDenied

@@ -30,12 +30,15 @@ FailureKind = Literal[
     "not_resumable",
     "images_unsupported",
     "resume_drift",
+    "guardrail_tripped",
 ]
 """Why a run failed. ``host_stop`` is a host graceful stop whose summary was rejected;
 ``not_resumable``: an unbound run another process cannot rebuild (its model or tools existed
 only in the process that submitted it); ``images_unsupported``: the model refused the images of
 the conversation (it has no vision, or speaks a text-only protocol); ``resume_drift``: a resume
-refused because the agent's instructions, tools or loop family changed since the checkpoint."""
+refused because the agent's instructions, tools or loop family changed since the checkpoint;
+``guardrail_tripped``: a ``before_reply`` guardrail denied the model's text (the summary names
+the guardrail; nothing of the text was stored or streamed)."""
 FAILURE_KINDS: Final[tuple[FailureKind, ...]] = get_args(FailureKind)
 
 HostStopReason = Literal["no_progress", "max_iterations", "host"]

@@ -27,6 +27,8 @@ __all__ = [
     "GateDecision",
     "GateOutcome",
     "GateResult",
+    "GuardOutcome",
+    "GuardResult",
     "HookFailure",
     "HookFailureReason",
     "ObserveResult",
@@ -34,6 +36,7 @@ __all__ = [
     "PauseAuth",
     "PromptResult",
     "PromptSnippet",
+    "Rewrite",
     "Snippet",
 ]
 
@@ -122,6 +125,27 @@ class Snippet:
             raise TypeError("Snippet needs summary as str or None")
 
 
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """A guardrail (``before_input``/``before_reply``) replaces the text, e.g. to redact it.
+
+    Only ``builtin`` and ``trusted`` guardrails can rewrite: from an ``installed`` or
+    ``self_authored`` one a rewrite counts as no opinion (they can deny).
+    """
+
+    text: str
+    """The text to use instead."""
+    reason: str = "rewritten"
+    """What was changed, for the event log (never the text itself)."""
+    kind: Literal["rewrite"] = field(default="rewrite", init=False)
+    """Discriminator."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise TypeError("Rewrite needs the new text as a string")
+        object.__setattr__(self, "reason", _checked_reason(self.reason, "Rewrite"))
+
+
 HookFailureReason: TypeAlias = Literal["timeout", "exception", "malformed"]
 """How a hook failed."""
 
@@ -143,6 +167,30 @@ class HookFailure:
 
 GateOutcome: TypeAlias = Literal["allow", "deny", "pause_approval", "pause_auth", "pass"]
 """The composed gate decision; ``pass`` when no hook had an opinion."""
+
+
+GuardOutcome: TypeAlias = Literal["allow", "deny", "rewrite"]
+"""What the guardrails of one point decided about a text."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GuardResult:
+    """The composed outcome of the guardrails of one point for one text."""
+
+    decision: GuardOutcome
+    """``allow`` (unchanged), ``rewrite`` (use :attr:`text`) or ``deny``."""
+    text: str
+    """The text to use: the original, or the last rewrite (empty when denied)."""
+    guardrail: str | None = None
+    """The guardrail that denied, or the last that rewrote."""
+    reason: str | None = None
+    """Its reason (a denial's, or what a rewrite changed)."""
+    rewrites: tuple[tuple[str, str], ...] = ()
+    """``(guardrail, reason)`` of each rewrite applied, in order."""
+    failures: tuple[HookFailure, ...] = ()
+    """Guardrails that failed (each failure denies)."""
+    newly_poisoned: frozenset[str] = frozenset()
+    """Hook ids poisoned by this dispatch."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,7 +39,7 @@ import logging
 import math
 import time
 from collections.abc import Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from reverie.core.envelope import bounded_summary, wrap_untrusted
@@ -50,6 +50,7 @@ from reverie.hooks.decisions import (
     Deny,
     GateOutcome,
     GateResult,
+    GuardResult,
     HookFailure,
     HookFailureReason,
     ObserveResult,
@@ -57,6 +58,7 @@ from reverie.hooks.decisions import (
     PauseAuth,
     PromptResult,
     PromptSnippet,
+    Rewrite,
     Snippet,
 )
 from reverie.hooks.points import (
@@ -64,8 +66,11 @@ from reverie.hooks.points import (
     OBSERVER_POINTS,
     AfterTurnContext,
     CapabilityHookContext,
+    GuardPoint,
+    InputGuardContext,
     ObserverPoint,
     PromptHookContext,
+    ReplyGuardContext,
 )
 from reverie.hooks.registry import HookRegistration, HookRegistry
 
@@ -243,6 +248,87 @@ class HookDispatcher:
         failures.append(outcome)
         reason = f"hook {hook.name!r} failed ({outcome.reason}), so the call is denied"
         return _Vote("deny", reason, hook, untrusted_reason=False)
+
+    # -- before_input / before_reply (guardrails) -----------------------------------------------
+
+    async def guard(
+        self,
+        point: GuardPoint,
+        ctx: InputGuardContext | ReplyGuardContext,
+        *,
+        poisoned: Set[str],
+    ) -> GuardResult:
+        """Run the guardrails of ``point`` over one text, in (phase, priority, id) order.
+
+        A deny stops the chain (the text is refused, whoever allowed it before); a rewrite
+        hands its text to the next guardrail; a guardrail that raises, times out or returns
+        something malformed denies (fail closed), and so does one poisoned earlier in the run.
+        A restricted (``installed``/``self_authored``) guardrail can deny only: its rewrite
+        counts as no opinion.
+        """
+        _expect(ctx, InputGuardContext if point == "before_input" else ReplyGuardContext, point)
+        hooks = self._registry.hooks(point)
+        text = ctx.text
+        rewrites: list[tuple[str, str]] = []
+        failures: list[HookFailure] = []
+        for hook in hooks:
+            if hook.name in poisoned:
+                return self._guard_denied(
+                    hook, f"guardrail {hook.name!r} failed earlier in this run", failures, poisoned
+                )
+            current = replace(ctx, text=text)
+            outcome = await self._call(hook, current, self._timeout(hook))
+            if isinstance(outcome, _Returned):
+                value = outcome.value
+                if value is None or isinstance(value, Allow):
+                    continue
+                if isinstance(value, Deny):
+                    return self._guard_denied(hook, value.reason, failures, poisoned)
+                if isinstance(value, Rewrite):
+                    if not hook.restricted:
+                        text = value.text
+                        rewrites.append((hook.name, value.reason))
+                    continue
+                outcome = self._failure(
+                    hook,
+                    "malformed",
+                    f"returned {type(value).__name__}; expected Allow, Deny, Rewrite or None",
+                )
+            failures.append(outcome)
+            return self._guard_denied(
+                hook,
+                f"guardrail {hook.name!r} failed ({outcome.reason}), so the text is refused",
+                failures,
+                poisoned,
+            )
+        newly = _newly_poisoned(failures, poisoned)
+        if not rewrites:
+            return GuardResult(decision="allow", text=text, newly_poisoned=newly)
+        last, reason = rewrites[-1]
+        return GuardResult(
+            decision="rewrite",
+            text=text,
+            guardrail=last,
+            reason=reason,
+            rewrites=tuple(rewrites),
+            newly_poisoned=newly,
+        )
+
+    def _guard_denied(
+        self,
+        hook: HookRegistration,
+        reason: str,
+        failures: list[HookFailure],
+        poisoned: Set[str],
+    ) -> GuardResult:
+        return GuardResult(
+            decision="deny",
+            text="",
+            guardrail=hook.name,
+            reason=reason,
+            failures=tuple(failures),
+            newly_poisoned=_newly_poisoned(failures, poisoned),
+        )
 
     # -- before_prompt --------------------------------------------------------------------------
 

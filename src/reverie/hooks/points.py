@@ -13,7 +13,12 @@ point                  context                        what the hook returns
 ``after_checkpoint``   :class:`CheckpointHookContext` nothing (observer)
 ``event``              :class:`EventHookContext`      nothing (observer, kind-filtered)
 ``after_turn``         :class:`AfterTurnContext`      nothing (lifecycle)
+``before_input``       :class:`InputGuardContext`     ``Allow``/``Deny``/``Rewrite`` or None
+``before_reply``       :class:`ReplyGuardContext`     ``Allow``/``Deny``/``Rewrite`` or None
 =====================  =============================  =====================================
+
+``before_input`` and ``before_reply`` are *guardrails*: they judge text (a user message, a
+reply) before it is stored, sent to a model or streamed, and fail closed.
 
 Contexts are frozen: a hook sees the call, it cannot edit it.
 """
@@ -29,6 +34,7 @@ from reverie.core.scope import Scope
 
 __all__ = [
     "FIRST_PARTY_TRUST",
+    "GUARD_POINTS",
     "HOOK_POINTS",
     "OBSERVER_CONTEXTS",
     "OBSERVER_POINTS",
@@ -40,11 +46,15 @@ __all__ = [
     "CheckpointHookContext",
     "EventHookContext",
     "EventLike",
+    "GuardPoint",
     "HookPoint",
+    "InputGuardContext",
+    "InputKindName",
     "ModelHookContext",
     "ObserverPoint",
     "Phase",
     "PromptHookContext",
+    "ReplyGuardContext",
     "TrustClass",
 ]
 
@@ -56,8 +66,13 @@ HookPoint = Literal[
     "after_checkpoint",
     "event",
     "after_turn",
+    "before_input",
+    "before_reply",
 ]
 """Where in a run a hook can be bound."""
+
+GuardPoint = Literal["before_input", "before_reply"]
+"""The guardrail points: their hooks allow, deny or rewrite a text."""
 
 ObserverPoint = Literal["after_model", "after_capability", "after_checkpoint", "event"]
 """The points whose hooks only watch: their return value is ignored."""
@@ -70,6 +85,9 @@ TrustClass = Literal["builtin", "trusted", "installed", "self_authored"]
 
 HOOK_POINTS: Final[tuple[HookPoint, ...]] = get_args(HookPoint)
 """Every hook point, in the order a run meets them."""
+
+GUARD_POINTS: Final[tuple[GuardPoint, ...]] = get_args(GuardPoint)
+"""The guardrail points."""
 
 OBSERVER_POINTS: Final[frozenset[ObserverPoint]] = frozenset(get_args(ObserverPoint))
 """The observer points accepted by :meth:`HookDispatcher.observe`."""
@@ -165,6 +183,42 @@ class CheckpointHookContext:
     """``BeforeModel``, ``BeforeSideEffect``, ``BeforeBlock`` or ``Final`` (docs/durability.md)."""
     iteration: int
     """The loop iteration the checkpoint was taken in."""
+
+
+InputKindName = Literal["message", "steering", "follow_up"]
+"""Which user input a ``before_input`` guardrail judges."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputGuardContext:
+    """What a ``before_input`` guardrail sees: a user message before it is stored or sent.
+
+    Every user message passes here: the one that starts a run, steering and follow-ups.
+    """
+
+    scope: Scope
+    """Who the run acts for."""
+    run_id: str | None
+    """The run the message goes to (``None``: it starts a new run)."""
+    kind: InputKindName
+    """``message`` (starts a run), ``steering`` or ``follow_up``."""
+    text: str
+    """The message's text (its text parts, for a message with images)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplyGuardContext:
+    """What a ``before_reply`` guardrail sees: a model's text before anyone receives it."""
+
+    scope: Scope
+    """Who the run acts for."""
+    run_id: str
+    """The run that produced the text."""
+    text: str
+    """The text of one model response: the run's reply (also the finalizer's summary and a
+    typed output's JSON), or text the model wrote alongside tool calls."""
+    final: bool
+    """Whether the text ends the run (a reply, not text next to tool calls)."""
 
 
 class EventLike(Protocol):

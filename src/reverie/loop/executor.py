@@ -34,7 +34,7 @@ from reverie.core.limits import Limits
 from reverie.core.messages import ModelResponse, TokenUsage, ToolCall
 from reverie.core.transcript import USER_INPUT_KINDS, InputRecord, NewItem
 from reverie.core.vocabulary import OnLimit
-from reverie.errors import ModelError, ModelOutputTooLarge
+from reverie.errors import GuardrailTripped, ModelError, ModelOutputTooLarge
 from reverie.loop import trace
 from reverie.loop.compaction import (
     CompactionPolicy,
@@ -589,6 +589,10 @@ class _Executor:
                 await self._finalize(s)
             except ModelOutputTooLarge as exc:
                 raise self._fail(s, "invalid_model_output", str(exc)) from None
+            except GuardrailTripped as exc:
+                # A before_reply guardrail refused the text: nothing of it was stored or
+                # streamed, and asking again is not a retry the guardrail agreed to.
+                raise self._fail(s, "guardrail_tripped", str(exc)) from None
             except ModelError as exc:
                 if exc.usage is not None:
                     # A call that failed midway (a cut stream) still consumed tokens: count
@@ -984,6 +988,8 @@ class _Executor:
             ) from None
         except ModelOutputTooLarge as exc:
             raise self._fail(s, kind, f"{reason}: the final summary was rejected: {exc}") from None
+        except GuardrailTripped as exc:
+            raise self._fail(s, "guardrail_tripped", f"{reason}: {exc}") from None
         self._boundary()
         s = replace(
             s,

@@ -18,13 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 from reverie.core.canonical import digest
 from reverie.core.capability import (
+    CallCompleted,
     CallGated,
     CallOutcome,
     CapabilityDescriptor,
     Surface,
 )
-from reverie.core.events import CheckpointEvent, HookFailedEvent, RunEvent, TextDeltaEvent
-from reverie.core.fastcopy import maker
+from reverie.core.events import (
+    CheckpointEvent,
+    GuardrailDecided,
+    HookFailedEvent,
+    RunEvent,
+    TextDeltaEvent,
+)
+from reverie.core.fastcopy import maker, replace
 from reverie.core.ids import new_id
 from reverie.core.messages import (
     Message,
@@ -50,6 +57,7 @@ from reverie.hooks import (
     ModelHookContext,
     PromptHookContext,
 )
+from reverie.hooks.guardrails import withhold_injected
 from reverie.loop.compaction import compacted_view
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
@@ -58,6 +66,8 @@ from reverie.loop.strategies import ContextPlan
 from reverie.models.base import Model
 from reverie.runtime import tool_steps as steps
 from reverie.runtime.events import EventBus
+from reverie.runtime.gate_edits import edit_note
+from reverie.runtime.guardrails import guard_reply
 from reverie.runtime.telemetry import log_event, log_model_failure
 from reverie.runtime.window import SegmentTranscript, to_message
 from reverie.store.base import GateRecord, StepWrite, Store
@@ -124,6 +134,8 @@ class RunContext:
     poisoned: set[str] = field(default_factory=set)
     gated: dict[str, str] = field(default_factory=dict)
     """Call key → digest of the tool descriptor a gate was opened against (checkpointed)."""
+    withhold_injected: bool = False
+    """Withhold tool output carrying prompt-injection markers (``[guardrails]``)."""
     observers: set[asyncio.Task[None]] = field(default_factory=set)
     """In-flight ``event`` hook dispatches; awaited before the segment ends."""
     segment: SegmentTranscript = field(init=False)
@@ -264,6 +276,9 @@ class StreamingModel:
         model = self.models[min(model_index, len(self.models) - 1)]
         final: ModelResponse | None = None
         streamed = 0
+        # While a before_reply guardrail is registered, no delta is released before the
+        # response's text was checked: denied text reaches no stream, event or span.
+        guarded = self.ctx.hooked("before_reply")
         try:
             stream = model.stream(bundle.request)
             try:
@@ -273,7 +288,7 @@ class StreamingModel:
                         streamed += len(event.text.encode())
                         if max_bytes is not None and streamed > max_bytes:
                             raise ModelOutputTooLarge(max_bytes)
-                        if emit_text and not self.ctx.token.cancelled:
+                        if emit_text and not guarded and not self.ctx.token.cancelled:
                             self.ctx.bus.emit(_text_delta(run_id=self.ctx.run_id, text=event.text))
                     elif isinstance(event, ResponseComplete):
                         final = event.response
@@ -289,6 +304,10 @@ class StreamingModel:
             # Arguments nested too deep become an arguments error the model is told about,
             # before anything walks them (signatures, validation, the transcript).
             final = bounded_calls(final)
+            if guarded:
+                final = await guard_reply(self.ctx, final)
+                if emit_text and final.text and not self.ctx.token.cancelled:
+                    self.ctx.bus.emit(_text_delta(run_id=self.ctx.run_id, text=final.text))
             if not self.ctx.hooked("after_model"):
                 return final
             result = await self.ctx.hooks.observe(
@@ -351,26 +370,61 @@ class ToolPort:
         if attempt == 0 and replay:
             recorded = await steps.replay_journal(ctx, descriptor, key=key)
             if recorded is not None:
-                return recorded
+                return self._screened(call, recorded) if ctx.withhold_injected else recorded
         # A step that has nothing to do for this call (no gate to read on a first pass, no
         # hook bound) is not awaited at all: a coroutine per step is most of a trivial call.
         approved = False
+        note: str | None = None
         if replay:
             answer = await steps.read_gate(ctx, call, descriptor, key=key, replay=replay)
-            if not isinstance(answer, bool):
+            if isinstance(answer, GateRecord):
+                approved = True
+                edited = steps.edited_call(call, answer)
+                if not isinstance(edited, ToolCall):
+                    return edited
+                if edited is not call:
+                    # A person approved other arguments: the hooks judge, and the tool runs,
+                    # the edited call; the model's own call stays in the transcript as made.
+                    note = edit_note(call.arguments, edited.arguments)
+                    call = edited
+            elif answer is not None:
                 return answer
-            approved = answer
         held = None
         if ctx.hooked("before_capability"):
-            held = await steps.before_hooks(ctx, call, descriptor, key=key, approved=approved)
+            held = await steps.before_hooks(
+                ctx, call, descriptor, key=key, approved=approved, note=note
+            )
         if held is None:
             held = steps.require_approval(ctx, call, descriptor, key=key, approved=approved)
         if held is not None:
             return held
-        outcome = await steps.execute_journaled(ctx, call, admitted, key=key)
+        outcome = await steps.execute_journaled(ctx, call, admitted, key=key, note=note)
+        if ctx.withhold_injected:
+            outcome = self._screened(call, outcome)
         if ctx.hooked("after_capability"):
             await steps.after_call(ctx, call, outcome, key=key)
         return outcome
+
+    def _screened(self, call: ToolCall, outcome: CallOutcome) -> CallOutcome:
+        """Rule: with the injection check on, tool output carrying prompt-injection markers
+        never enters the context; the model gets a notice and the run records the decision.
+
+        Applied to journaled outcomes too, so a replay withholds the same output."""
+        if not isinstance(outcome, CallCompleted):
+            return outcome
+        notice = withhold_injected(call.name, outcome.output)
+        if notice is None:
+            return outcome
+        self.ctx.bus.emit(
+            GuardrailDecided(
+                run_id=self.ctx.run_id,
+                point="tool_output",
+                decision="rewrite",
+                guardrail="reverie.injection-markers",
+                reason=f"output of {call.name} withheld: prompt-injection markers",
+            )
+        )
+        return replace(outcome, output=notice)
 
     async def open_gate(self, call: ToolCall, gated: CallGated, *, key: str) -> str:
         if gated.ref is not None:

@@ -30,6 +30,8 @@ from reverie.core.vocabulary import (
 from reverie.errors import (
     ConfigError,
     ConflictError,
+    GateResolvedError,
+    GuardrailTripped,
     NotFoundError,
     RunBusy,
     RunEndedError,
@@ -52,6 +54,14 @@ from reverie.runtime.curation import CurationHost, curator_for
 from reverie.runtime.dispatch import QueueDispatcher, Routing
 from reverie.runtime.event_log import EventRecorder
 from reverie.runtime.events import EventBus
+from reverie.runtime.gate_edits import resolution_for
+from reverie.runtime.guardrails import (
+    guard_input,
+    guard_opening,
+    input_events,
+    text_of,
+    with_text,
+)
 from reverie.runtime.handle import GracefulStopReason, RunHandle
 from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, owner_gone
 from reverie.runtime.output import family_for, typed_result
@@ -64,7 +74,13 @@ from reverie.runtime.thread_policy import BusyThreads, checked_policy
 from reverie.runtime.unbound import UnboundTurnService
 from reverie.runtime.user_input import input_payload, opening_items
 from reverie.store import open_store
-from reverie.store.base import TERMINAL_STATUSES, RunRecord, SegmentStart, Store
+from reverie.store.base import (
+    TERMINAL_STATUSES,
+    GateResolution,
+    RunRecord,
+    SegmentStart,
+    Store,
+)
 from reverie.store.run_events import RunEventLog
 
 log = logging.getLogger("reverie.runtime")
@@ -96,6 +112,7 @@ class Runtime:
         tracer_provider: Any = None,
         trace_content: bool = False,
         after_turn_ceiling_s: float = AFTER_TURN_CEILING_S,
+        withhold_injected_output: bool = False,
     ) -> None:
         self._thread_policy = checked_policy(thread_policy)
         self.store = store
@@ -184,6 +201,7 @@ class Runtime:
             slots=asyncio.Semaphore(max_concurrent_runs),
             spawn=self._tasks.spawn,
             recorder=self._recorder,
+            withhold_injected_output=withhold_injected_output,
         )
 
     # ------------------------------------------------------------------------------ lifecycle
@@ -206,6 +224,7 @@ class Runtime:
         tracer_provider: Any = None,
         trace_content: bool = False,
         after_turn_ceiling_s: float = AFTER_TURN_CEILING_S,
+        withhold_injected_output: bool = False,
     ) -> _Opener:
         """Open a runtime on a store URL (default: SQLite under ``$REVERIE_HOME``).
 
@@ -232,6 +251,10 @@ class Runtime:
 
         ``after_turn_ceiling_s`` caps one run's ``after_turn`` hooks together (their overall
         deadline is the sum of their own timeouts, at most this; docs/hooks.md).
+
+        ``withhold_injected_output=True`` switches on the built-in prompt-injection marker
+        check: a tool's output that carries such markers is withheld from the model (it gets a
+        notice instead) and a ``guardrail`` run event records it (docs/hooks.md).
 
         Raises:
             ConfigError: A bad store URL; ``curation_interval_turns`` below 2, or set while the
@@ -260,6 +283,7 @@ class Runtime:
             tracer_provider=tracer_provider,
             trace_content=trace_content,
             after_turn_ceiling_s=after_turn_ceiling_s,
+            withhold_injected_output=withhold_injected_output,
         )
         rt.routing.queue = queue
         return _Opener(rt)
@@ -418,6 +442,8 @@ class Runtime:
             )
         self._families.get(family_id)  # unknown family: a typed error now, not later
         max_image_bytes = agent.limits.max_image_bytes
+        # Guardrails judge the message before anything is stored: a denial starts no run.
+        message, rewrites = await guard_opening(self._dispatcher, message, scope=scope)
         items = opening_items(message, max_image_bytes=max_image_bytes)  # checked before writes
         if pin:
             items = [
@@ -462,8 +488,19 @@ class Runtime:
             return await self._existing(run, scope)
         self._directory.remember(run.run_id, agent)
         if begun is not None:
-            return self._launch(run, resumed=False, begun=begun)
-        return await self._dispatch(run, resumed=False)
+            handle = self._launch(run, resumed=False, begun=begun)
+        else:
+            handle = await self._dispatch(run, resumed=False)
+        self._record_inputs(run.run_id, rewrites)
+        return handle
+
+    def _record_inputs(self, run_id: str, rewrites: Sequence[tuple[str, str]]) -> None:
+        """``guardrail`` events for the rewrites of an input, on the run's live stream (and
+        so its event log) when the run advances here."""
+        active = self._active.get(run_id)
+        if rewrites and active is not None:
+            for event in input_events(run_id, rewrites):
+                active.bus.emit(event)
 
     async def _existing(self, run: RunRecord, scope: Scope) -> RunHandle:
         """The handle of the run an idempotency key already names (never a second run)."""
@@ -508,6 +545,23 @@ class Runtime:
             # No conversation to steer: refused up front, never accepted and then dropped.
             raise UsageError(f"run {run_id} is an unbound turn: it takes no steering or follow-ups")
         input_id = input_id or new_id("in")
+        if kind in ("steering", "follow_up"):
+            try:
+                checked = await guard_input(
+                    self._dispatcher,
+                    scope=run.scope,
+                    run_id=run_id,
+                    kind="steering" if kind == "steering" else "follow_up",
+                    text=text_of(text),
+                )
+            except GuardrailTripped as tripped:
+                # Nothing of the message is stored; the run it was for stops, naming it.
+                with contextlib.suppress(RunEndedError):
+                    await self.cancel(run_id, reason=str(tripped))
+                raise
+            if checked.decision == "rewrite":
+                text = with_text(text, checked.text)
+                self._record_inputs(run_id, checked.rewrites)
         payload = input_payload(text, max_image_bytes=self._directory.image_cap(run))
         await self.store.enqueue_input(run_id, kind, payload, input_id=input_id)
         return input_id
@@ -563,21 +617,53 @@ class Runtime:
         return run.status in ("running", "queued") and self._leases.held_elsewhere(run)
 
     # ------------------------------------------------------------------------------ gates
-    async def approve(self, ref: str) -> RunResult:
-        """Approve a pending gate once and resume its run until it next ends or blocks."""
+    async def approve(
+        self,
+        ref: str,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        by: str | None = None,
+    ) -> RunResult:
+        """Approve a pending gate once and resume its run until it next ends or blocks.
+
+        Args:
+            ref: The gate.
+            arguments: Run the call with these arguments instead of the model's (the same
+                tool; docs/tools.md). They are checked against the tool's schema first, the
+                ``before_capability`` hooks judge the edited call, and the model's result
+                says a person edited the call and how. A secret-named value left as the mask
+                the gate showed keeps the model's original value.
+            by: Who approves (recorded on the gate).
+
+        Raises:
+            GateEditError: the tool forbids editing, or the edited arguments do not fit it;
+                the gate stays pending.
+            GateResolvedError: the gate was already resolved.
+        """
         with self._telemetry.span(
             "resolve_gate", {"reverie.gate.ref": ref, "reverie.gate.status": "approved"}
         ):
-            return await self._resolve(ref, "approved", None)
+            return await self._resolve(ref, "approved", None, arguments=arguments, by=by)
 
-    async def deny(self, ref: str, *, reason: str = "denied") -> RunResult:
-        """Deny a pending gate once; the model is told and the run continues."""
+    async def deny(self, ref: str, *, reason: str = "denied", by: str | None = None) -> RunResult:
+        """Deny a pending gate once; the model is told and the run continues.
+
+        ``by`` (who denies) is recorded on the gate.
+        """
         with self._telemetry.span(
             "resolve_gate", {"reverie.gate.ref": ref, "reverie.gate.status": "denied"}
         ):
-            return await self._resolve(ref, "denied", reason)
+            return await self._resolve(ref, "denied", reason, by=by)
 
-    async def _resolve(self, ref: str, status: GateDecision, reason: str | None) -> RunResult:
+    async def _resolve(
+        self,
+        ref: str,
+        status: GateDecision,
+        reason: str | None,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        by: str | None = None,
+    ) -> RunResult:
         gate = await self.store.get_gate(ref)
         run = await self.store.get_run(gate.run_id)
         if await self._end_if_orphaned(run) is not None:
@@ -586,12 +672,30 @@ class Runtime:
         # A subagent's gate: resuming its root run resumes the child inside the parent's call.
         root = await subagents.root_of(self.store, run)
         self._directory.for_run(root)  # unknown agent: typed error before anything changes
-        await self.store.resolve_gate(ref, status, reason=reason, now=time.time())
+        if gate.status != "pending":
+            raise GateResolvedError(f"gate {ref} is already {gate.status}")
+        if status == "approved":
+            # Checked before anything is stored: a refused edit leaves the gate pending.
+            resolution = resolution_for(gate, self._gated_tool(run, gate.tool), arguments, by=by)
+        else:
+            resolution = GateResolution(resolved_by=by, shown_digest=digest(dict(gate.arguments)))
+        # One write: the approval and the edit are stored together, so a crash after it runs
+        # the edited call (exactly once: the journal), never the model's.
+        await self.store.resolve_gate(
+            ref, status, reason=reason, now=time.time(), resolution=resolution
+        )
         with contextlib.suppress(RunEndedError):
             await self.store.enqueue_input(
                 run.run_id, "gate_resolved", {"gate": ref, "status": status}, input_id=f"g:{ref}"
             )
         return await self.resume(root.run_id)
+
+    def _gated_tool(self, run: RunRecord, name: str) -> Any | None:
+        """The tool ``name`` of ``run``'s agent as this process knows it, if it does."""
+        agent = self._directory.known(run)
+        if agent is None:
+            return None
+        return next((t for t in agent.tools if t.descriptor.name == name), None)
 
     # ------------------------------------------------------------------------------ resume
     async def resume(self, run_id: str) -> RunResult:

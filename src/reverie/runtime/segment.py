@@ -103,6 +103,7 @@ class SegmentRunner:
         slots: asyncio.Semaphore,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
         recorder: EventRecorder | None = None,
+        withhold_injected_output: bool = False,
     ) -> None:
         self._store = store
         self._hooks = hooks
@@ -123,6 +124,7 @@ class SegmentRunner:
         """Bounds the segments advancing at once (``max_concurrent_runs``)."""
         self._spawn = spawn
         self._recorder = recorder
+        self._withhold_injected = withhold_injected_output
         """Stores the segments' events (any process can replay and follow them)."""
         # Checked once: a runtime-checkable protocol's isinstance costs ~15 us a call.
         self._starts = store if isinstance(store, SegmentStarts) else None
@@ -342,6 +344,7 @@ class SegmentRunner:
                 family_digest=family.identity.digest,
                 poisoned=tap.poisoned,
                 gated=dict(state.host_state.get("gated_tools", {})),
+                withhold_injected=self._withhold_injected,
             )
             tools = self._tools_of(agent, run, ctx)
             definition = definition_of(

@@ -9,7 +9,7 @@ was resumed in between (docs/durability.md).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from reverie.capabilities import ToolContext
@@ -29,7 +29,8 @@ from reverie.core.capability import (
 from reverie.core.fastcopy import fast_frozen, maker
 from reverie.core.messages import ToolCall
 from reverie.hooks import CapabilityHookContext, CapabilityResultContext
-from reverie.store.base import JournalWrite
+from reverie.runtime.gate_edits import unmask
+from reverie.store.base import GateRecord, JournalWrite
 
 if TYPE_CHECKING:
     from reverie.runtime.host import RunContext
@@ -139,31 +140,59 @@ async def replay_journal(
 
 async def read_gate(
     ctx: RunContext, call: ToolCall, descriptor: CapabilityDescriptor, *, key: str, replay: bool
-) -> CallOutcome | bool:
+) -> CallOutcome | GateRecord | None:
     """Rule: a person's answer to the call's gate decides it; approval binds to the definition.
 
-    Returns whether the call is approved (``False`` when it has no gate), or its answer: a
-    denied gate is recorded as denied, a pending one keeps the call gated, and an approval
-    given for a tool whose definition changed since is a denial (the approver saw another
-    tool).
+    Returns the approved gate (``None`` when the call has no gate), or its answer: a denied
+    gate is recorded as denied, a pending one keeps the call gated, and an approval given for
+    a tool whose definition changed since is a denial (the approver saw another tool).
     """
     gate = await ctx.store.gate_for_call(ctx.run_id, key) if replay else None
     if gate is None:
-        return False
+        return None
     current = descriptor_digest(descriptor)
     if gate.status == "approved":
         if ctx.gated.get(key, current) != current:
             return await deny_changed(
                 ctx, key, f"the tool {call.name} changed after approval was requested"
             )
-        return True
+        return gate
     if gate.status == "denied":
         return await record(
             ctx, key, CallDenied(reason=f"a person denied this call: {gate.reason or 'no reason'}")
         )
     if gate.status == "pending":
         return CallGated(gate_kind=gate.kind, reason="waiting for approval")
-    return False
+    return None
+
+
+def edited_call(call: ToolCall, gate: GateRecord) -> ToolCall | CallOutcome:
+    """Rule: an approval with edited arguments runs the same tool with the edited arguments.
+
+    Only the arguments change (the gate binds the call id and the tool). A secret left as
+    the mask keeps the model's value (:func:`reverie.runtime.gate_edits.unmask`).
+    """
+    if gate.edited_arguments is None:
+        return call
+    arguments = unmask(gate.edited_arguments, dict(call.arguments))
+    try:
+        check_json_value(arguments)
+    except NotCanonicalizable as exc:
+        return CallFailed(error_kind="input_invalid", message=f"invalid edited arguments: {exc}")
+    return replace(call, arguments=arguments)
+
+
+def with_note(outcome: CallOutcome, note: str | None) -> CallOutcome:
+    """``outcome`` as the model reads it after a person edited the call: the note first."""
+    if note is None:
+        return outcome
+    if isinstance(outcome, CallCompleted):
+        return replace(outcome, output=f"{note}\n{outcome.output}")
+    if isinstance(outcome, CallFailed):
+        return replace(outcome, message=f"{note} {outcome.message}")
+    if isinstance(outcome, CallDenied):
+        return replace(outcome, reason=f"{note} {outcome.reason}")
+    return outcome
 
 
 async def before_hooks(
@@ -173,12 +202,13 @@ async def before_hooks(
     *,
     key: str,
     approved: bool,
+    note: str | None = None,
 ) -> CallOutcome | None:
     """Rule: a ``before_capability`` hook may deny a call, or pause it until a person answers.
 
-    A deny always wins (an approved call too); a pause (for authorisation or approval) is
-    moot once a person approved the call. A pause remembers the tool's definition, so the
-    approval binds to it.
+    A deny always wins (an approved call too, an edited one included: the hooks see the
+    edited arguments); a pause (for authorisation or approval) is moot once a person
+    approved the call. A pause remembers the tool's definition, so the approval binds to it.
     """
     if not ctx.hooked("before_capability"):
         return None
@@ -196,9 +226,8 @@ async def before_hooks(
     if verdict.decision == "deny":
         # Journaled now: a resumed wave answers the call from the journal (a hook's denial
         # stands, it is not asked again), and the denial outlives a crash.
-        return await record(
-            ctx, key, CallDenied(reason=verdict.reason_for_model or "denied by policy")
-        )
+        denied = CallDenied(reason=verdict.reason_for_model or "denied by policy")
+        return await record(ctx, key, with_note(denied, note))
     if not approved and verdict.decision == "pause_auth":
         ctx.gated[key] = descriptor_digest(descriptor)
         return CallGated(gate_kind="auth", reason=verdict.reason or "authorisation needed")
@@ -227,7 +256,7 @@ def require_approval(
 
 
 async def execute_journaled(
-    ctx: RunContext, call: ToolCall, admitted: Admitted, *, key: str
+    ctx: RunContext, call: ToolCall, admitted: Admitted, *, key: str, note: str | None = None
 ) -> CallOutcome:
     """Rule: a call that must not run twice is durable before it runs and once it returns.
 
@@ -235,7 +264,8 @@ async def execute_journaled(
     it a second time), its outcome is written the moment it returns, and a cancellation is
     recorded (shielded, so the record survives it) before it propagates. A repeatable call's
     outcome is staged for the next step commit. A tool that asks for a gate itself
-    remembers its definition, so the approval binds to it.
+    remembers its definition, so the approval binds to it. A call a person edited has
+    ``note`` (what changed) written into its journaled outcome: the journal records what ran.
     """
     descriptor = admitted.descriptor
     again = descriptor.repeatable
@@ -252,7 +282,9 @@ async def execute_journaled(
         raise
     if isinstance(outcome, CallGated):
         ctx.gated[key] = descriptor_digest(descriptor)
-    elif again:
+        return outcome
+    outcome = with_note(outcome, note)
+    if again:
         ctx.segment.journal.append(
             _journal_write(
                 call_id=key, tool=call.name, state="finished", outcome=outcome_to_dict(outcome)

@@ -67,6 +67,9 @@ class ResolveBody(_Strict):
 
     reason: str | None = Field(default=None, max_length=2000)
     """Why (deny only): the model is told."""
+    arguments: dict[str, Any] | None = None
+    """Approve only: run the call with these arguments instead of the model's (the same tool;
+    checked against its schema, 422 otherwise with the gate still pending)."""
 
 
 def describe_validation(exc: ValidationError) -> tuple[str, str | None]:

@@ -35,7 +35,9 @@ from reverie.core.redact import environ_secrets, redact, scrub
 from reverie.errors import (
     ConfigError,
     ConflictError,
+    GateEditError,
     GateResolvedError,
+    GuardrailTripped,
     ImageTooLarge,
     ModelError,
     NotFoundError,
@@ -153,6 +155,9 @@ def from_reverie_error(exc: ReverieError) -> APIError:
         return APIError(409, str(exc), code="run_ended")
     if isinstance(exc, GateResolvedError):
         return APIError(409, str(exc), code="gate_resolved")
+    if isinstance(exc, GuardrailTripped):
+        # A before_input guardrail refused the caller's message: nothing was stored.
+        return APIError(400, str(exc), code="guardrail_tripped")
     if isinstance(exc, ThreadBusy):
         # The conversation has an active run; the caller decides (wait, or a thread_policy).
         return APIError(409, str(exc), code="thread_busy")
@@ -167,6 +172,9 @@ def from_reverie_error(exc: ReverieError) -> APIError:
         return APIError(409, str(exc), code="conflict")
     if isinstance(exc, ImageTooLarge):
         return APIError(413, str(exc), code="image_too_large")
+    if isinstance(exc, GateEditError):
+        # Edited arguments that the tool refuses: the gate is still pending.
+        return APIError(422, str(exc), code="invalid_gate_edit", param="arguments")
     if isinstance(exc, UsageError):
         return APIError(400, str(exc), code="invalid_request")
     if isinstance(exc, ModelError):
@@ -204,6 +212,8 @@ _FAILURE_STATUS: Mapping[FailureKind, int] = {
     "checkpoint_unavailable": 500,
     # The agent changed under a run waiting to resume (its drift policy refused it).
     "resume_drift": 409,
+    # A before_reply guardrail refused the model's text (none of it is sent).
+    "guardrail_tripped": 403,
 }
 """HTTP status for each ``Failed.kind`` when a request waited for its run."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 from reverie.core.scope import Scope
 from reverie.core.vocabulary import GateDecision
@@ -24,9 +25,20 @@ LAUNCH_WAIT_S = 10.0
 
 
 async def resolve_gate(
-    ctx: ServeContext, owner: Scope, ref: str, decision: GateDecision, reason: str
+    ctx: ServeContext,
+    owner: Scope,
+    ref: str,
+    decision: GateDecision,
+    reason: str,
+    *,
+    arguments: dict[str, Any] | None = None,
+    by: str | None = None,
 ) -> tuple[GateRecord, RunRecord]:
     """Resolve ``owner``'s gate once and resume its run in the background.
+
+    ``arguments`` approves the call with edited arguments (``Runtime.approve``'s rules: same
+    tool, checked against its schema, hooks asked again); ``by`` is who decided, recorded on
+    the gate.
 
     Returns once the resolution is recorded and the run's next segment has started (or already
     settled), so a stream of the run's events opened right after follows that segment.
@@ -47,7 +59,11 @@ async def resolve_gate(
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(LAUNCH_WAIT_S):
                     await earlier.result()
-        work = rt.approve(ref) if decision == "approved" else rt.deny(ref, reason=reason)
+        work = (
+            rt.approve(ref, arguments=arguments, by=by)
+            if decision == "approved"
+            else rt.deny(ref, reason=reason, by=by)
+        )
         task = ctx.tasks.spawn(work, name=f"resolve gate {ref}")
         await _launched(rt, gate.run_id, task)
         failure = task.exception() if task.done() and not task.cancelled() else None

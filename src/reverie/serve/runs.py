@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from sse_starlette import ServerSentEvent
 from starlette.requests import Request
@@ -27,6 +28,7 @@ from reverie.serve.errors import APIError
 from reverie.serve.gating import resolve_gate
 from reverie.serve.idempotency import idempotency_of
 from reverie.serve.views import (
+    approver_of,
     event_json,
     finished_event,
     gate_view,
@@ -220,21 +222,41 @@ class RunRoutes:
         return JSONResponse(listing([gate_view(g) for g in gates[: _limit(request)]]))
 
     async def approve(self, request: Request) -> Response:
-        """``POST /v1/gates/{ref}/approve``: the call runs and the run resumes here."""
-        await parse_body(request, ResolveBody, allow_empty=True)
-        return await self._resolve(owner_of(request), request.path_params["ref"], "approved", "")
+        """``POST /v1/gates/{ref}/approve`` {arguments?}: the call runs (with the edited
+        arguments, if given) and the run resumes here. The approver recorded is the token's
+        owner."""
+        body = await parse_body(request, ResolveBody, allow_empty=True)
+        owner = owner_of(request)
+        return await self._resolve(
+            owner, request.path_params["ref"], "approved", "", arguments=body.arguments
+        )
 
     async def deny(self, request: Request) -> Response:
         """``POST /v1/gates/{ref}/deny`` {reason?}: the model is told; the run resumes here."""
         body = await parse_body(request, ResolveBody, allow_empty=True)
+        if body.arguments is not None:
+            raise APIError(
+                422,
+                "arguments: only an approval takes edited arguments",
+                code="invalid_request",
+                param="arguments",
+            )
         reason = body.reason or "denied over HTTP"
         return await self._resolve(owner_of(request), request.path_params["ref"], "denied", reason)
 
     async def _resolve(
-        self, owner: Scope, ref: str, decision: GateDecision, reason: str
+        self,
+        owner: Scope,
+        ref: str,
+        decision: GateDecision,
+        reason: str,
+        *,
+        arguments: dict[str, Any] | None = None,
     ) -> Response:
         """Resolve the gate once and resume its run in the background (:func:`resolve_gate`)."""
-        gate, run = await resolve_gate(self.ctx, owner, ref, decision, reason)
+        gate, run = await resolve_gate(
+            self.ctx, owner, ref, decision, reason, arguments=arguments, by=approver_of(owner)
+        )
         return JSONResponse({"gate": gate_view(gate), "run": await run_view(self.ctx.rt, run)})
 
 

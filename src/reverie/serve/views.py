@@ -15,9 +15,11 @@ from reverie.runtime.unbound import SERVED_AGENT_META
 from reverie.store.base import TERMINAL_STATUSES, GateRecord, RunRecord
 
 if TYPE_CHECKING:
+    from reverie.core.scope import Scope
     from reverie.runtime.runtime import Runtime
 
 __all__ = [
+    "approver_of",
     "event_json",
     "finished_event",
     "gate_view",
@@ -100,7 +102,18 @@ def gate_view(gate: GateRecord) -> dict[str, Any]:
         "reason": gate.reason,
         "created_at": iso_utc(gate.created_at),
         "resolved_at": iso_utc(gate.resolved_at),
+        "resolved_by": gate.resolved_by,
+        "shown_digest": gate.shown_digest,
+        "approved_digest": gate.approved_digest,
+        "edited_arguments": (
+            None if gate.edited_arguments is None else dict(gate.edited_arguments)
+        ),
     }
+
+
+def approver_of(owner: Scope) -> str:
+    """Who a bearer token's owner is, as a gate records its approver: ``tenant/user``."""
+    return f"{owner.tenant}/{owner.user}"
 
 
 def event_json(event: RunEvent) -> str:

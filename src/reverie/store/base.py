@@ -138,6 +138,26 @@ class GateRecord:
     scope: Scope
     created_at: float
     resolved_at: float | None = None
+    resolved_by: str | None = None
+    """Who approved or denied it (an HTTP token's owner, the CLI's ``--as`` or OS user)."""
+    shown_digest: str | None = None
+    """Digest of :attr:`arguments` as the person deciding saw them (set on resolution)."""
+    approved_digest: str | None = None
+    """Digest of the arguments the person approved: the edited ones, else those shown."""
+    edited_arguments: Mapping[str, Any] | None = None
+    """The arguments a person approved in place of the model's (``None``: not edited). As
+    sanitised as :attr:`arguments`: a value left as the mask stands for the original secret,
+    which the run restores from the model's call when it runs it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GateResolution:
+    """Who resolved a gate, and what they approved (:meth:`Store.resolve_gate`)."""
+
+    resolved_by: str | None = None
+    shown_digest: str | None = None
+    approved_digest: str | None = None
+    edited_arguments: Mapping[str, Any] | None = None
 
 
 @fast_frozen
@@ -477,9 +497,19 @@ class Store(Protocol):
         ...
 
     async def resolve_gate(
-        self, ref: str, status: GateDecision, *, reason: str | None, now: float
+        self,
+        ref: str,
+        status: GateDecision,
+        *,
+        reason: str | None,
+        now: float,
+        resolution: GateResolution | None = None,
     ) -> GateRecord:
-        """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
+        """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution.
+
+        ``resolution`` (who, the digests, edited arguments) is stored with the status, in the
+        same write: an approval with edited arguments is never half recorded.
+        """
         ...
 
     async def list_gates(

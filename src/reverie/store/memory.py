@@ -6,6 +6,7 @@ something true about the others.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from reverie.store.base import (
     CheckpointKind,
     CheckpointRecord,
     GateRecord,
+    GateResolution,
     GateStatus,
     InputKind,
     InputRecord,
@@ -594,12 +596,29 @@ class MemoryStore(MemoryDocuments):
         return None
 
     async def resolve_gate(
-        self, ref: str, status: GateDecision, *, reason: str | None, now: float
+        self,
+        ref: str,
+        status: GateDecision,
+        *,
+        reason: str | None,
+        now: float,
+        resolution: GateResolution | None = None,
     ) -> GateRecord:
         gate = await self.get_gate(ref)
         if gate.status != "pending":
             raise GateResolvedError(f"gate {ref} is already {gate.status}")
-        rec = dataclasses.replace(gate, status=status, reason=reason, resolved_at=now)
+        how = resolution or GateResolution()
+        edited = None if how.edited_arguments is None else copy.deepcopy(how.edited_arguments)
+        rec = dataclasses.replace(
+            gate,
+            status=status,
+            reason=reason,
+            resolved_at=now,
+            resolved_by=how.resolved_by,
+            shown_digest=how.shown_digest,
+            approved_digest=how.approved_digest,
+            edited_arguments=edited,
+        )
         self._gates[ref] = rec
         return rec
 

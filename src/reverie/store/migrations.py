@@ -323,7 +323,18 @@ _V7 = Migration(
 """Kept so both backends number their migrations alike (SQLite's writer lock already makes a
 flush one transaction of statements that cost no round trip)."""
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+_V8 = Migration(
+    version=8,
+    name="gates: who resolved, digests of the arguments shown and approved, edited arguments",
+    statements=(
+        "ALTER TABLE gates ADD COLUMN resolved_by TEXT",
+        "ALTER TABLE gates ADD COLUMN shown_digest TEXT",
+        "ALTER TABLE gates ADD COLUMN approved_digest TEXT",
+        "ALTER TABLE gates ADD COLUMN edited_arguments TEXT",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 """Every migration, oldest first."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

@@ -248,6 +248,12 @@ def gate_columns(rec: GateRecord) -> Columns:
         **scope_columns(rec.scope),
         "created_at": rec.created_at,
         "resolved_at": rec.resolved_at,
+        "resolved_by": rec.resolved_by,
+        "shown_digest": rec.shown_digest,
+        "approved_digest": rec.approved_digest,
+        "edited_arguments": (
+            None if rec.edited_arguments is None else dumps(dict(rec.edited_arguments))
+        ),
     }
 
 
@@ -265,6 +271,12 @@ def row_gate(row: Row) -> GateRecord:
         scope=row_scope(row),
         created_at=row["created_at"],
         resolved_at=row["resolved_at"],
+        resolved_by=row["resolved_by"],
+        shown_digest=row["shown_digest"],
+        approved_digest=row["approved_digest"],
+        edited_arguments=(
+            None if row["edited_arguments"] is None else json.loads(row["edited_arguments"])
+        ),
     )
 
 

@@ -39,6 +39,7 @@ from reverie.store.base import (
     TERMINAL_STATUSES,
     CheckpointKind,
     GateRecord,
+    GateResolution,
     InputKind,
     InputRecord,
     JournalEntry,
@@ -1050,16 +1051,29 @@ def gate_for_call(d: Dialect, run_id: str, call_id: str) -> Op[GateRecord | None
 
 
 def resolve_gate(
-    d: Dialect, ref: str, status: GateDecision, *, reason: str | None, now: float
+    d: Dialect,
+    ref: str,
+    status: GateDecision,
+    *,
+    reason: str | None,
+    now: float,
+    how: GateResolution,
 ) -> Op[GateRecord]:
-    """Resolve a pending gate once: one conditional UPDATE wins."""
+    """Resolve a pending gate once: one conditional UPDATE wins (who, digests and edited
+    arguments written with the status)."""
+    edited = None if how.edited_arguments is None else codec.dumps(dict(how.edited_arguments))
     [row] = yield [
         d.query(
-            "UPDATE gates SET status = ?, reason = ?, resolved_at = ?"
+            "UPDATE gates SET status = ?, reason = ?, resolved_at = ?, resolved_by = ?,"
+            " shown_digest = ?, approved_digest = ?, edited_arguments = ?"
             " WHERE ref = ? AND status = 'pending' RETURNING *",
             status,
             reason,
             now,
+            how.resolved_by,
+            how.shown_digest,
+            how.approved_digest,
+            edited,
             ref,
         )
     ]

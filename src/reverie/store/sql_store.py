@@ -21,6 +21,7 @@ from reverie.store.base import (
     CheckpointKind,
     CheckpointRecord,
     GateRecord,
+    GateResolution,
     GateStatus,
     InputKind,
     InputRecord,
@@ -411,12 +412,19 @@ class SQLStore(OpRunner):
         )
 
     async def resolve_gate(
-        self, ref: str, status: GateDecision, *, reason: str | None, now: float
+        self,
+        ref: str,
+        status: GateDecision,
+        *,
+        reason: str | None,
+        now: float,
+        resolution: GateResolution | None = None,
     ) -> GateRecord:
         """Resolve a pending gate once; :class:`GateResolvedError` on a second resolution."""
+        how = resolution or GateResolution()
         return await self._write_op(
             "resolve a gate",
-            lambda: ops.resolve_gate(self.dialect, ref, status, reason=reason, now=now),
+            lambda: ops.resolve_gate(self.dialect, ref, status, reason=reason, now=now, how=how),
         )
 
     async def list_gates(

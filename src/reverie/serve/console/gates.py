@@ -17,6 +17,7 @@ from reverie.serve.console.sessions import Session
 from reverie.serve.console.state import Console
 from reverie.serve.errors import APIError
 from reverie.serve.gating import resolve_gate
+from reverie.serve.views import approver_of
 
 __all__ = ["gate_routes"]
 
@@ -42,7 +43,12 @@ def gate_routes(console: Console) -> list[Route]:
 
     async def approve(request: Request, session: Session, form: FormData) -> Response:
         _, run = await resolve_gate(
-            console.ctx, session.scope, request.path_params["ref"], "approved", ""
+            console.ctx,
+            session.scope,
+            request.path_params["ref"],
+            "approved",
+            "",
+            by=approver_of(session.scope),
         )
         return RedirectResponse(f"/console/runs/{run.run_id}", status_code=303)
 
@@ -57,6 +63,7 @@ def gate_routes(console: Console) -> list[Route]:
             request.path_params["ref"],
             "denied",
             text or "denied from the console",
+            by=approver_of(session.scope),
         )
         return RedirectResponse(f"/console/runs/{run.run_id}", status_code=303)
 
