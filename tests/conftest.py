@@ -1,4 +1,5 @@
-"""Suite-wide pytest hooks: the run's end says why tests were skipped and how to run them."""
+"""Suite-wide pytest hooks: each test gets its own ``REVERIE_HOME``; the run's end says why
+tests were skipped and how to run them."""
 
 from __future__ import annotations
 
@@ -16,8 +17,21 @@ _HOW_TO_RUN = {
         "MCP server tests: npm install the official servers as .ci/run does (into .ci/npm, or "
         "set REVERIE_TEST_MCP_NODE_DIR)"
     ),
+    "no real model server": (
+        "real-model tests: build llama-cpp-python's server and take SmolLM2 as .ci/run does, "
+        "then set REVERIE_TEST_LLAMA_PYTHON and REVERIE_TEST_LLAMA_MODEL"
+    ),
 }
 """A skip reason's key phrase, and what makes those tests run (docs/testing.md)."""
+
+
+@pytest.fixture(autouse=True)
+def _own_reverie_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test touches the person's own ``~/.reverie``: ``REVERIE_HOME`` is a fresh folder for
+    each test (a test that needs another sets its own)."""
+    monkeypatch.setenv("REVERIE_HOME", str(tmp_path_factory.mktemp("home")))
 
 
 def _reason(report: pytest.TestReport) -> str:

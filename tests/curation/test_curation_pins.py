@@ -79,6 +79,7 @@ async def test_the_curation_interval_comes_from_configuration_only_never_the_env
 ) -> None:
     for name in ENV_NAMES:
         monkeypatch.setenv(name, "2")
+    monkeypatch.setenv("REVERIE_HOME", str(tmp_path / "home"))  # the sessions' default store
     # No interval configured: no hook, whatever the environment says.
     async with Runtime.open(":memory:", memory=NativeMemory()) as rt:
         assert CURATION_HOOK_NAME not in rt.hooks
