@@ -294,7 +294,43 @@ def to_turn(body: ChatCompletionBody, agent: Agent) -> Turn:
             code="invalid_request",
             param="messages",
         )
+    _check_tool_pairing(messages)
     return Turn(system_prompt="\n\n".join(system), messages=messages, contract=_contract(body))
+
+
+def _check_tool_pairing(messages: list[Message]) -> None:
+    """OpenAI's rule, at the door: an assistant message's tool calls are each answered by the
+    ``tool`` messages right after it, and a ``tool`` message answers one of them (a client's
+    ill-formed history is its 400, never a model call that fails as the server's 502).
+
+    ``messages`` holds no system message (those went to the prompt), so indexes can differ
+    from the body's; the message names the call id instead.
+    """
+    open_calls: set[str] = set()
+    for message in messages:
+        if message.role == "tool":
+            if message.tool_call_id not in open_calls:
+                raise APIError(
+                    400,
+                    f"messages: a tool message answers {message.tool_call_id!r}, which is not a "
+                    "call of the assistant message right before it (or was answered already)",
+                    code="invalid_request",
+                    param="messages",
+                )
+            open_calls.discard(message.tool_call_id)
+            continue
+        if open_calls:
+            break
+        if message.role == "assistant":
+            open_calls = {c.id for c in message.tool_calls}
+    if open_calls:
+        raise APIError(
+            400,
+            f"messages: the tool calls {sorted(open_calls)!r} of an assistant message are not "
+            "answered by the tool messages right after it",
+            code="invalid_request",
+            param="messages",
+        )
 
 
 def _usage(result: RunResult) -> dict[str, Any]:
