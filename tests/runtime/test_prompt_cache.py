@@ -58,26 +58,43 @@ def wire(messages: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(list(messages))
 
 
-def memory_index(messages: Sequence[Mapping[str, Any]]) -> int:
-    """Where the volatile suffix starts on the OpenAI wire (the memory or hook message)."""
+def index_of(messages: Sequence[Mapping[str, Any]], opening: str) -> int | None:
+    """Where the message opening with ``opening`` is (``[memory]``, ``[context from hooks]``)."""
     for i, m in enumerate(messages):
         content = m.get("content")
-        if isinstance(content, str) and content.startswith(("[memory]", "[context from hooks]")):
+        if isinstance(content, str) and content.startswith(opening):
             return i
-    return len(messages)
+    return None
+
+
+def memory_index(messages: Sequence[Mapping[str, Any]]) -> int:
+    found = index_of(messages, "[memory]")
+    return len(messages) if found is None else found
+
+
+def newest_group(rest: Sequence[Mapping[str, Any]]) -> bool:
+    """One message, or an assistant's calls and their results."""
+    return len(rest) == 1 or (
+        rest[0]["role"] == "assistant" and all(m["role"] == "tool" for m in rest[1:])
+    )
 
 
 def assert_each_prompt_begins_with_the_previous_prefix(bodies: Sequence[Mapping[str, Any]]) -> None:
-    for body in bodies:  # after the volatile part come only the newest rows
-        rest = body["messages"][memory_index(body["messages"]) :]
-        rest = [m for m in rest if memory_index([m]) != 0]
-        assert len(rest) == 1 or (
-            rest[0]["role"] == "assistant" and all(m["role"] == "tool" for m in rest[1:])
-        )
+    """Hook context (new on every call) is followed only by the newest rows; each prompt
+    repeats the one before up to its hook context, or up to its memory where that changed."""
+    for body in bodies:
+        hook = index_of(body["messages"], "[context from hooks]")
+        if hook is not None:
+            assert newest_group(body["messages"][hook + 1 :])
     for before, after in itertools.pairwise(bodies):
-        prefix = before["messages"][: memory_index(before["messages"])]
-        assert after["messages"][: len(prefix)] == prefix
-        assert wire(after["messages"]).startswith(wire(prefix)[:-1])
+        old, new = before["messages"], after["messages"]
+        end = index_of(old, "[context from hooks]")
+        prefix = old if end is None else old[:end]
+        at = memory_index(old)
+        if at < len(old) and (memory_index(new) != at or new[at] != old[at]):
+            prefix = old[:at]  # a memory write, or the next run's memory: the rest may change
+        assert new[: len(prefix)] == prefix
+        assert wire(new).startswith(wire(prefix)[:-1])
         assert after.get("tools") == before.get("tools")
 
 
@@ -175,7 +192,6 @@ async def test_the_prompt_prefix_is_byte_identical_across_the_calls_of_a_run() -
     assert len(bodies) == 4
     assert_each_prompt_begins_with_the_previous_prefix(bodies)
     assert [t["function"]["name"] for t in bodies[0]["tools"]] == ["add", "lookup"]
-    assert all(memory_index(b["messages"]) < len(b["messages"]) for b in bodies)
 
 
 async def test_the_prompt_prefix_is_byte_identical_across_a_resume() -> None:
@@ -199,8 +215,10 @@ async def test_the_prompt_prefix_is_byte_identical_across_a_resume() -> None:
 async def test_a_memory_write_changes_only_the_suffix() -> None:
     script = [
         call("lookup", key="a"),
-        call("memory_write", target="MEMORY.md", content="Prefers mornings.", append=True),
+        "found a",
         call("lookup", key="b"),
+        call("memory_write", target="MEMORY.md", content="Prefers mornings.", append=True),
+        call("lookup", key="c"),
         "saved",
     ]
     async with (
@@ -209,12 +227,17 @@ async def test_a_memory_write_changes_only_the_suffix() -> None:
     ):
         await rt.memory.write(SCOPE, "MEMORY.md", "Ana likes tea.", expected_version=0)
         agent = Agent(name="a", model=openai_model(srv), instructions=LONG, tools=[lookup])
-        r = await rt.run(agent, "remember I prefer mornings", scope=SCOPE)
+        first = await rt.run(agent, "look a up", scope=SCOPE)
+        r = await rt.run(agent, "remember mornings", scope=SCOPE, thread_id=first.thread_id)
     assert r.status == "completed"
     bodies = srv.requests
     assert_each_prompt_begins_with_the_previous_prefix(bodies)
-    remembered = [b["messages"][memory_index(b["messages"])]["content"] for b in bodies]
-    assert all(text.startswith("[memory]") for text in remembered)
+    # The second run's memory comes after the first run's rows (system, 4 rows), which it
+    # therefore never invalidates; the write shows in the next prompt.
+    later = bodies[2:]
+    assert all(memory_index(b["messages"]) == 5 for b in later)
+    assert all(b["messages"][:5] == later[0]["messages"][:5] for b in later)
+    remembered = [b["messages"][5]["content"] for b in later]
     assert "Prefers mornings." not in remembered[1] and "Prefers mornings." in remembered[2]
 
 
@@ -260,9 +283,9 @@ async def test_anthropic_breakpoints_mark_the_stable_prefix_and_the_last_stable_
     for body in srv.requests:
         assert marked(body["system"]) == body["system"]
         blocks = [b for m in body["messages"] for b in m["content"]]
-        at = next(i for i, b in enumerate(blocks) if b.get("text", "").startswith("[memory]"))
-        # The block before the memory is the breakpoint; nothing after it is marked.
-        assert marked(blocks) == ([blocks[at - 1]] if at else [])
+        # The prompt's end is a breakpoint (no hook context follows it), and so is the end of
+        # the earlier runs' rows, before this run's memory (none here: the thread is new).
+        assert marked(blocks) == [blocks[-1]]
     assert r.usage.cache_read_tokens > 0
 
 

@@ -109,10 +109,13 @@ class ModelRequest:
     output_schema: Mapping[str, Any] | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
     stable_messages: int | None = None
-    """How many leading ``messages`` are the prompt's stable prefix (instructions and the
-    transcript but its newest rows), which the next request of the thread repeats byte for
-    byte; the rest is the volatile part (memory, hook context) and the newest rows. Providers
-    that take cache markers put the last one there. ``None``: all of them."""
+    """How many leading ``messages`` are the prompt's stable prefix, which the next request of
+    the run repeats byte for byte (all but per-call hook context, the newest rows after it and
+    a finalizer's prompt). Providers that take cache markers put the last one there.
+    ``None``: all of them."""
+    cache_points: tuple[int, ...] = ()
+    """Earlier message counts where a prefix is worth caching too: where the run's own part
+    starts (its memory context, then its rows), which the next run of the thread repeats."""
     cache_key: str | None = None
     """Requests with the same key share a provider's prompt cache (one per thread; OpenAI
     ``prompt_cache_key``). ``None``: no key is sent."""

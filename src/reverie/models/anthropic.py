@@ -246,12 +246,13 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
-        mark = None
+        marks: set[int] = set()
         caching = self.prompt_cache and _cacheable(request)
         if caching:
             stable = request.stable_messages
-            mark = len(request.messages) if stable is None else stable
-        system, messages = _split_messages(request.messages, mark_after=mark)
+            marks = {len(request.messages) if stable is None else stable}
+            marks.update(request.cache_points[:2])  # with the system's: at most 4 breakpoints
+        system, messages = _split_messages(request.messages, marks=marks)
         settings = request.settings
         params: dict[str, Any] = {
             "model": self._model,
@@ -460,14 +461,14 @@ def _tool_choice(choice: str) -> dict[str, Any]:
 
 
 def _split_messages(
-    messages: tuple[Message, ...], *, mark_after: int | None = None
+    messages: tuple[Message, ...], *, marks: set[int] | None = None
 ) -> tuple[str, list[dict[str, Any]]]:
     """System text, and the conversation as Messages API turns.
 
     Tool results become ``tool_result`` blocks of a user turn; consecutive user-side content
     (several results, then perhaps a user message) is merged into one turn, results first, as
-    the API requires. ``mark_after``: the last block of the first ``mark_after`` messages gets
-    a ``cache_control`` breakpoint (the end of the stable prefix).
+    the API requires. ``marks``: for each ``n`` in it, the last block of the first ``n`` messages
+    gets a ``cache_control`` breakpoint (the end of a stable prefix).
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -481,7 +482,7 @@ def _split_messages(
             turns.append({"role": role, "content": blocks})
 
     for index, message in enumerate(messages):
-        if index == mark_after and turns:
+        if marks and index in marks and turns:
             # The stable prefix ended with the message before: its last block is a breakpoint.
             turns[-1]["content"][-1]["cache_control"] = dict(_EPHEMERAL)
         if message.role == "system":
@@ -513,7 +514,7 @@ def _split_messages(
             add("user", [_content_block(p) for p in message.parts if _has_content(p)])
         elif message.content:
             add("user", [{"type": "text", "text": message.content}])
-    if mark_after is not None and mark_after >= len(messages) and turns:
+    if marks and max(marks) >= len(messages) and turns:
         turns[-1]["content"][-1]["cache_control"] = dict(_EPHEMERAL)
     return "\n\n".join(system), turns
 

@@ -254,7 +254,8 @@ class StorePrompt:
         messages: list[Message] = []
         if self.instructions:
             messages.append(self._system_message())
-        suffix: list[Message] = []
+        hooked: Message | None = None
+        remembered: Message | None = None
         if ctx.hooked("before_prompt"):
             result = await ctx.hooks.before_prompt(
                 PromptHookContext(scope=ctx.scope, run_id=ctx.run_id, iteration=state.iteration),
@@ -264,12 +265,10 @@ class StorePrompt:
             # Snippets are context, never instructions: they go in a user-role message.
             if result.snippets:
                 body = "\n\n".join(s.text for s in result.snippets)
-                suffix.append(Message(role="user", content=f"[context from hooks]\n{body}"))
+                hooked = Message(role="user", content=f"[context from hooks]\n{body}")
         # Memory is data, never instructions: enveloped blocks in a user-role message (§12).
         if self.memory is not None and plan.include_memory:
             remembered = await self.memory.message(state.transcript_seq)
-            if remembered is not None:
-                suffix.append(remembered)
         window = plan.window
         rows, made = await ctx.segment.window(state.transcript_seq, window)
         if ctx.segment.has_summary:
@@ -284,23 +283,34 @@ class StorePrompt:
             # prompts keep this one's prefix.
             step = window_step(plan)
             first = -(-rows[0].seq // step) * step
-            if first > rows[0].seq:
-                cut = bisect_left(rows, first, key=_seq)
-                rows, made = rows[cut:], made[cut:]
+            cut = bisect_left(rows, first, key=_seq)
+            # On a turn's first row where there is one (some APIs refuse a conversation that
+            # opens with an assistant message).
+            turn = next((i for i in range(cut, len(rows)) if rows[i].role == "user"), cut)
+            if turn:
+                rows, made = rows[turn:], made[turn:]
         # A window must not open on tool results whose calls fell out of it.
         start = 0
         while start < len(rows) and rows[start].role == "tool":
             start += 1
         if start:
             rows, made = rows[start:], made[start:]
-        # The volatile part (hook context, memory) goes just before the newest rows (the last
-        # message, or the last calls and their results), so a change in it (a memory write,
-        # new hook context) never invalidates the cached prefix, and the newest rows stay
-        # last, where the model reads them.
-        newest = _newest_group(rows) if suffix else len(rows)
-        messages.extend(made[:newest])
+        # What changes least comes first. The run's memory context goes where the run's own
+        # rows start (it is read once a run; a write changes it and the run's rows after it,
+        # never the thread's earlier rows); hook context, which may change on every call, goes
+        # just before the newest rows (the last message, or the last calls and their results),
+        # which stay last, where the model reads them.
+        ours = ctx.run_id
+        anchor = next((i for i, row in enumerate(rows) if row.run_id == ours), len(rows))
+        newest = max(_newest_group(rows), anchor) if hooked is not None else len(rows)
+        messages.extend(made[:anchor])
+        points = (len(messages),) if remembered is not None else ()
+        if remembered is not None:
+            messages.append(remembered)
+        messages.extend(made[anchor:newest])
         stable = len(messages)
-        messages.extend(suffix)
+        if hooked is not None:
+            messages.append(hooked)
         messages.extend(made[newest:])
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
@@ -311,6 +321,7 @@ class StorePrompt:
                 tools=tools,
                 settings=self._settings,
                 stable_messages=stable,
+                cache_points=points,
                 cache_key=self._cache_key,
             ),
             rows=tuple(rows),

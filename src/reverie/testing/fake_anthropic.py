@@ -221,6 +221,8 @@ class FakeAnthropicServer(FakeModelServer):
             cached = self.prompt_cache.usage(body)
             if cached is not None:
                 usage = asdict(cached)
+        with self._lock:
+            self.usages.append({**usage, "output_tokens": _output_tokens(reply)})
         if streaming:
             return StreamingResponse(_events(reply, body, n, usage), media_type="text/event-stream")
         return JSONResponse(_message(reply, body, n, usage))

@@ -386,6 +386,8 @@ class FakeModelServer:
         """The JSON bodies received (decodable ones), in arrival order."""
         self.headers: list[dict[str, str]] = []
         """The headers of each recorded request (lower-case names), parallel to ``requests``."""
+        self.usages: list[dict[str, Any]] = []
+        """The usage each successful answer reported, in order (the provider's bill)."""
         self._thread: threading.Thread | None = None
         self._server: _QuickServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -711,6 +713,8 @@ class FakeOpenAIServer(FakeModelServer):
         cached: int | None = None
         if self.prompt_cache is not None and reply.input_tokens is None:
             cached = self.prompt_cache.cached_tokens(body, estimate_input_tokens(body))
+        with self._lock:
+            self.usages.append(_usage(reply, body, cached))
         if streaming:
             include_usage = self.usage_in_streams and bool(
                 (body.get("stream_options") or {}).get("include_usage")
