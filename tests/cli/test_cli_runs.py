@@ -11,7 +11,7 @@ from typer.testing import Result
 
 from cli.cli_support import EXAMPLE_SCRIPT, gate_ref
 from reverie.core.ids import new_id
-from reverie.core.scope import Scope
+from reverie.core.scope import DEFAULT_TENANT, Scope
 from reverie.store import NewItem, RunRecord, open_store
 
 
@@ -217,3 +217,32 @@ def test_runs_show_names_the_drift_a_resume_refused(
     assert [(d["action"], d["instructions"]) for d in as_json["exit"]["drift"]] == [
         ("refuse", True)
     ]
+
+
+def test_runs_show_shows_the_cached_share_of_the_input(
+    cli: Callable[..., Result], home: Path
+) -> None:
+    from reverie import Agent, Runtime, Scope, tool
+    from reverie.models.openai import OpenAIChatModel
+    from reverie.testing import FakeOpenAIServer, call
+
+    @tool(effects=set())
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    async def run() -> str:
+        instructions = "Follow the house rules in every answer. " * 200
+        async with FakeOpenAIServer([call("add", a=1, b=2), "3"]) as srv:
+            model = OpenAIChatModel("m", base_url=srv.base_url, api_key="k")
+            agent = Agent(name="calc", model=model, tools=[add], instructions=instructions)
+            async with Runtime.open(f"sqlite:///{home / 'reverie.db'}") as rt:
+                r = await rt.run(agent, "add", scope=Scope(tenant=DEFAULT_TENANT, user="tester"))
+        assert r.usage.cache_read_tokens > 0
+        share = r.usage.cache_read_tokens / r.usage.input_tokens
+        return f"{r.run_id} {share:.0%}"
+
+    run_id, share = asyncio.run(run()).split()
+    result = cli("runs", "show", run_id)
+    assert result.exit_code == 0, result.output
+    assert f"({share} cached)" in result.stdout

@@ -70,7 +70,9 @@ def _user_texts(body: dict[str, Any]) -> list[str]:
     return [
         m["content"]
         for m in body.get("messages", [])
-        if m.get("role") == "user" and isinstance(m.get("content"), str)
+        if m.get("role") == "user"
+        and isinstance(m.get("content"), str)
+        and not m["content"].startswith("[memory]")  # the memory context ends the prompt
     ]
 
 

@@ -73,6 +73,8 @@ USAGE_FIELDS: dict[str, Any] = dict(
     output_tokens=ints,
     usd=floats | ints,
     estimated=st.booleans(),
+    cache_read_tokens=ints,
+    cache_write_tokens=ints,
 )
 usages = st.builds(ModelUsage, **USAGE_FIELDS)
 LEDGER_FIELDS: dict[str, Any] = dict(

@@ -257,7 +257,7 @@ async def test_memory_tools_are_on_every_agents_surface_only_with_memory() -> No
         with pytest.raises(UsageError, match="memory is off"):
             await rt.memory.read(ANA, "MEMORY.md")
     names = [t.name for t in with_memory.requests[0].tools or ()]
-    assert names == ["memory_read", "memory_write", "memory_search"]
+    assert names == ["memory_read", "memory_search", "memory_write"]  # sorted: a stable prefix
     assert not without.requests[0].tools
     assert memory_message(without.requests[0]) is None
 

@@ -12,7 +12,7 @@ from reverie.models.pricing import Price, PriceTable
 def test_builtin_price_is_found_with_or_without_the_provider_prefix() -> None:
     table = PriceTable.default()
     price = table.price_for("gpt-4.1-mini")
-    assert price == Price(input_per_mtok=0.40, output_per_mtok=1.60)
+    assert price == Price(input_per_mtok=0.40, output_per_mtok=1.60, cached_input_per_mtok=0.10)
     assert table.price_for("openai:gpt-4.1-mini") == price
     assert table.price_for("hermes:openai:gpt-4.1-mini") == price
 
@@ -57,7 +57,7 @@ def test_config_entries_merge_over_the_builtin_table() -> None:
     assert table.price_for("together:llama") == Price(input_per_mtok=0.5, output_per_mtok=0.5)
     assert table.cost("openai-compat:http://box/v1#qwen", TokenUsage(input_tokens=9)) == 0.0
     assert PriceTable.default().price_for("gpt-4.1-mini") == Price(
-        input_per_mtok=0.40, output_per_mtok=1.60
+        input_per_mtok=0.40, output_per_mtok=1.60, cached_input_per_mtok=0.10
     )
 
 

@@ -351,3 +351,19 @@ async def test_spans_say_when_usage_is_estimated_because_the_endpoint_sent_none(
     [chat] = traces.named("chat ")
     assert attr(chat, "reverie.usage.estimated") is True
     assert attr(chat, "gen_ai.usage.output_tokens") == r.usage.output_tokens > 0
+
+
+async def test_spans_carry_the_cached_input_tokens_under_the_genai_names(traces: Traces) -> None:
+    instructions = "Follow the house rules in every answer. " * 200  # past the cache's minimum
+    async with FakeOpenAIServer([call("add", a=1, b=2), "3"]) as srv:
+        model = OpenAIChatModel("m", base_url=srv.base_url, api_key="k")
+        agent = Agent(name="calc", model=model, tools=[add], instructions=instructions)
+        async with Runtime.open(":memory:", tracer_provider=traces.provider) as rt:
+            r = await rt.run(agent, "add", scope=SCOPE)
+    assert r.usage.cache_read_tokens > 0
+    first, second = traces.named("chat ")
+    assert attr(first, "gen_ai.usage.cache_read.input_tokens") == 0
+    assert attr(second, "gen_ai.usage.cache_read.input_tokens") == r.usage.cache_read_tokens
+    run = traces.one("invoke_agent calc")
+    assert attr(run, "gen_ai.usage.cache_read.input_tokens") == r.usage.cache_read_tokens
+    assert attr(run, "gen_ai.usage.cache_creation.input_tokens") == 0

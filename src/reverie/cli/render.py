@@ -355,7 +355,8 @@ def show_run(
             out.print(
                 f"  usage:   {usage.get('model_calls', 0)} model call(s), "
                 f"{usage.get('capability_calls', 0)} tool call(s), "
-                f"{usage.get('input_tokens', 0)} in / {usage.get('output_tokens', 0)} out tokens"
+                f"{usage.get('input_tokens', 0)} in{_cached(usage)} / "
+                f"{usage.get('output_tokens', 0)} out tokens"
                 f", ${float(usage.get('usd', 0.0)):.4f}"
             )
     if gate is not None and gate.status == "pending":
@@ -471,3 +472,11 @@ def show_gates(gates: Sequence[GateRecord]) -> None:
         ),
     ]
     out.print(_fitted(columns, out.width))
+
+
+def _cached(usage: Mapping[str, Any]) -> str:
+    """`` (92% cached)``: the share of the input read from the providers' prompt caches."""
+    read, total = usage.get("cache_read_tokens", 0), usage.get("input_tokens", 0)
+    if not isinstance(read, int) or not isinstance(total, int) or read <= 0 or total <= 0:
+        return ""
+    return f" ({min(read / total, 1.0):.0%} cached)"

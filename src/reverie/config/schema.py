@@ -191,6 +191,9 @@ class EndpointSection(Section):
     """The server takes the ``parallel_tool_calls`` request field."""
     streaming_tool_calls: bool | None = None
     """The server streams replies to requests with tools (else they are asked whole)."""
+    prompt_cache: bool | None = None
+    """Send prompt-cache markers: OpenAI ``prompt_cache_key`` (default on for OpenAI's API
+    only), Anthropic ``cache_control`` breakpoints (default on)."""
     timeout_s: float | None = Field(default=None, gt=0)
     """Read/write timeout of each request, in seconds (default 60)."""
     connect_timeout_s: float | None = Field(default=None, gt=0)
@@ -202,6 +205,10 @@ class PriceConfig(Section):
 
     input_per_mtok: float = Field(ge=0)
     output_per_mtok: float = Field(ge=0)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0)
+    """Input read from the provider's prompt cache (default: the input rate)."""
+    cache_write_per_mtok: float | None = Field(default=None, ge=0)
+    """Input written to the provider's prompt cache (default: the input rate)."""
 
 
 class ReverieConfig(Section):
@@ -278,5 +285,5 @@ class ReverieConfig(Section):
     def price_table(self) -> PriceTable:
         """The built-in prices with ``[prices]`` merged over them."""
         return PriceTable.default().merged(
-            {name: p.model_dump() for name, p in self.prices.items()}
+            {name: p.model_dump(exclude_none=True) for name, p in self.prices.items()}
         )

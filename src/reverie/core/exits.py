@@ -68,9 +68,13 @@ class ModelUsage:
     estimated: bool = False
     """Some of these tokens are reverie's local estimate: the endpoint reported no usage for a
     call (docs/budgets.md)."""
+    cache_read_tokens: int = 0
+    """The part of ``input_tokens`` read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """The part of ``input_tokens`` written to the provider's prompt cache."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``estimated`` only when set)."""
+        """JSON-able form (``estimated`` and the cache figures only when set)."""
         out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
@@ -79,6 +83,10 @@ class ModelUsage:
         }
         if self.estimated:
             out["estimated"] = True
+        if self.cache_read_tokens:
+            out["cache_read_tokens"] = self.cache_read_tokens
+        if self.cache_write_tokens:
+            out["cache_write_tokens"] = self.cache_write_tokens
         return out
 
     @classmethod
@@ -90,6 +98,8 @@ class ModelUsage:
             output_tokens=int(data.get("output_tokens", 0)),
             usd=float(data.get("usd", 0.0)),
             estimated=data.get("estimated") is True,
+            cache_read_tokens=int(data.get("cache_read_tokens", 0)),
+            cache_write_tokens=int(data.get("cache_write_tokens", 0)),
         )
 
 
@@ -108,6 +118,17 @@ class Usage:
     estimated: bool = False
     """Some token counts (and so ``usd``) are reverie's conservative local estimate: an
     endpoint reported no usage for a call. Never 0 in its place (docs/budgets.md)."""
+    cache_read_tokens: int = 0
+    """The part of ``input_tokens`` the providers read from their prompt caches (priced at the
+    cached-read rate)."""
+    cache_write_tokens: int = 0
+    """The part of ``input_tokens`` the providers wrote to their prompt caches (priced at the
+    cache-write rate)."""
+
+    @property
+    def cached_share(self) -> float:
+        """``cache_read_tokens / input_tokens`` (0.0 without input)."""
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0
 
     def __str__(self) -> str:
         """One readable line: ``2 model calls, 1 tool call, 310 tokens (250 in, 60 out),
@@ -122,14 +143,15 @@ class Usage:
             f"{count(self.capability_calls, 'tool call')}, {count(tokens, 'token')}"
         )
         if tokens:
-            text += f" ({self.input_tokens} in, {self.output_tokens} out)"
+            cached = f", {self.cache_read_tokens} cached" if self.cache_read_tokens else ""
+            text += f" ({self.input_tokens} in{cached}, {self.output_tokens} out)"
         if self.usd:
             text += f", ${self.usd:.4f}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (``by_model`` only when a model was called, ``estimated`` only when
-        set)."""
+        """JSON-able form (``by_model`` only when a model was called, ``estimated`` and the
+        cache figures only when set)."""
         out: dict[str, Any] = {
             "model_calls": self.model_calls,
             "input_tokens": self.input_tokens,
@@ -139,6 +161,10 @@ class Usage:
         }
         if self.estimated:
             out["estimated"] = True
+        if self.cache_read_tokens:
+            out["cache_read_tokens"] = self.cache_read_tokens
+        if self.cache_write_tokens:
+            out["cache_write_tokens"] = self.cache_write_tokens
         if self.by_model:
             out["by_model"] = {name: u.to_dict() for name, u in self.by_model.items()}
         return out
@@ -154,6 +180,8 @@ class Usage:
             capability_calls=int(data.get("capability_calls", 0)),
             usd=float(data.get("usd", 0.0)),
             estimated=data.get("estimated") is True,
+            cache_read_tokens=int(data.get("cache_read_tokens", 0)),
+            cache_write_tokens=int(data.get("cache_write_tokens", 0)),
             by_model={str(k): ModelUsage.from_dict(v) for k, v in by_model.items()}
             if isinstance(by_model, Mapping)
             else {},

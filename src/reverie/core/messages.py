@@ -108,6 +108,17 @@ class ModelRequest:
     tool_choice: ToolChoice = "auto"
     output_schema: Mapping[str, Any] | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
+    stable_messages: int | None = None
+    """How many leading ``messages`` are the prompt's stable prefix, which the next request of
+    the run repeats byte for byte (all but per-call hook context, the newest rows after it and
+    a finalizer's prompt). Providers that take cache markers put the last one there.
+    ``None``: all of them."""
+    cache_points: tuple[int, ...] = ()
+    """Earlier message counts where a prefix is worth caching too: where the run's own part
+    starts (its memory context, then its rows), which the next run of the thread repeats."""
+    cache_key: str | None = None
+    """Requests with the same key share a provider's prompt cache (one per thread; OpenAI
+    ``prompt_cache_key``). ``None``: no key is sent."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,10 +146,18 @@ class TokenUsage:
     """Tokens one model call consumed."""
 
     input_tokens: int = 0
+    """All input tokens of the call, those served from or written to the provider's prompt
+    cache included."""
     output_tokens: int = 0
     estimated: bool = False
     """The endpoint reported no usage: the counts are reverie's conservative local estimate
     (:mod:`reverie.models.estimate`), never 0."""
+    cache_read_tokens: int = 0
+    """The part of ``input_tokens`` the provider read from its prompt cache (OpenAI
+    ``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens``)."""
+    cache_write_tokens: int = 0
+    """The part of ``input_tokens`` the provider wrote to its prompt cache (Anthropic
+    ``cache_creation_input_tokens``; OpenAI reports none)."""
 
 
 @fast_frozen

@@ -651,6 +651,8 @@ class _Executor:
                     output_tokens=u.output_tokens,
                     usd=usd,
                     estimated=u.estimated,
+                    cache_read_tokens=u.cache_read_tokens,
+                    cache_write_tokens=u.cache_write_tokens,
                 ),
             )
             self._last_state = s
@@ -671,6 +673,8 @@ class _Executor:
                 output_tokens=usage.output_tokens,
                 usd=usd,
                 estimated=usage.estimated,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
             ),
         )
 
@@ -999,6 +1003,8 @@ class _Executor:
                 output_tokens=response.usage.output_tokens,
                 usd=self.host.model.cost(response, model_index=index),
                 estimated=response.usage.estimated,
+                cache_read_tokens=response.usage.cache_read_tokens,
+                cache_write_tokens=response.usage.cache_write_tokens,
             ),
         )
         rejected = reject_reason(response.text, bool(response.tool_calls))

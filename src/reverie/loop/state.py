@@ -76,9 +76,12 @@ class BudgetLedger:
         output_tokens: int,
         usd: float,
         estimated: bool = False,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
     ) -> BudgetLedger:
         """The ledger with the tokens and price of an answer from ``model`` (``estimated``:
-        the tokens are a local estimate, marked on the model's entry)."""
+        the tokens are a local estimate, marked on the model's entry; the cache figures are
+        parts of ``input_tokens``, kept on the model's entry)."""
         mine = self.by_model.get(model) or _NO_USAGE
         return replace(
             self,
@@ -93,6 +96,8 @@ class BudgetLedger:
                     output_tokens=mine.output_tokens + output_tokens,
                     usd=mine.usd + usd,
                     estimated=mine.estimated or estimated,
+                    cache_read_tokens=mine.cache_read_tokens + cache_read_tokens,
+                    cache_write_tokens=mine.cache_write_tokens + cache_write_tokens,
                 ),
             },
         )
@@ -107,6 +112,8 @@ class BudgetLedger:
             usd=self.usd,
             by_model=dict(self.by_model),
             estimated=any(u.estimated for u in self.by_model.values()),
+            cache_read_tokens=sum(u.cache_read_tokens for u in self.by_model.values()),
+            cache_write_tokens=sum(u.cache_write_tokens for u in self.by_model.values()),
         )
 
 
@@ -222,6 +229,9 @@ def _merged_by_model(
                 input_tokens=had.input_tokens + u.input_tokens,
                 output_tokens=had.output_tokens + u.output_tokens,
                 usd=had.usd + u.usd,
+                estimated=had.estimated or u.estimated,
+                cache_read_tokens=had.cache_read_tokens + u.cache_read_tokens,
+                cache_write_tokens=had.cache_write_tokens + u.cache_write_tokens,
             )
     return merged
 
@@ -424,7 +434,13 @@ def _strings(values: Sequence[Any]) -> tuple[str, bool]:
 
 
 def _usage(name: Any, u: Any) -> str:
-    if type(name) is not str or type(u) is not ModelUsage or u.estimated:
+    if (
+        type(name) is not str
+        or type(u) is not ModelUsage
+        or u.estimated
+        or u.cache_read_tokens
+        or u.cache_write_tokens
+    ):
         raise _Unusual
     a, b, c, usd = u.input_tokens, u.model_calls, u.output_tokens, u.usd
     if int is type(a) is type(b) is type(c) and float is type(usd) and usd - usd == 0.0:

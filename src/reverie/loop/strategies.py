@@ -142,6 +142,18 @@ class ContextPlan:
     include_memory: bool = True
     """Whether the prompt carries the run's memory context (the standing document and recalled
     snippets); ``False`` leaves it out of this tick's prompt. Memory tools are unaffected."""
+    window_step: int | None = None
+    """Once the thread outgrows ``window``, the window's first row moves in steps of this many
+    rows (its seq a multiple of the step), not one row per call, so successive prompts keep
+    their prefix and the provider's prompt cache serves it; the prompt then carries between
+    ``window - step + 1`` and ``window`` rows. ``None``: half the window; ``1``: slide per row."""
+
+
+def window_step(plan: ContextPlan) -> int:
+    """The step of ``plan``'s window (see :attr:`ContextPlan.window_step`)."""
+    if plan.window_step is not None:
+        return max(1, plan.window_step)
+    return max(1, (plan.window or 0) // 2)
 
 
 # ---------------------------------------------------------------------------------- protocols
@@ -287,7 +299,7 @@ class BudgetStrategy(Protocol):
 # ---------------------------------------------------------------------------------- defaults
 
 
-_PLANS: dict[tuple[int | None, bool], ContextPlan] = {}
+_PLANS: dict[tuple[int | None, bool, int | None], ContextPlan] = {}
 """The plans of :class:`WindowContext`, by configuration (a handful in a process)."""
 
 
@@ -298,22 +310,30 @@ class WindowContext:
 
     window: int | None = 100
     include_memory: bool = True
+    step: int | None = None
+    """How the window's start moves (:attr:`ContextPlan.window_step`; ``None``: half the
+    window)."""
 
     def plan(self, state: LoopExecutionState) -> ContextPlan:
         """Same window every tick (one frozen plan for each configuration)."""
-        key = (self.window, self.include_memory)
+        key = (self.window, self.include_memory, self.step)
         plan = _PLANS.get(key)
         if plan is None:
-            plan = _PLANS[key] = ContextPlan(window=self.window, include_memory=self.include_memory)
+            plan = _PLANS[key] = ContextPlan(
+                window=self.window, include_memory=self.include_memory, window_step=self.step
+            )
         return plan
 
     def describe(self) -> Mapping[str, Any]:
         """Configuration for the digest."""
-        # The default is left out: the digests of existing families (and their checkpoints)
+        # The defaults are left out: the digests of existing families (and their checkpoints)
         # stay what they were.
-        if self.include_memory:
-            return {"window": self.window}
-        return {"window": self.window, "include_memory": False}
+        out: dict[str, Any] = {"window": self.window}
+        if not self.include_memory:
+            out["include_memory"] = False
+        if self.step is not None:
+            out["step"] = self.step
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,10 @@ retries are off (``max_retries=0``): the loop's recovery strategy owns retrying 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from reverie.errors import MissingExtraError
 
@@ -45,7 +46,7 @@ from reverie.models.errors import (
     text_or_none,
     transport_errors,
 )
-from reverie.models.estimate import estimate_usage
+from reverie.models.estimate import CHARS_PER_TOKEN, estimate_usage
 from reverie.models.openai import parse_tool_arguments
 from reverie.models.payloads import MalformedPayload, field, optional, read_tokens
 from reverie.models.sdk_model import SDKModel
@@ -103,6 +104,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         max_tokens: int = 4096,
         name: str | None = None,
         connect_timeout_s: float = 10,
+        prompt_cache: bool = True,
     ) -> None:
         """Configure the model; nothing is connected or read from the environment yet.
 
@@ -117,6 +119,9 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             max_tokens: Output cap when the request's settings set none (the API requires one).
             name: The label for telemetry and price lookup; default ``anthropic:<model>``.
             connect_timeout_s: Connect timeout of each request, in seconds.
+            prompt_cache: Mark the stable prefix with ``cache_control`` breakpoints (the tools
+                and system prompt, and the last message before the volatile suffix), so
+                Anthropic caches it; ``False`` sends no markers.
         """
         super().__init__(
             model,
@@ -128,6 +133,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         )
         self._max_tokens = max_tokens
         self._connect_timeout_s = connect_timeout_s
+        self.prompt_cache = prompt_cache
 
     def _make_client(self, key: str) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(
@@ -150,6 +156,7 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         params = self._params(request)
         blocks: dict[int, _Block] = {}
         input_tokens: int | None = None
+        cache_read = cache_write = 0
         output_tokens = 0
         stop_reason: str | None = None
         model_name: str | None = None
@@ -160,7 +167,12 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
             text = "".join(b.text + b.input_json for b in blocks.values())
             if input_tokens is None:
                 return estimate_usage(request, text)
-            return TokenUsage(input_tokens=input_tokens, output_tokens=output_tokens)
+            return TokenUsage(
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+            )
 
         try:
             async with self._clients.lease() as client:
@@ -176,6 +188,8 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
                             model_name = step.model_name
                         if step.input_tokens is not None:
                             input_tokens = step.input_tokens
+                            cache_read = step.cache_read_tokens
+                            cache_write = step.cache_write_tokens
                         if step.output_tokens:
                             output_tokens = step.output_tokens
                         if step.stop_reason:
@@ -233,7 +247,13 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
-        system, messages = _split_messages(request.messages)
+        marks: set[int] = set()
+        caching = self.prompt_cache and _cacheable(request)
+        if caching:
+            stable = request.stable_messages
+            marks = {len(request.messages) if stable is None else stable}
+            marks.update(request.cache_points[:2])  # with the system's: at most 4 breakpoints
+        system, messages = _split_messages(request.messages, marks=marks)
         settings = request.settings
         params: dict[str, Any] = {
             "model": self._model,
@@ -243,11 +263,19 @@ class AnthropicModel(SDKModel["anthropic.AsyncAnthropic"]):
         }
         if system:
             params["system"] = system
+            if caching:
+                # A breakpoint after the stable prefix's head: tools, then system, are cached
+                # apart from the conversation, which a compaction or a window step replaces.
+                params["system"] = [
+                    {"type": "text", "text": system, "cache_control": dict(_EPHEMERAL)}
+                ]
         if request.tools:
             params["tools"] = [
                 {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
                 for t in request.tools
             ]
+            if caching and not system:
+                params["tools"][-1]["cache_control"] = dict(_EPHEMERAL)
             params["tool_choice"] = _tool_choice(request.tool_choice)
         if request.output_schema is not None and not _forces_a_tool(request):
             # A forced call carries the schema as its input_schema already; JSON outputs would
@@ -310,6 +338,8 @@ class _EventStep:
     text: str = ""
     model_name: str | None = None
     input_tokens: int | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     output_tokens: int = 0
     stop_reason: str | None = None
 
@@ -322,12 +352,17 @@ def without_v1(base_url: str | None) -> str | None:
     return bare.removesuffix("/v1") if bare.endswith("/v1") else bare
 
 
-def _input_tokens(usage: object, where: str) -> int:
-    # Cache writes and reads are input too (priced the same way here).
-    return sum(
-        read_tokens(field(usage, name, where), name)
-        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+def _read_input(usage: object, where: str, step: _EventStep) -> None:
+    # Cache writes and reads are input too: counted in input_tokens, and kept apart for the
+    # price (a cache read costs a tenth of an input token, a write a quarter more).
+    fresh = read_tokens(field(usage, "input_tokens", where), "input_tokens")
+    step.cache_read_tokens = read_tokens(
+        field(usage, "cache_read_input_tokens", where), "cache_read_input_tokens"
     )
+    step.cache_write_tokens = read_tokens(
+        field(usage, "cache_creation_input_tokens", where), "cache_creation_input_tokens"
+    )
+    step.input_tokens = fresh + step.cache_read_tokens + step.cache_write_tokens
 
 
 def _read_event(event: object, blocks: dict[int, _Block]) -> _EventStep:
@@ -346,7 +381,7 @@ def _read_event(event: object, blocks: dict[int, _Block]) -> _EventStep:
         step.model_name = optional(field(message, "model", "the message"), str, "its model")
         usage = field(message, "usage", "the message")
         if usage is not None:
-            step.input_tokens = _input_tokens(usage, "message_start usage")
+            _read_input(usage, "message_start usage", step)
             step.output_tokens = read_tokens(
                 field(usage, "output_tokens", "usage"), "output_tokens"
             )
@@ -392,7 +427,7 @@ def _read_event(event: object, blocks: dict[int, _Block]) -> _EventStep:
                 field(usage, "output_tokens", "usage"), "output_tokens"
             )
             if read_tokens(field(usage, "input_tokens", "usage"), "input_tokens"):
-                step.input_tokens = _input_tokens(usage, "message_delta usage")
+                _read_input(usage, "message_delta usage", step)
     return step
 
 
@@ -426,13 +461,14 @@ def _tool_choice(choice: str) -> dict[str, Any]:
 
 
 def _split_messages(
-    messages: tuple[Message, ...],
+    messages: tuple[Message, ...], *, marks: set[int] | None = None
 ) -> tuple[str, list[dict[str, Any]]]:
     """System text, and the conversation as Messages API turns.
 
     Tool results become ``tool_result`` blocks of a user turn; consecutive user-side content
     (several results, then perhaps a user message) is merged into one turn, results first, as
-    the API requires.
+    the API requires. ``marks``: for each ``n`` in it, the last block of the first ``n`` messages
+    gets a ``cache_control`` breakpoint (the end of a stable prefix).
     """
     system: list[str] = []
     turns: list[dict[str, Any]] = []
@@ -445,7 +481,10 @@ def _split_messages(
         else:
             turns.append({"role": role, "content": blocks})
 
-    for message in messages:
+    for index, message in enumerate(messages):
+        if marks and index in marks and turns:
+            # The stable prefix ended with the message before: its last block is a breakpoint.
+            turns[-1]["content"][-1]["cache_control"] = dict(_EPHEMERAL)
         if message.role == "system":
             if message.content:
                 system.append(message.content)
@@ -475,7 +514,27 @@ def _split_messages(
             add("user", [_content_block(p) for p in message.parts if _has_content(p)])
         elif message.content:
             add("user", [{"type": "text", "text": message.content}])
+    if marks and max(marks) >= len(messages) and turns:
+        turns[-1]["content"][-1]["cache_control"] = dict(_EPHEMERAL)
     return "\n\n".join(system), turns
+
+
+_MIN_CACHED_TOKENS: Final = 1024
+"""The shortest prefix Anthropic caches (2,048 tokens for the Haiku models)."""
+
+
+def _cacheable(request: ModelRequest) -> bool:
+    """Whether the request's stable prefix may be long enough to cache: markers on a shorter
+    one would change nothing but the bytes on the wire (a generous count: characters / 3)."""
+    stable = request.messages[: request.stable_messages]
+    size = sum(len(m.content) for m in stable)
+    for tool in request.tools or ():
+        size += len(tool.description) + len(json.dumps(dict(tool.parameters), default=str))
+    return -(-size // CHARS_PER_TOKEN) >= _MIN_CACHED_TOKENS
+
+
+_EPHEMERAL: Final = {"type": "ephemeral"}
+"""The ``cache_control`` of a breakpoint (Anthropic's five-minute cache)."""
 
 
 def _has_content(part: ContentPart) -> bool:

@@ -22,6 +22,9 @@ parallel_tool_calls    the server takes the ``parallel_tool_calls`` field; ``Fal
 streaming_tool_calls   the server streams tool calls; ``False``: a request that offers tools
                        is sent without streaming (llama-cpp-python fails a streamed one after
                        its headers)
+prompt_cache           the server takes ``prompt_cache_key`` (OpenAI: requests of one thread
+                       share a key, so they reach the same prompt cache); ``False``: never
+                       sent (default except for OpenAI's own API)
 timeout_s              the read/write timeout of a request, in seconds
 connect_timeout_s      the connect timeout, in seconds
 =====================  =====================================================================
@@ -77,6 +80,8 @@ class EndpointCompat:
     """The server takes the ``parallel_tool_calls`` request field."""
     streaming_tool_calls: bool = True
     """The server streams replies to requests that offer tools."""
+    prompt_cache: bool = False
+    """The server takes ``prompt_cache_key`` (one per thread)."""
     timeout_s: float = 60.0
     """Read/write timeout of each request, in seconds."""
     connect_timeout_s: float = 10.0
@@ -97,7 +102,7 @@ class EndpointCompat:
 _GENERIC = EndpointCompat()
 _DEFAULTS: Final[dict[ServerKind, EndpointCompat]] = {
     # OpenAI itself: the reference every other server is measured against.
-    "openai": EndpointCompat(null_content=True),
+    "openai": EndpointCompat(null_content=True, prompt_cache=True),
     # An unknown compatible server: the spec's request shapes, but never null content (""
     # is accepted everywhere; null is not).
     "generic": _GENERIC,
@@ -135,6 +140,7 @@ def compat_for(
     streaming_tool_calls: bool | None = None,
     timeout_s: float | None = None,
     connect_timeout_s: float | None = None,
+    prompt_cache: bool | None = None,
 ) -> EndpointCompat:
     """The defaults of server ``kind`` (``generic`` when ``None``) with the given fields set.
 
@@ -153,6 +159,7 @@ def compat_for(
         "streaming_tool_calls": streaming_tool_calls,
         "timeout_s": timeout_s,
         "connect_timeout_s": connect_timeout_s,
+        "prompt_cache": prompt_cache,
     }
     changes = {name: value for name, value in given.items() if value is not None}
     return replace(_DEFAULTS[kind], **changes) if changes else _DEFAULTS[kind]

@@ -175,6 +175,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
         streaming_tool_calls: bool | None = None,
         connect_timeout_s: float | None = None,
         compat: EndpointCompat | None = None,
+        prompt_cache: bool | None = None,
     ) -> None:
         """Configure the model; nothing is connected or read from the environment yet.
 
@@ -197,6 +198,8 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             streaming_tool_calls: The server streams replies to requests with tools.
             connect_timeout_s: Connect timeout of each request, in seconds (default 10).
             compat: A whole declaration instead of ``server`` and the fields above.
+            prompt_cache: Send ``prompt_cache_key`` (one per thread); default on for OpenAI's
+                API only.
         """
         if compat is None:
             if server is None:
@@ -210,6 +213,7 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
                 streaming_tool_calls=streaming_tool_calls,
                 timeout_s=timeout_s,
                 connect_timeout_s=connect_timeout_s,
+                prompt_cache=prompt_cache,
             )
         self.compat: EndpointCompat = compat
         """What this endpoint supports (the adapter obeys it)."""
@@ -428,6 +432,8 @@ class OpenAIChatModel(SDKModel["openai.AsyncOpenAI"]):
             params["seed"] = settings.seed
         if settings.top_p is not None:
             params["top_p"] = settings.top_p
+        if compat.prompt_cache and request.cache_key is not None:
+            params["prompt_cache_key"] = request.cache_key
         extra = dict(settings.extra)
         if not compat.parallel_tool_calls:
             extra.pop("parallel_tool_calls", None)  # the server refuses the field

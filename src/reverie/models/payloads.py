@@ -189,11 +189,18 @@ def read_completion(completion: object) -> ChunkView:
 def _usage(raw_usage: object) -> TokenUsage | None:
     if raw_usage is None:
         return None
+    input_tokens = read_tokens(field(raw_usage, "prompt_tokens", "usage"), "prompt_tokens")
+    cached = 0
+    details = field(raw_usage, "prompt_tokens_details", "usage")
+    if details is not None:
+        # The part of prompt_tokens served from the provider's prompt cache (never more).
+        cached = read_tokens(field(details, "cached_tokens", "prompt_tokens_details"), "cached")
     return TokenUsage(
-        input_tokens=read_tokens(field(raw_usage, "prompt_tokens", "usage"), "prompt_tokens"),
+        input_tokens=input_tokens,
         output_tokens=read_tokens(
             field(raw_usage, "completion_tokens", "usage"), "completion_tokens"
         ),
+        cache_read_tokens=min(cached, input_tokens),
     )
 
 

@@ -12,6 +12,11 @@ and an ``openai-compat:<url>#`` prefix are understood), then the same without a 
 ``-latest`` suffix (``gpt-4o-2024-08-06`` → ``gpt-4o``). Models served by Ollama run locally and
 cost nothing unless the table says otherwise.
 
+Input served from a provider's prompt cache is priced apart: ``cached_input_per_mtok`` for
+tokens read from the cache, ``cache_write_per_mtok`` for tokens written to it (Anthropic charges a
+write a quarter more than plain input; OpenAI nothing extra). Either rate left out is the plain
+input rate, so a price without them never undercharges.
+
 Prices change; the built-in figures are list prices at the time of writing and are meant to be
 overridden from configuration where money matters.
 """
@@ -37,46 +42,87 @@ class Price:
 
     input_per_mtok: float
     output_per_mtok: float
+    cached_input_per_mtok: float | None = None
+    """Input read from the provider's prompt cache; ``None``: the plain input rate."""
+    cache_write_per_mtok: float | None = None
+    """Input written to the provider's prompt cache; ``None``: the plain input rate."""
 
     def __post_init__(self) -> None:
-        if self.input_per_mtok < 0 or self.output_per_mtok < 0:
+        rates = (
+            self.input_per_mtok,
+            self.output_per_mtok,
+            self.cached_input_per_mtok or 0.0,
+            self.cache_write_per_mtok or 0.0,
+        )
+        if any(rate < 0 for rate in rates):
             raise ValueError(f"a price cannot be negative: {self}")
 
     def cost(self, usage: TokenUsage) -> float:
-        """The dollar cost of ``usage`` at this price."""
+        """The dollar cost of ``usage`` at this price (cached input at the cached rates)."""
+        read, written = usage.cache_read_tokens, usage.cache_write_tokens
+        plain = max(usage.input_tokens - read - written, 0)
+        read_rate = (
+            self.input_per_mtok
+            if self.cached_input_per_mtok is None
+            else (self.cached_input_per_mtok)
+        )
+        write_rate = (
+            self.input_per_mtok
+            if self.cache_write_per_mtok is None
+            else (self.cache_write_per_mtok)
+        )
         return (
-            usage.input_tokens * self.input_per_mtok + usage.output_tokens * self.output_per_mtok
+            plain * self.input_per_mtok
+            + read * read_rate
+            + written * write_rate
+            + usage.output_tokens * self.output_per_mtok
         ) / 1_000_000
 
 
-def _p(input_per_mtok: float, output_per_mtok: float) -> Price:
-    return Price(input_per_mtok=input_per_mtok, output_per_mtok=output_per_mtok)
+def _p(
+    input_per_mtok: float,
+    output_per_mtok: float,
+    cached: float | None = None,
+    write: float | None = None,
+) -> Price:
+    return Price(
+        input_per_mtok=input_per_mtok,
+        output_per_mtok=output_per_mtok,
+        cached_input_per_mtok=cached,
+        cache_write_per_mtok=write,
+    )
+
+
+def _claude(input_per_mtok: float, output_per_mtok: float) -> Price:
+    # Anthropic: a cache read costs 0.1x the input rate, a (5-minute) cache write 1.25x.
+    return _p(input_per_mtok, output_per_mtok, input_per_mtok * 0.1, input_per_mtok * 1.25)
 
 
 BUILTIN_PRICES: Mapping[str, Price] = MappingProxyType(
     {
         # OpenAI
-        "gpt-4o": _p(2.50, 10.00),
-        "gpt-4o-mini": _p(0.15, 0.60),
-        "gpt-4.1": _p(2.00, 8.00),
-        "gpt-4.1-mini": _p(0.40, 1.60),
-        "gpt-4.1-nano": _p(0.10, 0.40),
-        "gpt-5": _p(1.25, 10.00),
-        "gpt-5-mini": _p(0.25, 2.00),
-        "gpt-5-nano": _p(0.05, 0.40),
-        "o3": _p(2.00, 8.00),
-        "o3-mini": _p(1.10, 4.40),
-        "o4-mini": _p(1.10, 4.40),
+        # OpenAI (input, output, cached input; cache writes cost nothing extra)
+        "gpt-4o": _p(2.50, 10.00, 1.25),
+        "gpt-4o-mini": _p(0.15, 0.60, 0.075),
+        "gpt-4.1": _p(2.00, 8.00, 0.50),
+        "gpt-4.1-mini": _p(0.40, 1.60, 0.10),
+        "gpt-4.1-nano": _p(0.10, 0.40, 0.025),
+        "gpt-5": _p(1.25, 10.00, 0.125),
+        "gpt-5-mini": _p(0.25, 2.00, 0.025),
+        "gpt-5-nano": _p(0.05, 0.40, 0.005),
+        "o3": _p(2.00, 8.00, 0.50),
+        "o3-mini": _p(1.10, 4.40, 0.55),
+        "o4-mini": _p(1.10, 4.40, 0.275),
         # Anthropic
-        "claude-opus-4-1": _p(15.00, 75.00),
-        "claude-opus-4-0": _p(15.00, 75.00),
-        "claude-opus-4": _p(15.00, 75.00),
-        "claude-sonnet-4-5": _p(3.00, 15.00),
-        "claude-sonnet-4-0": _p(3.00, 15.00),
-        "claude-sonnet-4": _p(3.00, 15.00),
-        "claude-3-7-sonnet": _p(3.00, 15.00),
-        "claude-haiku-4-5": _p(1.00, 5.00),
-        "claude-3-5-haiku": _p(0.80, 4.00),
+        "claude-opus-4-1": _claude(15.00, 75.00),
+        "claude-opus-4-0": _claude(15.00, 75.00),
+        "claude-opus-4": _claude(15.00, 75.00),
+        "claude-sonnet-4-5": _claude(3.00, 15.00),
+        "claude-sonnet-4-0": _claude(3.00, 15.00),
+        "claude-sonnet-4": _claude(3.00, 15.00),
+        "claude-3-7-sonnet": _claude(3.00, 15.00),
+        "claude-haiku-4-5": _claude(1.00, 5.00),
+        "claude-3-5-haiku": _claude(0.80, 4.00),
     }
 )
 """The built-in prices, keyed by the provider's model id without a date suffix."""
@@ -138,7 +184,8 @@ class PriceTable:
         """A new table with ``entries`` added over this one's.
 
         Entries may be :class:`Price` values or mappings as a config file holds them:
-        ``{"input_per_mtok": 2.5, "output_per_mtok": 10}``.
+        ``{"input_per_mtok": 2.5, "output_per_mtok": 10}``, optionally with
+        ``cached_input_per_mtok`` and ``cache_write_per_mtok``.
 
         Raises:
             ConfigError: an entry is not a price (names the model and the expected keys).
@@ -183,25 +230,29 @@ class PriceTable:
         return f"PriceTable({len(self._prices)} models)"
 
 
+_REQUIRED = ("input_per_mtok", "output_per_mtok")
+_CACHE_RATES = ("cached_input_per_mtok", "cache_write_per_mtok")
+
+
 def _price_from_mapping(name: str, entry: object) -> Price:
-    expected = "a table with input_per_mtok and output_per_mtok (US dollars per million tokens)"
+    expected = (
+        "a table with input_per_mtok and output_per_mtok (US dollars per million tokens), "
+        "optionally cached_input_per_mtok and cache_write_per_mtok"
+    )
     if not isinstance(entry, Mapping):
         raise ConfigError(f"price for model {name!r} must be {expected}")
-    unknown = set(entry) - {"input_per_mtok", "output_per_mtok"}
+    unknown = set(entry) - {*_REQUIRED, *_CACHE_RATES}
     if unknown:
         raise ConfigError(
             f"price for model {name!r} has unknown keys {sorted(unknown)}: expected {expected}"
         )
-    try:
-        input_price = entry["input_per_mtok"]
-        output_price = entry["output_per_mtok"]
-    except KeyError as exc:
-        raise ConfigError(
-            f"price for model {name!r} lacks {exc.args[0]}: expected {expected}"
-        ) from None
-    for value in (input_price, output_price):
+    missing = [key for key in _REQUIRED if key not in entry]
+    if missing:
+        raise ConfigError(f"price for model {name!r} lacks {missing[0]}: expected {expected}")
+    rates = {key: entry[key] for key in (*_REQUIRED, *_CACHE_RATES) if key in entry}
+    for value in rates.values():
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ConfigError(
                 f"price for model {name!r} must be non-negative numbers: expected {expected}"
             )
-    return Price(input_per_mtok=float(input_price), output_per_mtok=float(output_price))
+    return Price(**{key: float(value) for key, value in rates.items()})

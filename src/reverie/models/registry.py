@@ -69,6 +69,8 @@ class EndpointConfig:
     streaming_tool_calls: bool | None = None
     timeout_s: float | None = None
     connect_timeout_s: float | None = None
+    prompt_cache: bool | None = None
+    """Send prompt-cache markers (OpenAI ``prompt_cache_key``, Anthropic ``cache_control``)."""
 
     def compat(self, default_server: ServerKind) -> EndpointCompat:
         """What this endpoint supports: its server kind's defaults with its own fields set.
@@ -87,6 +89,7 @@ class EndpointConfig:
             "streaming_tool_calls": self.streaming_tool_calls,
             "timeout_s": self.timeout_s,
             "connect_timeout_s": self.connect_timeout_s,
+            "prompt_cache": self.prompt_cache,
         }
 
 
@@ -183,6 +186,7 @@ def _build(text: str, spec: ModelSpec, endpoints: Mapping[str, EndpointConfig]) 
             api_key_env=key_env,
             timeout_s=declared.timeout_s,
             connect_timeout_s=declared.connect_timeout_s,
+            prompt_cache=endpoint is None or endpoint.prompt_cache is not False,
         )
     if spec.provider == "ollama":
         base_url = base_url or OLLAMA_BASE_URL

@@ -7,9 +7,11 @@ Hooks are middleware here: a hook deny reaches the loop as ``CallDenied``, a hoo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import operator
 import time
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +64,7 @@ from reverie.loop.compaction import compacted_view
 from reverie.loop.control import CancelToken
 from reverie.loop.ports import CheckpointKind, CommitReceipt, PromptBundle
 from reverie.loop.state import CheckpointEncoder, LoopExecutionState
-from reverie.loop.strategies import ContextPlan
+from reverie.loop.strategies import ContextPlan, window_step
 from reverie.models.base import Model
 from reverie.runtime import tool_steps as steps
 from reverie.runtime.events import EventBus
@@ -167,8 +169,52 @@ class RunContext:
             )
 
 
+def prompt_cache_key(thread_id: str) -> str:
+    """The provider prompt-cache key of a thread's requests (a digest: no id leaves the host)."""
+    return "reverie-" + hashlib.sha256(thread_id.encode()).hexdigest()[:32]
+
+
+def canonical(value: Any, depth: int = 0) -> Any:
+    """``value`` with every mapping's keys in sorted order (a tool schema's canonical form);
+    past a nesting of 64 the rest is kept as it is."""
+    if depth > 64:
+        return value
+    if isinstance(value, Mapping):
+        return {k: canonical(value[k], depth + 1) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [canonical(v, depth + 1) for v in value]
+    return value
+
+
+def _name(descriptor: Any) -> str:
+    return str(descriptor.name)
+
+
+def _seq(row: TranscriptItem) -> int:
+    return row.seq
+
+
+def _newest_group(rows: Sequence[TranscriptItem]) -> int:
+    """Where the newest group of ``rows`` starts: the assistant message whose calls the
+    trailing tool results answer (they must follow it), else the last row."""
+    i = len(rows)
+    if i and rows[-1].role == "tool":
+        while i and rows[i - 1].role == "tool":
+            i -= 1
+        return i - 1 if i and rows[i - 1].role == "assistant" else i
+    return max(i - 1, 0)
+
+
 class StorePrompt:
-    """Builds requests: instructions, hook snippets, memory context, the transcript window."""
+    """Builds requests: a stable prefix (instructions, tools, the transcript window but its
+    newest rows), then the volatile part (hook snippets, memory context), then the newest rows
+    (and a finalizer's prompt).
+
+    The prefix is byte-identical from call to call of a thread while the window's start stays
+    put (it moves in steps: :attr:`ContextPlan.window_step`), so the provider's prompt cache
+    serves it; what changes between calls (memory, hook context) only ever changes the end of
+    the prompt (docs/prompt-caching.md).
+    """
 
     def __init__(
         self,
@@ -187,6 +233,7 @@ class StorePrompt:
         self._settings = settings or ModelSettings()
         """The agent's settings, which every request of the segment carries (frozen: one for
         all)."""
+        self._cache_key = prompt_cache_key(ctx.thread_id)
 
     def _system_message(self) -> Message:
         system = self._system
@@ -197,9 +244,12 @@ class StorePrompt:
     def _tool_specs(self, surface: Surface) -> tuple[ToolSpec, ...]:
         specs = self._specs
         if specs is None or specs[0] is not surface:
+            # Sorted by name, each schema with its keys in canonical order: the same tools
+            # are the same bytes in every request of a thread (and after a resume), whatever
+            # order they were registered or discovered in.
             tools = tuple(
-                ToolSpec(name=d.name, description=d.description, parameters=d.parameters)
-                for d in surface.descriptors
+                ToolSpec(name=d.name, description=d.description, parameters=canonical(d.parameters))
+                for d in sorted(surface.descriptors, key=_name)
             )
             specs = self._specs = (surface, tools)
         return specs[1]
@@ -216,6 +266,8 @@ class StorePrompt:
         messages: list[Message] = []
         if self.instructions:
             messages.append(self._system_message())
+        hooked: Message | None = None
+        remembered: Message | None = None
         if ctx.hooked("before_prompt"):
             result = await ctx.hooks.before_prompt(
                 PromptHookContext(scope=ctx.scope, run_id=ctx.run_id, iteration=state.iteration),
@@ -225,31 +277,65 @@ class StorePrompt:
             # Snippets are context, never instructions: they go in a user-role message.
             if result.snippets:
                 body = "\n\n".join(s.text for s in result.snippets)
-                messages.append(Message(role="user", content=f"[context from hooks]\n{body}"))
+                hooked = Message(role="user", content=f"[context from hooks]\n{body}")
         # Memory is data, never instructions: enveloped blocks in a user-role message (§12).
         if self.memory is not None and plan.include_memory:
             remembered = await self.memory.message(state.transcript_seq)
-            if remembered is not None:
-                messages.append(remembered)
-        rows, made = await ctx.segment.window(state.transcript_seq, plan.window)
+        window = plan.window
+        rows, made = await ctx.segment.window(state.transcript_seq, window)
         if ctx.segment.has_summary:
             # From the newest summary on (loop/compaction.py); rows it leaves as they are keep
             # the message the segment made for them once.
             by_row = {id(row): message for row, message in zip(rows, made, strict=True)}
             rows = compacted_view(rows)
             made = [by_row.get(id(row)) or to_message(row) for row in rows]
+        elif window is not None and rows and len(rows) >= window:
+            # A full window (compaction, when on, keeps the view shorter): its start moves in
+            # steps (the first seq a multiple of the step), not a row per call, so the next
+            # prompts keep this one's prefix.
+            step = window_step(plan)
+            first = -(-rows[0].seq // step) * step
+            cut = bisect_left(rows, first, key=_seq)
+            # On a turn's first row where there is one (some APIs refuse a conversation that
+            # opens with an assistant message).
+            turn = next((i for i in range(cut, len(rows)) if rows[i].role == "user"), cut)
+            if turn:
+                rows, made = rows[turn:], made[turn:]
         # A window must not open on tool results whose calls fell out of it.
         start = 0
         while start < len(rows) and rows[start].role == "tool":
             start += 1
         if start:
             rows, made = rows[start:], made[start:]
-        messages.extend(made)
+        # What changes least comes first. The run's memory context goes where the run's own
+        # rows start (it is read once a run; a write changes it and the run's rows after it,
+        # never the thread's earlier rows); hook context, which may change on every call, goes
+        # just before the newest rows (the last message, or the last calls and their results),
+        # which stay last, where the model reads them.
+        ours = ctx.run_id
+        anchor = next((i for i, row in enumerate(rows) if row.run_id == ours), len(rows))
+        newest = max(_newest_group(rows), anchor) if hooked is not None else len(rows)
+        messages.extend(made[:anchor])
+        points = (len(messages),) if remembered is not None else ()
+        if remembered is not None:
+            messages.append(remembered)
+        messages.extend(made[anchor:newest])
+        stable = len(messages)
+        if hooked is not None:
+            messages.append(hooked)
+        messages.extend(made[newest:])
         if finalizer_prompt is not None:
             messages.append(Message(role="user", content=finalizer_prompt))
         tools = None if surface is None else self._tool_specs(surface)
         return _prompt_bundle(
-            request=_model_request(messages=tuple(messages), tools=tools, settings=self._settings),
+            request=_model_request(
+                messages=tuple(messages),
+                tools=tools,
+                settings=self._settings,
+                stable_messages=stable,
+                cache_points=points,
+                cache_key=self._cache_key,
+            ),
             rows=tuple(rows),
         )
 

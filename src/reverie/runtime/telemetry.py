@@ -325,6 +325,8 @@ class Segment:
             span.set_attribute("reverie.usage.model_calls", u.model_calls)
             span.set_attribute("reverie.usage.tool_calls", u.capability_calls)
             span.set_attribute("reverie.usage.estimated", u.estimated)
+            span.set_attribute("gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens)
+            span.set_attribute("gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens)
             if isinstance(exit_, Blocked):
                 span.set_attribute("reverie.gate.ref", exit_.gate_ref)
             if isinstance(exit_, Failed):
@@ -427,6 +429,10 @@ class _ObservedModel:
         span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
         span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
         span.set_attribute("reverie.usage.estimated", response.usage.estimated)
+        span.set_attribute("gen_ai.usage.cache_read.input_tokens", response.usage.cache_read_tokens)
+        span.set_attribute(
+            "gen_ai.usage.cache_creation.input_tokens", response.usage.cache_write_tokens
+        )
         if response.model_name:
             span.set_attribute("gen_ai.response.model", response.model_name)
         if response.finish_reason:

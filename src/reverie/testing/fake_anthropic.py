@@ -20,6 +20,10 @@ Strict by default, like the OpenAI fake: a request breaking the Messages API's c
 the API would refuse (:mod:`reverie.testing.request_rules`), gets HTTP 400 with an
 ``invalid_request_error`` body naming the rule. ``FakeAnthropicServer(script, strict=False)``
 answers it from the script.
+Like Anthropic, the server caches prompt prefixes at ``cache_control`` breakpoints
+(:mod:`reverie.testing.prompt_cache`) and reports ``cache_read_input_tokens`` and
+``cache_creation_input_tokens`` for a request with a breakpoint (its ``input_tokens`` is then
+the rest); ``prompt_cache=False`` reports none.
 Default ``tool_use`` ids (``toolu_<n>``) count across the server's answers, so they never repeat
 within a conversation, as the API's never do.
 :class:`FakeRawStream` sends exactly the ``(event_name, data)`` events given (pass
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from starlette.requests import Request
@@ -58,6 +62,7 @@ from reverie.testing.fake_openai import (
     sse,
 )
 from reverie.testing.image_rules import ImageRefusal, check_anthropic_images
+from reverie.testing.prompt_cache import AnthropicPromptCache
 from reverie.testing.request_rules import check_anthropic_request
 
 __all__ = ["FakeAnthropicServer"]
@@ -98,9 +103,13 @@ class FakeAnthropicServer(FakeModelServer):
         models: Sequence[str] = ("fake-model",),
         strict: bool = True,
         vision: bool = True,
+        prompt_cache: bool = True,
     ) -> None:
-        """Args: as :class:`~reverie.testing.fake_openai.FakeModelServer`."""
+        """Args: as :class:`~reverie.testing.fake_openai.FakeModelServer`
+        (``prompt_cache``: simulate Anthropic's prompt caching at ``cache_control``
+        breakpoints)."""
         super().__init__(script, models=models, strict=strict, vision=vision)
+        self.prompt_cache = AnthropicPromptCache() if prompt_cache else None
         self._tool_ids = 0
 
     def check_conversation(self, body: Mapping[str, Any]) -> list[Violation]:
@@ -207,9 +216,16 @@ class FakeAnthropicServer(FakeModelServer):
                 return StreamingResponse(iter(events), media_type="text/event-stream")
             return Response(step.body, media_type="application/json")
         reply = self._with_ids(as_reply(step))
+        usage: dict[str, int] = {"input_tokens": _input_tokens(reply, body)}
+        if self.prompt_cache is not None and reply.input_tokens is None:
+            cached = self.prompt_cache.usage(body)
+            if cached is not None:
+                usage = asdict(cached)
+        with self._lock:
+            self.usages.append({**usage, "output_tokens": _output_tokens(reply)})
         if streaming:
-            return StreamingResponse(_events(reply, body, n), media_type="text/event-stream")
-        return JSONResponse(_message(reply, body, n))
+            return StreamingResponse(_events(reply, body, n, usage), media_type="text/event-stream")
+        return JSONResponse(_message(reply, body, n, usage))
 
 
 def _error_body(step: FakeError, api_key: str) -> dict[str, Any]:
@@ -255,7 +271,10 @@ def _content(reply: FakeReply) -> list[dict[str, Any]]:
     return blocks
 
 
-def _message_start(body: Mapping[str, Any], n: int, input_tokens: int) -> dict[str, Any]:
+def _message_start(
+    body: Mapping[str, Any], n: int, input_tokens: int | Mapping[str, int]
+) -> dict[str, Any]:
+    usage = {"input_tokens": input_tokens} if isinstance(input_tokens, int) else input_tokens
     return {
         "type": "message_start",
         "message": {
@@ -266,12 +285,14 @@ def _message_start(body: Mapping[str, Any], n: int, input_tokens: int) -> dict[s
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+            "usage": {**usage, "output_tokens": 1},
         },
     }
 
 
-def _message(reply: FakeReply, body: Mapping[str, Any], n: int) -> dict[str, Any]:
+def _message(
+    reply: FakeReply, body: Mapping[str, Any], n: int, usage: Mapping[str, int]
+) -> dict[str, Any]:
     return {
         "id": f"msg_fake_{n}",
         "type": "message",
@@ -280,10 +301,7 @@ def _message(reply: FakeReply, body: Mapping[str, Any], n: int) -> dict[str, Any
         "content": _content(reply),
         "stop_reason": _stop_reason(reply),
         "stop_sequence": None,
-        "usage": {
-            "input_tokens": _input_tokens(reply, body),
-            "output_tokens": _output_tokens(reply),
-        },
+        "usage": {**usage, "output_tokens": _output_tokens(reply)},
     }
 
 
@@ -292,8 +310,10 @@ def _split(text: str, parts: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _event_list(reply: FakeReply, body: Mapping[str, Any], n: int) -> Iterator[bytes]:
-    yield sse(_message_start(body, n, _input_tokens(reply, body)), "message_start")
+def _event_list(
+    reply: FakeReply, body: Mapping[str, Any], n: int, usage: Mapping[str, int]
+) -> Iterator[bytes]:
+    yield sse(_message_start(body, n, usage), "message_start")
     index = 0
     if reply.text:
         yield sse(
@@ -344,8 +364,10 @@ def _event_list(reply: FakeReply, body: Mapping[str, Any], n: int) -> Iterator[b
     yield sse({"type": "message_stop"}, "message_stop")
 
 
-async def _events(reply: FakeReply, body: Mapping[str, Any], n: int) -> AsyncIterator[bytes]:
-    for event in _event_list(reply, body, n):
+async def _events(
+    reply: FakeReply, body: Mapping[str, Any], n: int, usage: Mapping[str, int]
+) -> AsyncIterator[bytes]:
+    for event in _event_list(reply, body, n, usage):
         yield event
         await asyncio.sleep(0)
 
@@ -353,7 +375,9 @@ async def _events(reply: FakeReply, body: Mapping[str, Any], n: int) -> AsyncIte
 async def _stream_error(
     step: FakeError, body: Mapping[str, Any], n: int, api_key: str
 ) -> AsyncIterator[bytes]:
-    events = list(_event_list(FakeReply(text=step.text), body, n))
+    reply = FakeReply(text=step.text)
+    usage = {"input_tokens": _input_tokens(reply, body)}
+    events = list(_event_list(reply, body, n, usage))
     # Everything up to (not including) the message_delta that would end the message normally.
     for event in events[:-2]:
         yield event

@@ -43,6 +43,11 @@ The OpenAI server also reproduces real servers' deviations, each a switch of its
   200 and nothing (llama-cpp-python's "automatic streaming tool choice" failure after its
   headers).
 
+Like OpenAI, the server caches prompt prefixes (:mod:`reverie.testing.prompt_cache`): a reply
+whose usage is not scripted reports ``prompt_tokens_details.cached_tokens``, the part of its
+prompt an earlier request began with (from 1,024 tokens on, in 128-token steps).
+``prompt_cache=False`` reports no cached tokens (a server without a prompt cache).
+
 A request past the end of a list script gets a 400 naming the script, which the providers
 classify as ``internal``. The server runs uvicorn on ``127.0.0.1`` on a free port, in a
 background thread with its own event loop, so it serves async and sync clients alike.
@@ -87,6 +92,7 @@ from reverie.core.messages import ModelResponse
 from reverie.errors import ModelError
 from reverie.testing.conversation_rules import Violation, check_chat_completions, describe
 from reverie.testing.image_rules import ImageRefusal, check_chat_images
+from reverie.testing.prompt_cache import OpenAIPromptCache
 from reverie.testing.request_rules import check_openai_request
 
 __all__ = [
@@ -383,6 +389,8 @@ class FakeModelServer:
         self.connections: set[tuple[str, int]] = set()
         """The client address (host, port) of every request received: one entry per TCP
         connection the clients opened, so a client that reuses its connections adds few."""
+        self.usages: list[dict[str, Any]] = []
+        """The usage each successful answer reported, in order (the provider's bill)."""
         self._thread: threading.Thread | None = None
         self._server: _QuickServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -597,9 +605,12 @@ class FakeOpenAIServer(FakeModelServer):
         usage_in_streams: bool = True,
         structured_output: Literal["json_schema", "json_object"] = "json_schema",
         streaming_tool_calls: bool = True,
+        prompt_cache: bool = True,
     ) -> None:
-        """Args: as :class:`FakeModelServer`, and the deviations of the module docstring."""
+        """Args: as :class:`FakeModelServer`, and the deviations of the module docstring
+        (``prompt_cache``: simulate OpenAI's automatic prefix caching)."""
         super().__init__(script, models=models, strict=strict, vision=vision)
+        self.prompt_cache: OpenAIPromptCache | None = OpenAIPromptCache() if prompt_cache else None
         self.null_content = null_content
         self.usage_in_streams = usage_in_streams
         self.structured_output = structured_output
@@ -705,14 +716,20 @@ class FakeOpenAIServer(FakeModelServer):
             return Response(step.body, media_type="application/json")
         reply = as_reply(step)
         n = len(self.requests)
+        cached: int | None = None
+        if self.prompt_cache is not None and reply.input_tokens is None:
+            cached = self.prompt_cache.cached_tokens(body, estimate_input_tokens(body))
+        with self._lock:
+            self.usages.append(_usage(reply, body, cached))
         if streaming:
             include_usage = self.usage_in_streams and bool(
                 (body.get("stream_options") or {}).get("include_usage")
             )
             return StreamingResponse(
-                _openai_chunks(reply, body, n, include_usage), media_type="text/event-stream"
+                _openai_chunks(reply, body, n, include_usage, cached=cached),
+                media_type="text/event-stream",
             )
-        return JSONResponse(_openai_completion(reply, body, n))
+        return JSONResponse(_openai_completion(reply, body, n, cached))
 
 
 _PYDANTIC_URL = "https://errors.pydantic.dev/2.9/v/string_type"
@@ -826,19 +843,24 @@ def _finish_reason(reply: FakeReply) -> str:
     return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
-def _usage(reply: FakeReply, body: Mapping[str, Any]) -> dict[str, int]:
+def _usage(reply: FakeReply, body: Mapping[str, Any], cached: int | None) -> dict[str, Any]:
     prompt = reply.input_tokens if reply.input_tokens is not None else estimate_input_tokens(body)
     completion = (
         reply.output_tokens if reply.output_tokens is not None else default_output_tokens(reply)
     )
-    return {
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
-def _openai_completion(reply: FakeReply, body: Mapping[str, Any], n: int) -> dict[str, Any]:
+def _openai_completion(
+    reply: FakeReply, body: Mapping[str, Any], n: int, cached: int | None = None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None, "refusal": None}
     if reply.tool_calls:
         message["tool_calls"] = _openai_tool_calls(reply)
@@ -855,7 +877,7 @@ def _openai_completion(reply: FakeReply, body: Mapping[str, Any], n: int) -> dic
                 "logprobs": None,
             }
         ],
-        "usage": _usage(reply, body),
+        "usage": _usage(reply, body, cached),
     }
 
 
@@ -868,7 +890,13 @@ def _split(text: str, parts: int) -> list[str]:
 
 
 async def _openai_chunks(
-    reply: FakeReply, body: Mapping[str, Any], n: int, include_usage: bool, *, final: bool = True
+    reply: FakeReply,
+    body: Mapping[str, Any],
+    n: int,
+    include_usage: bool,
+    *,
+    final: bool = True,
+    cached: int | None = None,
 ) -> AsyncIterator[bytes]:
     base = {
         "id": f"chatcmpl-fake-{n}",
@@ -893,7 +921,7 @@ async def _openai_chunks(
         return
     yield chunk({}, _finish_reason(reply))
     if include_usage:
-        yield sse({**base, "choices": [], "usage": _usage(reply, body)})
+        yield sse({**base, "choices": [], "usage": _usage(reply, body, cached)})
     yield sse("[DONE]")
 
 
