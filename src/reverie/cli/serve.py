@@ -49,6 +49,7 @@ def served_app(
         cors_origins=() if local else settings.cors_origins,
         shutdown_grace_s=settings.shutdown_grace_s,
         recover=True,
+        schedules=True,
         console=local or settings.console,
         console_session_ttl_s=settings.console_session_ttl_s,
     )
@@ -83,6 +84,7 @@ def serve_command(
 
     async def main() -> int:
         from reverie.config import auth_tokens, build_agents, serve_settings
+        from reverie.config.schedules import apply_schedules, config_schedules
         from reverie.runtime.gc_tuning import gc_thresholds_from_env, tune_gc_for_server
 
         gc_thresholds = gc_thresholds_from_env()  # a bad value fails before start-up
@@ -102,6 +104,7 @@ def serve_command(
                 'add [agents.NAME] with a model, e.g. model = "openai:gpt-4.1-mini"'
             )
         require_credentials(agents)
+        config_schedules(cfg)  # a bad [schedules] table fails before the port is bound
         try:
             from reverie.serve import listen, run_server
         except ImportError as exc:
@@ -112,6 +115,7 @@ def serve_command(
         where_port = sock.getsockname()[1]
         with contextlib.closing(sock):
             async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
+                await apply_schedules(cfg, session.rt)
                 app = served_app(session, tokens, settings)
                 tune_gc_for_server(gc_thresholds)  # start-up is over (docs/scaling.md)
                 names = ", ".join(sorted(a.name for a in agents))

@@ -34,6 +34,7 @@ def create_app(
     cors_origins: Sequence[str] = (),
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     recover: bool = False,
+    schedules: bool = False,
     console: bool = True,
     console_session_ttl_s: float | None = None,
 ) -> Starlette:
@@ -55,6 +56,8 @@ def create_app(
             streamed turns still running are cancelled with the reason ``server shutdown``.
         recover: When the app starts, resume (in the background) the runs of served agents
             whose worker died (:meth:`Runtime.recover`).
+        schedules: Fire the stored schedules (:meth:`Schedules.serve`) while the app runs;
+            ``reverie serve`` does.
         console: Serve the operator console at ``/console`` (docs/console.md): the same
             tokens, scopes and query API, with a session cookie instead of a header.
         console_session_ttl_s: How long a console login lasts (default: 8 hours).
@@ -94,6 +97,9 @@ def create_app(
         if recover:
             # In the background: recover() waits for every run it resumes to end.
             ctx.tasks.spawn(runtime.recover(), name="recover runs")
+        if schedules:
+            # Fires the stored schedules (docs/schedules.md) until the app stops.
+            ctx.tasks.spawn(runtime.schedules.serve(), name="fire schedules")
         try:
             yield
         finally:
