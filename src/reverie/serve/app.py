@@ -21,6 +21,7 @@ from reverie.serve.idempotency import IDEMPOTENCY_HEADER
 from reverie.serve.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from reverie.serve.responses import ResponseRoutes
 from reverie.serve.runs import RunRoutes
+from reverie.serve.schedules import ScheduleRoutes
 
 __all__ = ["create_app"]
 
@@ -110,6 +111,7 @@ def create_app(
             *ChatRoutes(ctx).routes(),
             *ResponseRoutes(ctx).routes(),
             *RunRoutes(ctx).routes(),
+            *ScheduleRoutes(ctx).routes(),
         ],
         middleware=[
             *_cors(cors_origins),
