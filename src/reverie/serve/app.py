@@ -22,6 +22,7 @@ from reverie.serve.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from reverie.serve.responses import ResponseRoutes
 from reverie.serve.runs import RunRoutes
 from reverie.serve.schedules import ScheduleRoutes
+from reverie.serve.triggers import TRIGGERS_PREFIX, Trigger, TriggerRoutes
 
 __all__ = ["create_app"]
 
@@ -36,6 +37,7 @@ def create_app(
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     recover: bool = False,
     schedules: bool = False,
+    triggers: Mapping[str, Trigger] | None = None,
     console: bool = True,
     console_session_ttl_s: float | None = None,
 ) -> Starlette:
@@ -57,6 +59,8 @@ def create_app(
             streamed turns still running are cancelled with the reason ``server shutdown``.
         recover: When the app starts, resume (in the background) the runs of served agents
             whose worker died (:meth:`Runtime.recover`).
+        triggers: Inbound webhooks by name (``POST /v1/triggers/{name}``, verified by their
+            Standard Webhooks signature instead of a bearer token; docs/schedules.md).
         schedules: Fire the stored schedules (:meth:`Schedules.serve`) while the app runs;
             ``reverie serve`` does.
         console: Serve the operator console at ``/console`` (docs/console.md): the same
@@ -112,12 +116,17 @@ def create_app(
             *ResponseRoutes(ctx).routes(),
             *RunRoutes(ctx).routes(),
             *ScheduleRoutes(ctx).routes(),
+            *(TriggerRoutes(ctx, triggers).routes() if triggers else []),
         ],
         middleware=[
             *_cors(cors_origins),
             Middleware(BodyLimit, max_bytes=max_body_bytes),
             *_console(ctx, table, console_session_ttl_s, enabled=console),
-            Middleware(BearerAuth, tokens=table),
+            Middleware(
+                BearerAuth,
+                tokens=table,
+                signed_prefixes=(TRIGGERS_PREFIX,) if triggers else (),
+            ),
         ],
         exception_handlers=exception_handlers(),
         lifespan=lifespan,
