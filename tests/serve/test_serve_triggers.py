@@ -9,13 +9,18 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from standardwebhooks.webhooks import Webhook
 
 from reverie import Agent, Runtime
+from reverie.config import load_config
+from reverie.config.triggers import config_triggers
 from reverie.core.messages import ModelRequest, ModelResponse
+from reverie.errors import ConfigError
 from reverie.serve import background_server, create_app
 from reverie.serve.triggers import Trigger
 from reverie.testing import ScriptedModel, reply
@@ -126,3 +131,38 @@ async def test_an_unknown_trigger_answers_404_and_other_routes_still_need_a_toke
         runs = await h.client.get("/v1/runs")
     assert unknown.status_code == 404
     assert runs.status_code == 401
+
+
+_TOML = """
+[triggers.tickets]
+agent = "triage"
+scope = { tenant = "acme", user = "ana" }
+secret_env = "TICKETS_WEBHOOK_SECRET"
+input = "Ticket event: ${payload}"
+"""
+
+
+def test_a_trigger_in_reverie_toml_reads_its_secret_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "reverie.toml"
+    path.write_text(_TOML, encoding="utf-8")
+    monkeypatch.setenv("TICKETS_WEBHOOK_SECRET", SECRET)
+
+    [(name, trigger)] = config_triggers(load_config(path)).items()
+
+    assert (name, trigger.agent, trigger.scope) == ("tickets", "triage", ANA)
+    assert trigger.secret == SECRET and SECRET not in repr(trigger)
+    assert trigger.input == "Ticket event: ${payload}"
+
+
+def test_a_trigger_whose_secret_variable_is_unset_is_a_config_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "reverie.toml"
+    path.write_text(_TOML, encoding="utf-8")
+    monkeypatch.delenv("TICKETS_WEBHOOK_SECRET", raising=False)
+
+    with pytest.raises(ConfigError, match="TICKETS_WEBHOOK_SECRET") as caught:
+        config_triggers(load_config(path))
+    assert "triggers.tickets.secret_env" in str(caught.value)

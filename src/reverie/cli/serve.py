@@ -35,7 +35,12 @@ __all__ = ["serve_command", "served_app"]
 
 
 def served_app(
-    session: Session, tokens: Mapping[str, Scope], settings: ServeConfig, *, local: bool = False
+    session: Session,
+    tokens: Mapping[str, Scope],
+    settings: ServeConfig,
+    *,
+    local: bool = False,
+    triggers: Mapping[str, Any] | None = None,
 ) -> Any:
     """The app ``reverie serve`` serves from ``[serve]``; ``local`` (``reverie dev``): on
     127.0.0.1, so no CORS, and the console always on."""
@@ -50,6 +55,7 @@ def served_app(
         shutdown_grace_s=settings.shutdown_grace_s,
         recover=True,
         schedules=True,
+        triggers=triggers,
         console=local or settings.console,
         console_session_ttl_s=settings.console_session_ttl_s,
     )
@@ -85,6 +91,7 @@ def serve_command(
     async def main() -> int:
         from reverie.config import auth_tokens, build_agents, serve_settings
         from reverie.config.schedules import apply_schedules, config_schedules
+        from reverie.config.triggers import config_triggers
         from reverie.runtime.gc_tuning import gc_thresholds_from_env, tune_gc_for_server
 
         gc_thresholds = gc_thresholds_from_env()  # a bad value fails before start-up
@@ -105,6 +112,7 @@ def serve_command(
             )
         require_credentials(agents)
         config_schedules(cfg)  # a bad [schedules] table fails before the port is bound
+        triggers = config_triggers(cfg)
         try:
             from reverie.serve import listen, run_server
         except ImportError as exc:
@@ -116,7 +124,7 @@ def serve_command(
         with contextlib.closing(sock):
             async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
                 await apply_schedules(cfg, session.rt)
-                app = served_app(session, tokens, settings)
+                app = served_app(session, tokens, settings, triggers=triggers)
                 tune_gc_for_server(gc_thresholds)  # start-up is over (docs/scaling.md)
                 names = ", ".join(sorted(a.name for a in agents))
                 err_console().print(
