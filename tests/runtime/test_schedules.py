@@ -80,13 +80,20 @@ async def test_two_runtimes_racing_one_schedule_over_100_occurrences_start_exact
     assert sorted(o.at for o in history) == [m.timestamp() for m in moments]
 
 
+@pytest.mark.parametrize(
+    "start",
+    [
+        pytest.param(datetime(2026, 3, 27, 0, 0, tzinfo=UTC), id="spring-forward"),
+        pytest.param(datetime(2026, 10, 23, 0, 0, tzinfo=UTC), id="fall-back"),
+    ],
+)
 @pytest.mark.parametrize("database", DATABASES)
 async def test_two_runtimes_racing_an_hourly_schedule_across_a_dst_change_start_one_run_per_hour(
-    database: Database, tmp_path: Path
+    database: Database, start: datetime, tmp_path: Path
 ) -> None:
-    # Europe/Berlin falls back on 2026-10-25 at 03:00 CEST: 02:00-02:59 happens twice, and an
-    # hourly schedule has an occurrence in each (both are real, distinct hours).
-    start = datetime(2026, 10, 23, 0, 0, tzinfo=UTC)
+    # Europe/Berlin skips 02:00-02:59 on 2026-03-29 and repeats it on 2026-10-25: an hourly
+    # schedule has an occurrence in every real hour (both passes of the repeated one), so
+    # 100 hours are 100 occurrences either way.
     async with database(tmp_path) as url, Runtime.open(url) as a, Runtime.open(url) as b:
         a.schedules.clock = b.schedules.clock = _at(start)
         for rt in (a, b):
