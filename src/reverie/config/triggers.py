@@ -14,7 +14,7 @@ The secret is read from the environment variable ``secret_env`` names, never fro
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from pydantic import Field, ValidationError
 
@@ -22,13 +22,32 @@ from reverie.config.problems import config_error
 from reverie.config.schedules import ScopeConfig
 from reverie.config.schema import ReverieConfig, Section
 from reverie.core.scope import Scope
+from reverie.errors import UsageError
 
-if TYPE_CHECKING:
-    from reverie.serve.triggers import Trigger
-
-__all__ = ["TriggerConfig", "config_triggers"]
+__all__ = ["Trigger", "TriggerConfig", "config_triggers"]
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trigger:
+    """An inbound webhook that starts a run of a served agent."""
+
+    agent: str
+    """The served agent's name (as in ``create_app(agents=...)``)."""
+    scope: Scope
+    """Whom the runs act for (the host's choice; never read from the request)."""
+    secret: str = field(repr=False)
+    """The Standard Webhooks signing secret (``whsec_…``); never logged or shown."""
+    input: str = "A webhook arrived. Its payload:\n${payload}"
+    """The run's message; ``${payload}`` becomes the enveloped JSON payload, ``${trigger}`` the
+    trigger's name."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scope, Scope):
+            raise UsageError("a trigger's scope must be a reverie.Scope set by the host")
+        if not self.secret:
+            raise UsageError("a trigger needs its signing secret")
 
 
 class TriggerConfig(Section):
@@ -47,8 +66,6 @@ def config_triggers(config: ReverieConfig) -> dict[str, Trigger]:
         ConfigError: A table that is not a valid trigger, or a secret variable that is unset
             (the message names the key and the variable, never a value).
     """
-    from reverie.serve.triggers import Trigger
-
     out: dict[str, Trigger] = {}
     for name, table in sorted(config.triggers.items()):
         key = f"triggers.{name}"

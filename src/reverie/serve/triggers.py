@@ -20,16 +20,14 @@ from __future__ import annotations
 import json
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from reverie.config.triggers import Trigger
 from reverie.core.envelope import wrap_untrusted
-from reverie.core.scope import Scope
-from reverie.errors import UsageError
 from reverie.serve.context import ServeContext
 from reverie.serve.errors import APIError
 
@@ -37,27 +35,6 @@ __all__ = ["TRIGGERS_PREFIX", "Trigger", "TriggerRoutes"]
 
 TRIGGERS_PREFIX = "/v1/triggers/"
 MAX_WEBHOOK_ID = 200
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Trigger:
-    """An inbound webhook that starts a run of a served agent."""
-
-    agent: str
-    """The served agent's name (as in ``create_app(agents=...)``)."""
-    scope: Scope
-    """Whom the runs act for (the host's choice; never read from the request)."""
-    secret: str = field(repr=False)
-    """The Standard Webhooks signing secret (``whsec_…``); never logged or shown."""
-    input: str = "A webhook arrived. Its payload:\n${payload}"
-    """The run's message; ``${payload}`` becomes the enveloped JSON payload, ``${trigger}`` the
-    trigger's name."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.scope, Scope):
-            raise UsageError("a trigger's scope must be a reverie.Scope set by the host")
-        if not self.secret:
-            raise UsageError("a trigger needs its signing secret")
 
 
 class TriggerRoutes:
