@@ -18,13 +18,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError
 
 from reverie.config.problems import config_error
 from reverie.config.schema import ReverieConfig, Section
 from reverie.core.scope import Scope
+from reverie.core.vocabulary import ScheduleMissed, ScheduleOverlap, ScheduleThread
 from reverie.errors import UsageError
 
 if TYPE_CHECKING:
@@ -52,10 +53,10 @@ class ScheduleConfig(Section):
     every_s: float | int | None = None
     timezone: str = "UTC"
     input: str | None = None
-    thread: Literal["new", "shared"] = "new"
-    missed: Literal["skip", "latest", "all"] = "latest"
+    thread: ScheduleThread = "new"
+    missed: ScheduleMissed = "latest"
     max_catchup: int = Field(default=10, ge=1)
-    overlap: Literal["skip", "queue", "alongside"] = "skip"
+    overlap: ScheduleOverlap = "skip"
     grace_s: float | int = Field(default=60.0, gt=0)
 
 

@@ -168,7 +168,7 @@ class Runtime:
         )
         self.memory = RuntimeMemory(self._memory, store, self._curator)
         """Read, write and search memory: ``await rt.memory.read(scope, "MEMORY.md")``."""
-        self.schedules = Schedules(me, store)
+        self.schedules = Schedules(me, store, agents=self._directory)
         """Schedules that start runs on time, once per occurrence (docs/schedules.md)."""
         self._segments = SegmentRunner(
             store=store,

@@ -33,19 +33,21 @@ import string
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from reverie.core.canonical import digest
 from reverie.core.scope import Scope
+from reverie.core.vocabulary import ScheduleMissed, ScheduleOverlap, ScheduleThread
 from reverie.errors import NotFoundError, RunBusy, ThreadBusy, UsageError
 from reverie.store.base import ACTIVE_STATUSES
 from reverie.store.schedules import OccurrenceRecord, ScheduleRecord, ScheduleStore
 
 if TYPE_CHECKING:
-    from reverie.runtime.runtime import Runtime
+    from reverie.runtime.agents import AgentDirectory
+    from reverie.runtime.ports import Runner
 
 __all__ = [
     "MissedPolicy",
@@ -56,14 +58,10 @@ __all__ = [
     "Schedules",
 ]
 
-MissedPolicy = Literal["skip", "latest", "all"]
-"""Occurrences missed while nothing ticked: none run, the latest runs once, or all run
-(at most ``max_catchup``, the newest)."""
-OverlapPolicy = Literal["skip", "queue", "alongside"]
-"""When the previous occurrence's run is still active: skip this one, start it when the
-previous ends, or start it at once (``thread="new"`` only)."""
-ScheduleThread = Literal["new", "shared"]
-"""Each occurrence's run on a new thread, or all on one thread that accumulates."""
+MissedPolicy = ScheduleMissed
+"""See :data:`reverie.core.vocabulary.ScheduleMissed`."""
+OverlapPolicy = ScheduleOverlap
+"""See :data:`reverie.core.vocabulary.ScheduleOverlap`."""
 
 Clock = Callable[[], datetime]
 _log = logging.getLogger("reverie.schedules")
@@ -187,13 +185,15 @@ class Schedules:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runner: Runner,
         store: Any,
         *,
+        agents: AgentDirectory,
         clock: Clock | None = None,
         recover_after_s: float = 30.0,
     ) -> None:
-        self._rt = runtime
+        self._runner = runner
+        self._agents = agents
         self._raw_store = store
         self.clock: Clock = clock or _utc_now
         """Now, as the scheduler sees it (tests inject one so they never sleep)."""
@@ -380,7 +380,7 @@ class Schedules:
         if record is None:
             return []
         schedule = Schedule.from_record(record)
-        agent = self._rt._directory.named(schedule.agent)
+        agent = self._agents.named(schedule.agent)
         if agent is None:
             return []  # a process that has the agent starts it
         started: builtins.list[str] = []
@@ -401,7 +401,7 @@ class Schedules:
             )
             thread_id = await self._thread(schedule) if schedule.thread == "shared" else None
             try:
-                handle = await self._rt.start(
+                handle = await self._runner.start(
                     agent,
                     message,
                     scope=schedule.scope,
@@ -429,13 +429,13 @@ class Schedules:
     async def _previous_run(self, name: str, before: float) -> Any:
         for occurrence in await self._store.occurrences(name, limit=50):
             if occurrence.at < before and occurrence.run_id is not None:
-                return await self._rt.store.get_run(occurrence.run_id)
+                return await self._runner.store.get_run(occurrence.run_id)
         return None
 
     async def _reply_of(self, run: Any) -> str:
         if run is None or run.status != "completed":
             return ""
-        result = await self._rt._applier.result_of(run)
+        result = await self._runner.get_result(run.run_id)
         return result.text or ""
 
     async def _thread(self, schedule: Schedule) -> str:
@@ -443,9 +443,9 @@ class Schedules:
         scope = schedule.scope
         thread_id = f"thr_{digest(['schedule', scope.tenant, scope.user, schedule.name])[:32]}"
         try:
-            await self._rt.store.get_thread(thread_id)
+            await self._runner.store.get_thread(thread_id)
         except NotFoundError:
-            await self._rt.store.create_thread(thread_id, scope)
+            await self._runner.store.create_thread(thread_id, scope)
         return thread_id
 
     async def _record(self, name: str) -> ScheduleRecord:

@@ -9,7 +9,7 @@ one namespace per store, so a name another owner holds answers 409 ``schedule_ex
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from pydantic import Field
@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from reverie.core.scope import Scope
+from reverie.core.vocabulary import ScheduleMissed, ScheduleOverlap, ScheduleThread
 from reverie.errors import UsageError
 from reverie.runtime.schedules import Schedule, ScheduleInfo
 from reverie.serve.auth import owner_of
@@ -38,10 +39,10 @@ class ScheduleBody(_Strict):
     every_s: float | None = None
     timezone: str = "UTC"
     input: str | None = None
-    thread: Literal["new", "shared"] = "new"
-    missed: Literal["skip", "latest", "all"] = "latest"
+    thread: ScheduleThread = "new"
+    missed: ScheduleMissed = "latest"
     max_catchup: int = Field(default=10, ge=1, le=1000)
-    overlap: Literal["skip", "queue", "alongside"] = "skip"
+    overlap: ScheduleOverlap = "skip"
 
 
 def schedule_view(info: ScheduleInfo) -> dict[str, Any]:
