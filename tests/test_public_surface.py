@@ -18,6 +18,7 @@ def test_top_level_all_is_exactly_the_public_names() -> None:
             "RunHandle",
             "RunResult",
             "Runtime",
+            "Schedule",
             "Scope",
             "Settings",
             "Text",

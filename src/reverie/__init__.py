@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from reverie.core.scope import Scope
     from reverie.core.settings import Settings
     from reverie.runtime import Agent, Compaction, Gate, RunHandle, RunResult, Runtime
+    from reverie.runtime.schedules import Schedule
 
 __all__ = [
     "Agent",
@@ -32,6 +33,7 @@ __all__ = [
     "RunHandle",
     "RunResult",
     "Runtime",
+    "Schedule",
     "Scope",
     "Settings",
     "Text",
@@ -47,6 +49,7 @@ _HOMES = {
     "RunHandle": "reverie.runtime",
     "RunResult": "reverie.runtime",
     "Runtime": "reverie.runtime",
+    "Schedule": "reverie.runtime.schedules",
     "Scope": "reverie.core.scope",
     "Settings": "reverie.core.settings",
     "Text": "reverie.core.content",

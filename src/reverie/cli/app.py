@@ -6,6 +6,7 @@ Commands::
     reverie run "message" [--agent NAME] [--model SPEC] [--json] [--tenant T] [--user U]
     reverie runs list|show|resume|cancel
     reverie gates list|approve|deny
+    reverie schedules list|add|pause|resume|remove|run-now|history
     reverie memory show|edit|search|history|passes|curate   (one owner's memory, docs/memory.md)
     reverie serve [--host H] [--port P]   (the HTTP API, docs/http.md)
     reverie dev [--port P]   (API + console on 127.0.0.1 with a fresh token, docs/console.md)
@@ -24,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from reverie.cli import gates, memory, restore_interrupts, runs
+from reverie.cli import gates, memory, restore_interrupts, runs, schedules
 from reverie.cli.chat import chat_command
 from reverie.cli.common import ConfigOption, StoreOption
 from reverie.cli.dev import dev_command
@@ -50,6 +51,7 @@ app.command("chat")(chat_command)
 app.command("run")(run_command)
 app.add_typer(runs.app, name="runs")
 app.add_typer(gates.app, name="gates")
+app.add_typer(schedules.app, name="schedules")
 app.add_typer(memory.app, name="memory")
 app.command("serve")(serve_command)
 app.command("dev")(dev_command)

@@ -35,7 +35,12 @@ __all__ = ["serve_command", "served_app"]
 
 
 def served_app(
-    session: Session, tokens: Mapping[str, Scope], settings: ServeConfig, *, local: bool = False
+    session: Session,
+    tokens: Mapping[str, Scope],
+    settings: ServeConfig,
+    *,
+    local: bool = False,
+    triggers: Mapping[str, Any] | None = None,
 ) -> Any:
     """The app ``reverie serve`` serves from ``[serve]``; ``local`` (``reverie dev``): on
     127.0.0.1, so no CORS, and the console always on."""
@@ -49,6 +54,8 @@ def served_app(
         cors_origins=() if local else settings.cors_origins,
         shutdown_grace_s=settings.shutdown_grace_s,
         recover=True,
+        schedules=True,
+        triggers=triggers,
         console=local or settings.console,
         console_session_ttl_s=settings.console_session_ttl_s,
     )
@@ -83,6 +90,8 @@ def serve_command(
 
     async def main() -> int:
         from reverie.config import auth_tokens, build_agents, serve_settings
+        from reverie.config.schedules import apply_schedules, config_schedules
+        from reverie.config.triggers import config_triggers
         from reverie.runtime.gc_tuning import gc_thresholds_from_env, tune_gc_for_server
 
         gc_thresholds = gc_thresholds_from_env()  # a bad value fails before start-up
@@ -102,6 +111,8 @@ def serve_command(
                 'add [agents.NAME] with a model, e.g. model = "openai:gpt-4.1-mini"'
             )
         require_credentials(agents)
+        config_schedules(cfg)  # a bad [schedules] table fails before the port is bound
+        triggers = config_triggers(cfg)
         try:
             from reverie.serve import listen, run_server
         except ImportError as exc:
@@ -112,7 +123,8 @@ def serve_command(
         where_port = sock.getsockname()[1]
         with contextlib.closing(sock):
             async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
-                app = served_app(session, tokens, settings)
+                await apply_schedules(cfg, session.rt)
+                app = served_app(session, tokens, settings, triggers=triggers)
                 tune_gc_for_server(gc_thresholds)  # start-up is over (docs/scaling.md)
                 names = ", ".join(sorted(a.name for a in agents))
                 err_console().print(

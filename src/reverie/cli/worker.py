@@ -6,6 +6,7 @@ store must be PostgreSQL, where the job queue (procrastinate) lives next to the 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 import typer
@@ -62,6 +63,7 @@ def worker_command(
             import procrastinate  # noqa: F401  (the job queue: checked before the store opens)
         except ImportError as exc:
             raise MissingExtraError("postgres", "reverie worker (its job queue)") from exc
+        from reverie.config.schedules import apply_schedules
         from reverie.runtime.dispatch import serve_jobs
 
         async with open_session(cfg, store, agents=agents, hooks=True, memory=True) as session:
@@ -74,7 +76,14 @@ def worker_command(
                     markup=False,
                 )
 
-            await serve_jobs(session.rt, url, concurrency=concurrency, on_ready=ready)
+            await apply_schedules(cfg, session.rt)
+            async with asyncio.TaskGroup() as tasks:
+                # The worker fires schedules too: a claim is exactly once however many run.
+                ticking = tasks.create_task(session.rt.schedules.serve(), name="fire schedules")
+                try:
+                    await serve_jobs(session.rt, url, concurrency=concurrency, on_ready=ready)
+                finally:
+                    ticking.cancel()
         err_console().print("reverie worker: stopped", markup=False)
         return ExitCode.OK
 

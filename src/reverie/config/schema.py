@@ -247,6 +247,10 @@ class ReverieConfig(Section):
     memory: dict[str, Any] = Field(default_factory=dict)
     """``[memory]``: the provider and curation settings, validated by
     :func:`reverie.memory.memory_from_config` (see :func:`memory_settings`)."""
+    schedules: dict[str, Any] = Field(default_factory=dict)
+    """``[schedules.NAME]``: schedules (checked by ``reverie.config.schedules``)."""
+    triggers: dict[str, Any] = Field(default_factory=dict)
+    """``[triggers.NAME]``: inbound webhooks (checked by ``reverie.config.triggers``)."""
     serve: dict[str, Any] = Field(default_factory=dict)
     """``[serve]``: where ``reverie serve`` listens, read by :func:`serve_settings`."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)

@@ -21,6 +21,9 @@ __all__ = [
     "GATE_STATUSES",
     "ON_LIMITS",
     "RUN_STATUSES",
+    "SCHEDULE_MISSED",
+    "SCHEDULE_OVERLAPS",
+    "SCHEDULE_THREADS",
     "TERMINAL_STATUSES",
     "THREAD_POLICIES",
     "UNBOUND_PROFILES",
@@ -33,6 +36,9 @@ __all__ = [
     "GateStatus",
     "OnLimit",
     "RunStatus",
+    "ScheduleMissed",
+    "ScheduleOverlap",
+    "ScheduleThread",
     "TerminalStatus",
     "ThreadPolicy",
     "UnboundProfile",
@@ -67,6 +73,20 @@ GATE_STATUSES: Final[tuple[GateStatus, ...]] = get_args(GateStatus)
 GateKind = Literal["approval", "auth", "resource"]
 """What a gated call waits for: a person's approval, an authorisation, or a resource."""
 GATE_KINDS: Final[tuple[GateKind, ...]] = get_args(GateKind)
+
+ScheduleMissed = Literal["skip", "latest", "all"]
+"""Occurrences a schedule missed while nothing ticked: none run, the latest runs once, or all
+run (bounded; docs/schedules.md)."""
+SCHEDULE_MISSED: Final[tuple[ScheduleMissed, ...]] = get_args(ScheduleMissed)
+
+ScheduleOverlap = Literal["skip", "queue", "alongside"]
+"""An occurrence while the schedule's previous run is active: skip it, start it once the
+previous ends, or start it at once."""
+SCHEDULE_OVERLAPS: Final[tuple[ScheduleOverlap, ...]] = get_args(ScheduleOverlap)
+
+ScheduleThread = Literal["new", "shared"]
+"""Each scheduled run on a new thread, or all on one thread that accumulates."""
+SCHEDULE_THREADS: Final[tuple[ScheduleThread, ...]] = get_args(ScheduleThread)
 
 CheckpointKind = Literal["BeforeModel", "BeforeSideEffect", "BeforeBlock", "Final"]
 """Where in the tick a checkpoint was taken (docs/durability.md)."""

@@ -67,6 +67,7 @@ from reverie.runtime.leases import LEASE_TTL_S, Leases, lease_live, new_owner, o
 from reverie.runtime.output import family_for, typed_result
 from reverie.runtime.queries import Gates, Runs
 from reverie.runtime.result import RunResult
+from reverie.runtime.schedules import Schedules
 from reverie.runtime.segment import ActiveSegment, SegmentRunner
 from reverie.runtime.tasks import OwnedTasks
 from reverie.runtime.telemetry import Telemetry
@@ -184,6 +185,8 @@ class Runtime:
         )
         self.memory = RuntimeMemory(self._memory, store, self._curator)
         """Read, write and search memory: ``await rt.memory.read(scope, "MEMORY.md")``."""
+        self.schedules = Schedules(me, store, agents=self._directory)
+        """Schedules that start runs on time, once per occurrence (docs/schedules.md)."""
         self._segments = SegmentRunner(
             store=store,
             hooks=self.hooks,

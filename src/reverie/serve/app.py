@@ -22,6 +22,8 @@ from reverie.serve.idempotency import IDEMPOTENCY_HEADER
 from reverie.serve.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from reverie.serve.responses import ResponseRoutes
 from reverie.serve.runs import RunRoutes
+from reverie.serve.schedules import ScheduleRoutes
+from reverie.serve.triggers import TRIGGERS_PREFIX, Trigger, TriggerRoutes
 
 __all__ = ["create_app"]
 
@@ -35,6 +37,8 @@ def create_app(
     cors_origins: Sequence[str] = (),
     shutdown_grace_s: float = DEFAULT_SHUTDOWN_GRACE_S,
     recover: bool = False,
+    schedules: bool = False,
+    triggers: Mapping[str, Trigger] | None = None,
     console: bool = True,
     console_session_ttl_s: float | None = None,
 ) -> Starlette:
@@ -56,6 +60,10 @@ def create_app(
             streamed turns still running are cancelled with the reason ``server shutdown``.
         recover: When the app starts, resume (in the background) the runs of served agents
             whose worker died (:meth:`Runtime.recover`).
+        triggers: Inbound webhooks by name (``POST /v1/triggers/{name}``, verified by their
+            Standard Webhooks signature instead of a bearer token; docs/schedules.md).
+        schedules: Fire the stored schedules (:meth:`Schedules.serve`) while the app runs;
+            ``reverie serve`` does.
         console: Serve the operator console at ``/console`` (docs/console.md): the same
             tokens, scopes and query API, with a session cookie instead of a header.
         console_session_ttl_s: How long a console login lasts (default: 8 hours).
@@ -100,6 +108,9 @@ def create_app(
             if recover:
                 # In the background: recover() waits for every run it resumes to end.
                 ctx.tasks.spawn(runtime.recover(), name="recover runs")
+            if schedules:
+                # Fires the stored schedules (docs/schedules.md) until the app stops.
+                ctx.tasks.spawn(runtime.schedules.serve(), name="fire schedules")
             try:
                 yield
             finally:
@@ -110,12 +121,18 @@ def create_app(
             *ChatRoutes(ctx).routes(),
             *ResponseRoutes(ctx).routes(),
             *RunRoutes(ctx).routes(),
+            *ScheduleRoutes(ctx).routes(),
+            *(TriggerRoutes(ctx, triggers).routes() if triggers else []),
         ],
         middleware=[
             *_cors(cors_origins),
             Middleware(BodyLimit, max_bytes=max_body_bytes),
             *_console(ctx, table, console_session_ttl_s, enabled=console),
-            Middleware(BearerAuth, tokens=table),
+            Middleware(
+                BearerAuth,
+                tokens=table,
+                signed_prefixes=(TRIGGERS_PREFIX,) if triggers else (),
+            ),
         ],
         exception_handlers=exception_handlers(),
         lifespan=lifespan,

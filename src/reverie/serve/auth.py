@@ -97,12 +97,20 @@ class TokenTable:
 class BearerAuth:
     """ASGI middleware: 401 unless the request carries a known bearer token."""
 
-    def __init__(self, app: ASGIApp, *, tokens: TokenTable) -> None:
+    def __init__(
+        self, app: ASGIApp, *, tokens: TokenTable, signed_prefixes: tuple[str, ...] = ()
+    ) -> None:
         self.app = app
         self.tokens = tokens
+        self.signed_prefixes = signed_prefixes
+        """Paths whose routes authenticate each request by its signature instead (inbound
+        webhooks: ``/v1/triggers/``); they get no owner, so no scoped route can serve them."""
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.signed_prefixes and str(scope.get("path", "")).startswith(self.signed_prefixes):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

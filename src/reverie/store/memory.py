@@ -52,6 +52,7 @@ from reverie.store.base import (
 )
 from reverie.store.memory_documents import MemoryDocuments
 from reverie.store.run_events import MAX_RUN_EVENTS, EventWaiters, RunEventRecord
+from reverie.store.schedules import MemorySchedules
 
 _now = time.time
 # Plain functions that build what every step commit builds (a class call with keywords costs
@@ -60,7 +61,7 @@ _journal_entry = maker(JournalEntry)
 _step_receipt = maker(StepReceipt)
 
 
-class MemoryStore(MemoryDocuments):
+class MemoryStore(MemorySchedules, MemoryDocuments):
     """Dict-backed store. Not shared between processes; everything is lost on exit."""
 
     def __init__(self) -> None:

@@ -55,12 +55,13 @@ from reverie.store.item_cache import (
 from reverie.store.postgres_connections import PostgresConnections
 from reverie.store.postgres_documents import PostgresDocuments
 from reverie.store.rows import row_item
+from reverie.store.sql_schedules import SQLSchedules
 from reverie.store.sql_store import SQLStore
 
 __all__ = ["PostgresStore", "temporary_schema"]
 
 
-class PostgresStore(PostgresConnections, PostgresDocuments, SQLStore):
+class PostgresStore(PostgresConnections, PostgresDocuments, SQLSchedules, SQLStore):
     """A durable :class:`~reverie.store.base.Store` (and memory store) in PostgreSQL.
 
     Use it as ``async with PostgresStore(url) as store: ...`` or call :meth:`open` and

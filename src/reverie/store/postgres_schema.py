@@ -379,7 +379,41 @@ _V8 = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+
+_V9 = Migration(
+    version=9,
+    name="schedules and their claimed occurrences",
+    statements=(
+        """
+        CREATE TABLE schedules (
+            name          TEXT PRIMARY KEY,
+            scope_tenant  TEXT NOT NULL,
+            scope_user    TEXT NOT NULL,
+            scope_agent   TEXT NOT NULL,
+            scope_project TEXT NOT NULL,
+            spec          TEXT NOT NULL,
+            next_at       DOUBLE PRECISION NOT NULL,
+            paused        INTEGER NOT NULL DEFAULT 0,
+            created_at    DOUBLE PRECISION NOT NULL
+        )
+        """,
+        # One row per claimed occurrence: the primary key is what makes a claim exactly once
+        # (the claim writes it in the transaction that advances schedules.next_at).
+        """
+        CREATE TABLE schedule_occurrences (
+            name       TEXT NOT NULL REFERENCES schedules (name),
+            occurs_at  DOUBLE PRECISION NOT NULL,
+            run_key    TEXT NOT NULL,
+            status     TEXT NOT NULL,
+            run_id     TEXT,
+            claimed_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (name, occurs_at)
+        )
+        """,
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 """Every migration, oldest first. Never edit one that has shipped; append the next."""
 
 SCHEMA_VERSION: int = MIGRATIONS[-1].version

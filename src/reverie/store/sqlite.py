@@ -55,6 +55,7 @@ from reverie.store.base import (
     TranscriptItem,
 )
 from reverie.store.sql_core import Op
+from reverie.store.sql_schedules import SQLSchedules
 from reverie.store.sql_store import SQLStore
 from reverie.store.sqlite_connections import SQLiteConnections
 from reverie.store.sqlite_documents import SQLiteDocuments
@@ -63,7 +64,7 @@ from reverie.store.sqlite_schema import SYNCHRONOUS_MODES
 __all__ = ["SYNCHRONOUS_MODES", "SQLiteStore"]
 
 
-class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLStore):
+class SQLiteStore(SQLiteConnections, SQLiteDocuments, SQLSchedules, SQLStore):
     """A durable :class:`~reverie.store.base.Store` in one SQLite file.
 
     Use it as ``async with SQLiteStore(path) as store: ...`` or call :meth:`open` and
