@@ -109,3 +109,21 @@ def test_an_unknown_schedule_is_a_clear_error(
 
     assert result.exit_code == 2
     assert "no schedule named 'nope'" in result.output
+
+
+def test_a_misspelt_schedule_key_is_named_as_the_other_config_errors_are(
+    cli: Callable[..., Result], write_config: Callable[[str], Path]
+) -> None:
+    write_config(
+        """
+[schedules.broken]
+agent = "digest"
+scope = { tenant = "acme", user = "ana" }
+crom = "0 8 * * *"
+"""
+    )
+    result = cli("schedules", "list")
+
+    assert result.exit_code == 2
+    # The unknown key first (it also makes cron/every_s missing), worded as every config error.
+    assert "schedules.broken.crom: unknown key" in result.output

@@ -164,12 +164,25 @@ def problem_of(err: ErrorDetails) -> str:
     return msg[:1].lower() + msg[1:]
 
 
+def _first(exc: ValidationError) -> ErrorDetails:
+    errors = exc.errors(include_url=False, include_input=False)
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+
+
+def table_error(source: str, key: str, exc: ValidationError, fix: str) -> ConfigError:
+    """A table validated on its own (``[schedules.NAME]``, ``[triggers.NAME]``) as the one
+    configuration error: its first problem (an unknown key first) at ``key.<where>``, worded as
+    :func:`problem_of` words it."""
+    err = _first(exc)
+    where = dotted([p for p in err["loc"] if isinstance(p, str | int)])
+    return config_error(source, f"{key}.{where}" if where else key, problem_of(err), fix)
+
+
 def from_validation(source: str, exc: ValidationError) -> ConfigError:
     # The first problem only: one precise message beats a wall of them. No input values. An
     # unknown key comes first: a misspelt key (``modle``) also makes the real one "missing",
     # and the reader must learn which line to fix.
-    errors = exc.errors(include_url=False, include_input=False)
-    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    err = _first(exc)
     loc = [p for p in err["loc"] if isinstance(p, str | int)]
     key = dotted(loc) or "(top level)"
     pattern = _pattern(loc)

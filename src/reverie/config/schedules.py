@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError
 
-from reverie.config.problems import config_error
+from reverie.config.problems import config_error, table_error
 from reverie.config.schema import ReverieConfig, Section
 from reverie.core.scope import Scope
 from reverie.core.vocabulary import ScheduleMissed, ScheduleOverlap, ScheduleThread
@@ -74,14 +74,8 @@ def config_schedules(config: ReverieConfig) -> list[Schedule]:
         try:
             section = ScheduleConfig.model_validate(table)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise config_error(
-                config.source,
-                f"{key}.{where}" if where else key,
-                first["msg"].lower(),
-                "see docs/schedules.md for the keys of a schedule",
-            ) from None
+            fix = "see docs/schedules.md for the keys of a schedule"
+            raise table_error(config.source, key, exc, fix) from None
         extra: dict[str, Any] = {} if section.input is None else {"input": section.input}
         try:
             out.append(

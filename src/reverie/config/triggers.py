@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pydantic import Field, ValidationError
 
-from reverie.config.problems import config_error
+from reverie.config.problems import config_error, table_error
 from reverie.config.schedules import ScopeConfig
 from reverie.config.schema import ReverieConfig, Section
 from reverie.core.scope import Scope
@@ -72,14 +72,8 @@ def config_triggers(config: ReverieConfig) -> dict[str, Trigger]:
         try:
             section = TriggerConfig.model_validate(table)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise config_error(
-                config.source,
-                f"{key}.{where}" if where else key,
-                first["msg"].lower(),
-                "see docs/schedules.md#triggers for the keys of a trigger",
-            ) from None
+            fix = "see docs/schedules.md#triggers for the keys of a trigger"
+            raise table_error(config.source, key, exc, fix) from None
         secret = os.environ.get(section.secret_env, "")
         if not secret:
             raise config_error(
