@@ -40,26 +40,6 @@ app = typer.Typer(
 NameArgument = Annotated[str, typer.Argument(help="The schedule's name.")]
 
 
-def schedule_payload(info: ScheduleInfo) -> dict[str, Any]:
-    """A schedule as JSON (the CLI's ``--json`` and the HTTP API)."""
-    s = info.schedule
-    return {
-        "name": s.name,
-        "agent": s.agent,
-        "scope": {"tenant": s.scope.tenant, "user": s.scope.user},
-        "cron": s.cron,
-        "every_s": s.every_s,
-        "timezone": s.timezone,
-        "input": s.input,
-        "thread": s.thread,
-        "missed": s.missed,
-        "max_catchup": s.max_catchup,
-        "overlap": s.overlap,
-        "paused": info.paused,
-        "next_at": info.next_at.isoformat(),
-    }
-
-
 def occurrence_payload(o: OccurrenceRecord, zone: Any) -> dict[str, Any]:
     """An occurrence as JSON."""
     return {
@@ -99,7 +79,7 @@ def list_schedules(
             await apply_schedules(cfg, session.rt)
             infos = await session.rt.schedules.list()
         if as_json:
-            print_json([schedule_payload(i) for i in infos])
+            print_json([i.to_dict() for i in infos])
         else:
             for info in infos:
                 _show(info)
@@ -154,7 +134,7 @@ def add_schedule(
         _, opening = _session(config, store)
         async with opening as session:
             info = await session.rt.schedules.add(schedule, replace=replace)
-        print_json(schedule_payload(info)) if as_json else _show(info)
+        print_json(info.to_dict()) if as_json else _show(info)
         return ExitCode.OK
 
     execute(main)
@@ -173,7 +153,7 @@ def _change(name: str, what: str, config: str | None, store: str | None, as_json
                 typer.echo(f"removed {name}")
                 return ExitCode.OK
             info = await (schedules.pause(name) if what == "pause" else schedules.resume(name))
-        print_json(schedule_payload(info)) if as_json else _show(info)
+        print_json(info.to_dict()) if as_json else _show(info)
         return ExitCode.OK
 
     execute(main)

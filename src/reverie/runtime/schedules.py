@@ -174,6 +174,25 @@ class ScheduleInfo:
     next_at: datetime
     """The next occurrence nobody has claimed (in the schedule's zone)."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (the CLI's ``--json``; the HTTP API drops the caller's own scope)."""
+        s = self.schedule
+        return {
+            "name": s.name,
+            "agent": s.agent,
+            "scope": {"tenant": s.scope.tenant, "user": s.scope.user},
+            "cron": s.cron,
+            "every_s": s.every_s,
+            "timezone": s.timezone,
+            "input": s.input,
+            "thread": s.thread,
+            "missed": s.missed,
+            "max_catchup": s.max_catchup,
+            "overlap": s.overlap,
+            "paused": self.paused,
+            "next_at": self.next_at.isoformat(),
+        }
+
 
 def occurrence_key(name: str, at: float) -> str:
     """The idempotency key of an occurrence's run (derived from schedule and time only)."""

@@ -47,21 +47,9 @@ class ScheduleBody(_Strict):
 
 def schedule_view(info: ScheduleInfo) -> dict[str, Any]:
     """A schedule as the API shows it (its scope is the caller's: not repeated)."""
-    s = info.schedule
-    return {
-        "name": s.name,
-        "agent": s.agent,
-        "cron": s.cron,
-        "every_s": s.every_s,
-        "timezone": s.timezone,
-        "input": s.input,
-        "thread": s.thread,
-        "missed": s.missed,
-        "max_catchup": s.max_catchup,
-        "overlap": s.overlap,
-        "paused": info.paused,
-        "next_at": info.next_at.isoformat(),
-    }
+    out = info.to_dict()
+    del out["scope"]
+    return out
 
 
 class ScheduleRoutes:
